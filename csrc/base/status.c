@@ -1,0 +1,72 @@
+/* Status objects: a code and an owned message string. */
+#include "base/status.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct tpu_status {
+  tpu_code_t code;
+  char *message;
+};
+
+static char oom_message[] = "out of host memory while reporting an error";
+static struct tpu_status oom_status = {TPU_ERR_OUT_OF_MEMORY, oom_message};
+
+static char *vformat(const char *fmt, va_list ap) {
+  va_list ap2;
+  va_copy(ap2, ap);
+  int n = vsnprintf(NULL, 0, fmt, ap2);
+  va_end(ap2);
+  if (n < 0) n = 0;
+  char *s = malloc((size_t)n + 1);
+  if (s == NULL) return NULL;
+  vsnprintf(s, (size_t)n + 1, fmt, ap);
+  return s;
+}
+
+tpu_status_t tpu_status_new(tpu_code_t code, const char *fmt, ...) {
+  struct tpu_status *st = malloc(sizeof(*st));
+  if (st == NULL) return &oom_status;
+  va_list ap;
+  va_start(ap, fmt);
+  st->message = vformat(fmt, ap);
+  va_end(ap);
+  if (st->message == NULL) {
+    free(st);
+    return &oom_status;
+  }
+  st->code = code == TPU_OK ? TPU_ERR_RUNTIME : code;
+  return st;
+}
+
+tpu_status_t tpu_status_annotate(tpu_status_t st, const char *fmt, ...) {
+  if (st == NULL || st == &oom_status) return st;
+  va_list ap;
+  va_start(ap, fmt);
+  char *prefix = vformat(fmt, ap);
+  va_end(ap);
+  if (prefix == NULL) return st;
+  size_t a = strlen(prefix), b = strlen(st->message);
+  char *joined = malloc(a + 2 + b + 1);
+  if (joined != NULL) {
+    memcpy(joined, prefix, a);
+    memcpy(joined + a, ": ", 2);
+    memcpy(joined + a + 2, st->message, b + 1);
+    free(st->message);
+    st->message = joined;
+  }
+  free(prefix);
+  return st;
+}
+
+tpu_code_t tpu_status_code(tpu_status_t st) { return st == NULL ? TPU_OK : st->code; }
+
+const char *tpu_status_message(tpu_status_t st) { return st == NULL ? "" : st->message; }
+
+void tpu_status_free(tpu_status_t st) {
+  if (st == NULL || st == &oom_status) return;
+  free(st->message);
+  free(st);
+}

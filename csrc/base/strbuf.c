@@ -1,0 +1,107 @@
+/* Growable buffer and the project's byte hash. */
+#include "base/strbuf.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bool reserve(tpu_strbuf *sb, size_t extra) {
+  if (sb->failed) return false;
+  size_t need = sb->len + extra + 1;
+  if (need <= sb->cap) return true;
+  size_t cap = sb->cap ? sb->cap : 256;
+  while (cap < need) cap *= 2;
+  char *p = realloc(sb->data, cap);
+  if (p == NULL) {
+    sb->failed = true;
+    return false;
+  }
+  sb->data = p;
+  sb->cap = cap;
+  return true;
+}
+
+void tpu_strbuf_append(tpu_strbuf *sb, const void *bytes, size_t n) {
+  if (!reserve(sb, n)) return;
+  memcpy(sb->data + sb->len, bytes, n);
+  sb->len += n;
+  sb->data[sb->len] = '\0';
+}
+
+void tpu_strbuf_puts(tpu_strbuf *sb, const char *s) { tpu_strbuf_append(sb, s, strlen(s)); }
+
+void tpu_strbuf_printf(tpu_strbuf *sb, const char *fmt, ...) {
+  if (sb->failed) return;
+  char small[256];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(small, sizeof small, fmt, ap);
+  va_end(ap);
+  if (n < 0) return;
+  if ((size_t)n < sizeof small) {
+    tpu_strbuf_append(sb, small, (size_t)n);
+    return;
+  }
+  if (!reserve(sb, (size_t)n)) return;
+  va_start(ap, fmt);
+  vsnprintf(sb->data + sb->len, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  sb->len += (size_t)n;
+}
+
+void tpu_strbuf_put_i64(tpu_strbuf *sb, int64_t v) { tpu_strbuf_append(sb, &v, sizeof v); }
+
+void tpu_strbuf_clear(tpu_strbuf *sb) {
+  sb->len = 0;
+  sb->failed = false;
+  if (sb->data) sb->data[0] = '\0';
+}
+
+void tpu_strbuf_release(tpu_strbuf *sb) {
+  free(sb->data);
+  sb->data = NULL;
+  sb->len = sb->cap = 0;
+  sb->failed = false;
+}
+
+char *tpu_strbuf_take(tpu_strbuf *sb) {
+  char *p = sb->data;
+  if (p == NULL && !sb->failed) p = calloc(1, 1);
+  sb->data = NULL;
+  sb->len = sb->cap = 0;
+  return p;
+}
+
+tpu_status_t tpu_strbuf_status(const tpu_strbuf *sb) {
+  return sb->failed ? tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory building text")
+                    : NULL;
+}
+
+/* Multiply-xorshift mixing over 8-byte words: fast on short keys, good
+ * avalanche; collisions are still checked by full key comparison. */
+static inline uint64_t mix(uint64_t h) {
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdULL;
+  h ^= h >> 33;
+  h *= 0xc4ceb9fe1a85ec53ULL;
+  h ^= h >> 33;
+  return h;
+}
+
+uint64_t tpu_hash64(const void *bytes, size_t n, uint64_t seed) {
+  const unsigned char *p = bytes;
+  uint64_t h = seed ^ (n * 0x9e3779b97f4a7c15ULL);
+  while (n >= 8) {
+    uint64_t w;
+    memcpy(&w, p, 8);
+    h = (h ^ mix(w)) * 0x9e3779b97f4a7c15ULL;
+    h ^= h >> 29;
+    p += 8;
+    n -= 8;
+  }
+  uint64_t tail = 0;
+  memcpy(&tail, p, n);
+  h = (h ^ mix(tail ^ n)) * 0x9e3779b97f4a7c15ULL;
+  return mix(h);
+}

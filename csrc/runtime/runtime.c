@@ -1,0 +1,620 @@
+/* The PJRT runtime: plugin loading, client, buffers, compile and execute.
+ *
+ * Every PJRT call goes through call(), which checks that the plugin's table
+ * has the slot, and every PJRT_Error* is turned into a status by
+ * from_pjrt(), the one place that destroys them. */
+
+#include "runtime/runtime.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/stats.h"
+#include "runtime/pjrt_api.h"
+
+#define TPU_MAX_DEVICES 64
+/* Launches kept in flight before the host waits for the oldest one. */
+#define TPU_MAX_PENDING 1024
+
+typedef struct pending_list {
+  PJRT_Event **events;
+  size_t head, count, cap;
+} pending_list;
+
+struct tpu_runtime {
+  const PJRT_Api *api;
+  PJRT_Client *client;
+  int num_devices;
+  PJRT_Device *devices[TPU_MAX_DEVICES];
+  char *kinds[TPU_MAX_DEVICES];
+  char *platform_name;
+  char *platform_version;
+  char *plugin_path;
+  pthread_mutex_t lock; /* guards |pending| and |async_error| */
+  pending_list pending[TPU_MAX_DEVICES];
+  tpu_status_t async_error;
+};
+
+struct tpu_executable {
+  PJRT_LoadedExecutable *exe;
+  size_t num_outputs;
+};
+
+/* Serialized xla.CompileOptionsProto: executable_build_options {num_replicas:
+ * 1, num_partitions: 1}, compile_portable_executable: true. Portable programs
+ * run on any device of the client, chosen at execute time. */
+static const char kCompileOptions[] = {0x1a, 0x04, 0x20, 0x01, 0x28, 0x01, 0x20, 0x01};
+
+static tpu_status_t from_pjrt(const PJRT_Api *api, PJRT_Error *err, const char *what) {
+  if (err == NULL) return NULL;
+  PJRT_Error_Message_Args m = {
+      .struct_size = TPU_PJRT_SIZE(PJRT_Error_Message_Args, message_size),
+      .error = err,
+  };
+  api->PJRT_Error_Message(&m);
+  int pjrt_code = 2;
+  if (TPU_PJRT_HAS(api, PJRT_Error_GetCode)) {
+    PJRT_Error_GetCode_Args c = {
+        .struct_size = TPU_PJRT_SIZE(PJRT_Error_GetCode_Args, code),
+        .error = err,
+    };
+    PJRT_Error *e2 = api->PJRT_Error_GetCode(&c);
+    if (e2 == NULL) pjrt_code = c.code;
+    else {
+      PJRT_Error_Destroy_Args d = {.struct_size = TPU_PJRT_SIZE(PJRT_Error_Destroy_Args, error),
+                                   .error = e2};
+      api->PJRT_Error_Destroy(&d);
+    }
+  }
+  tpu_code_t code = TPU_ERR_RUNTIME;
+  if (pjrt_code == TPU_PJRT_CODE_RESOURCE_EXHAUSTED) code = TPU_ERR_OUT_OF_MEMORY;
+  else if (pjrt_code == TPU_PJRT_CODE_UNIMPLEMENTED) code = TPU_ERR_UNAVAILABLE;
+  tpu_status_t st = tpu_status_new(code, "%s: %.*s", what, (int)m.message_size, m.message);
+  PJRT_Error_Destroy_Args d = {.struct_size = TPU_PJRT_SIZE(PJRT_Error_Destroy_Args, error),
+                               .error = err};
+  api->PJRT_Error_Destroy(&d);
+  return st;
+}
+
+/* Calls |slot| with |args| when the plugin provides it. */
+#define CALL(api, slot, args, what)                                                     \
+  (TPU_PJRT_HAS(api, slot)                                                              \
+       ? from_pjrt((api), (api)->slot(args), (what))                                    \
+       : tpu_status_new(TPU_ERR_UNAVAILABLE, "%s: the PJRT plugin does not provide %s", \
+                        (what), #slot))
+
+static char *dup_n(const char *s, size_t n) {
+  char *r = malloc(n + 1);
+  if (r != NULL) {
+    memcpy(r, s, n);
+    r[n] = '\0';
+  }
+  return r;
+}
+
+static void event_destroy(const PJRT_Api *api, PJRT_Event *ev) {
+  if (ev == NULL) return;
+  PJRT_Event_Destroy_Args a = {.struct_size = TPU_PJRT_SIZE(PJRT_Event_Destroy_Args, event),
+                               .event = ev};
+  tpu_status_free(CALL(api, PJRT_Event_Destroy, &a, "destroying an event"));
+}
+
+/* Waits for |ev| and destroys it. */
+static tpu_status_t event_await(const PJRT_Api *api, PJRT_Event *ev, const char *what) {
+  if (ev == NULL) return NULL;
+  PJRT_Event_Await_Args a = {.struct_size = TPU_PJRT_SIZE(PJRT_Event_Await_Args, event),
+                             .event = ev};
+  tpu_status_t st = CALL(api, PJRT_Event_Await, &a, what);
+  event_destroy(api, ev);
+  return st;
+}
+
+void tpu_runtime_options_init(tpu_runtime_options *opts) {
+  memset(opts, 0, sizeof *opts);
+  opts->cpu_device_count = 1;
+}
+
+static tpu_status_t load_api(const char *path, const PJRT_Api **out_api) {
+  *out_api = NULL;
+  /* RTLD_LOCAL keeps the plugin's LLVM/absl symbols away from PyTorch's. */
+  void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (handle == NULL) {
+    const char *why = dlerror();
+    return tpu_status_new(TPU_ERR_NOT_FOUND, "cannot load the PJRT plugin '%s': %s", path,
+                          why ? why : "unknown error");
+  }
+  const PJRT_Api *(*get_api)(void) = (const PJRT_Api *(*)(void))dlsym(handle, "GetPjrtApi");
+  if (get_api == NULL)
+    return tpu_status_new(TPU_ERR_NOT_FOUND,
+                          "'%s' is not a PJRT plugin: it does not export GetPjrtApi", path);
+  const PJRT_Api *api = get_api();
+  if (api == NULL)
+    return tpu_status_new(TPU_ERR_RUNTIME, "GetPjrtApi of '%s' returned NULL", path);
+  if (api->pjrt_api_version.major_version != 0)
+    return tpu_status_new(TPU_ERR_RUNTIME,
+                          "the PJRT plugin '%s' has API version %d.%d; torchtpu speaks 0.x", path,
+                          api->pjrt_api_version.major_version,
+                          api->pjrt_api_version.minor_version);
+  if (!TPU_PJRT_HAS(api, PJRT_Error_Destroy) || !TPU_PJRT_HAS(api, PJRT_Error_Message) ||
+      !TPU_PJRT_HAS(api, PJRT_LoadedExecutable_Execute))
+    return tpu_status_new(TPU_ERR_RUNTIME, "the PJRT plugin '%s' lacks basic entry points", path);
+  /* The plugin is never dlclose'd: it registers handlers and threads. */
+  *out_api = api;
+  return NULL;
+}
+
+static tpu_status_t client_string(const PJRT_Api *api, PJRT_Client *client, bool version,
+                                  char **out) {
+  PJRT_Client_String_Args a = {.struct_size = TPU_PJRT_SIZE(PJRT_Client_String_Args, value_size),
+                               .client = client};
+  tpu_status_t st = version ? CALL(api, PJRT_Client_PlatformVersion, &a, "reading the platform")
+                            : CALL(api, PJRT_Client_PlatformName, &a, "reading the platform");
+  if (st != NULL) return st;
+  *out = dup_n(a.value, a.value_size);
+  return *out ? NULL : tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+}
+
+static char *device_kind(const PJRT_Api *api, PJRT_Device *dev) {
+  PJRT_Device_GetDescription_Args g = {
+      .struct_size = TPU_PJRT_SIZE(PJRT_Device_GetDescription_Args, device_description),
+      .device = dev};
+  tpu_status_t st = CALL(api, PJRT_Device_GetDescription, &g, "describing a device");
+  PJRT_DeviceDescription_String_Args k = {
+      .struct_size = TPU_PJRT_SIZE(PJRT_DeviceDescription_String_Args, value_size),
+      .device_description = g.device_description};
+  if (st == NULL) st = CALL(api, PJRT_DeviceDescription_Kind, &k, "describing a device");
+  if (st != NULL) {
+    tpu_status_free(st);
+    return strdup("unknown");
+  }
+  return dup_n(k.value, k.value_size);
+}
+
+tpu_status_t tpu_runtime_create(const tpu_runtime_options *opts, tpu_runtime **out_rt) {
+  *out_rt = NULL;
+  if (opts == NULL || opts->plugin_path == NULL)
+    return tpu_status_new(TPU_ERR_VALUE, "tpu_runtime_create: no plugin path given");
+  const PJRT_Api *api = NULL;
+  TPU_RETURN_IF_ERROR(load_api(opts->plugin_path, &api));
+
+  tpu_runtime *rt = calloc(1, sizeof *rt);
+  if (rt == NULL) return tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+  rt->api = api;
+  pthread_mutex_init(&rt->lock, NULL);
+  tpu_status_t st = NULL;
+
+  if (TPU_PJRT_HAS(api, PJRT_Plugin_Initialize)) {
+    PJRT_Plugin_Initialize_Args init = {
+        .struct_size = TPU_PJRT_SIZE(PJRT_Plugin_Initialize_Args, extension_start)};
+    TPU_GOTO_IF_ERROR(st, CALL(api, PJRT_Plugin_Initialize, &init, "initializing the plugin"),
+                      fail);
+  }
+
+  PJRT_NamedValue options[4];
+  size_t num_options = 0;
+  const char *platform = opts->platform ? opts->platform : "";
+  if (strcmp(platform, "cpu") == 0) {
+    options[num_options++] = (PJRT_NamedValue){
+        .struct_size = TPU_PJRT_SIZE(PJRT_NamedValue, value_size),
+        .name = "cpu_device_count",
+        .name_size = strlen("cpu_device_count"),
+        .type = PJRT_NamedValue_kInt64,
+        .int64_value = opts->cpu_device_count > 0 ? opts->cpu_device_count : 1,
+        .value_size = 1,
+    };
+  } else if (strcmp(platform, "cuda") == 0) {
+    /* Share the GPU with other frameworks instead of grabbing 75% of it. */
+    options[num_options++] = (PJRT_NamedValue){
+        .struct_size = TPU_PJRT_SIZE(PJRT_NamedValue, value_size),
+        .name = "preallocate",
+        .name_size = strlen("preallocate"),
+        .type = PJRT_NamedValue_kBool,
+        .bool_value = false,
+        .value_size = 1,
+    };
+  }
+  PJRT_Client_Create_Args create = {
+      .struct_size = TPU_PJRT_SIZE(PJRT_Client_Create_Args, kv_try_get_user_arg),
+      .create_options = options,
+      .num_options = num_options,
+  };
+  TPU_GOTO_IF_ERROR(st, CALL(api, PJRT_Client_Create, &create, "creating the PJRT client"), fail);
+  rt->client = create.client;
+
+  TPU_GOTO_IF_ERROR(st, client_string(api, rt->client, false, &rt->platform_name), fail);
+  TPU_GOTO_IF_ERROR(st, client_string(api, rt->client, true, &rt->platform_version), fail);
+
+  PJRT_Client_AddressableDevices_Args devs = {
+      .struct_size = TPU_PJRT_SIZE(PJRT_Client_AddressableDevices_Args, num_addressable_devices),
+      .client = rt->client};
+  TPU_GOTO_IF_ERROR(st, CALL(api, PJRT_Client_AddressableDevices, &devs, "listing devices"),
+                    fail);
+  rt->num_devices = (int)(devs.num_addressable_devices < TPU_MAX_DEVICES
+                              ? devs.num_addressable_devices
+                              : TPU_MAX_DEVICES);
+  for (int i = 0; i < rt->num_devices; i++) {
+    rt->devices[i] = devs.addressable_devices[i];
+    rt->kinds[i] = device_kind(api, rt->devices[i]);
+  }
+  rt->plugin_path = strdup(opts->plugin_path);
+  if (rt->plugin_path == NULL) {
+    st = tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+    goto fail;
+  }
+  *out_rt = rt;
+  return NULL;
+
+fail:
+  tpu_runtime_destroy(rt);
+  return st;
+}
+
+void tpu_runtime_destroy(tpu_runtime *rt) {
+  if (rt == NULL) return;
+  tpu_status_free(tpu_runtime_synchronize(rt, -1));
+  for (int i = 0; i < TPU_MAX_DEVICES; i++) {
+    free(rt->pending[i].events);
+    free(rt->kinds[i]);
+  }
+  if (rt->client != NULL) {
+    PJRT_Client_Destroy_Args d = {.struct_size = TPU_PJRT_SIZE(PJRT_Client_Destroy_Args, client),
+                                  .client = rt->client};
+    tpu_status_free(CALL(rt->api, PJRT_Client_Destroy, &d, "destroying the client"));
+  }
+  tpu_status_free(rt->async_error);
+  free(rt->platform_name);
+  free(rt->platform_version);
+  free(rt->plugin_path);
+  pthread_mutex_destroy(&rt->lock);
+  free(rt);
+}
+
+int tpu_runtime_device_count(const tpu_runtime *rt) { return rt->num_devices; }
+const char *tpu_runtime_platform_name(const tpu_runtime *rt) { return rt->platform_name; }
+const char *tpu_runtime_platform_version(const tpu_runtime *rt) { return rt->platform_version; }
+const char *tpu_runtime_plugin_path(const tpu_runtime *rt) { return rt->plugin_path; }
+
+const char *tpu_runtime_device_kind(const tpu_runtime *rt, int device) {
+  if (device < 0 || device >= rt->num_devices || rt->kinds[device] == NULL) return "unknown";
+  return rt->kinds[device];
+}
+
+void tpu_runtime_api_version(const tpu_runtime *rt, int *out_major, int *out_minor) {
+  *out_major = rt->api->pjrt_api_version.major_version;
+  *out_minor = rt->api->pjrt_api_version.minor_version;
+}
+
+static tpu_status_t check_device(const tpu_runtime *rt, int device) {
+  if (device < 0 || device >= rt->num_devices)
+    return tpu_status_new(TPU_ERR_RUNTIME, "invalid device index %d: %s has %d device(s)", device,
+                          rt->platform_name, rt->num_devices);
+  return NULL;
+}
+
+static uint64_t dense_bytes(tpu_dtype_t dtype, const int64_t *dims, int rank) {
+  uint64_t n = tpu_dtype_size(dtype);
+  for (int i = 0; i < rank; i++) n *= (uint64_t)dims[i];
+  return n;
+}
+
+/* --- buffers ------------------------------------------------------------ */
+
+tpu_status_t tpu_buffer_from_host(tpu_runtime *rt, int device, const void *data, tpu_dtype_t dtype,
+                                  const int64_t *dims, int rank, tpu_buffer **out_buf) {
+  *out_buf = NULL;
+  TPU_RETURN_IF_ERROR(check_device(rt, device));
+  static const char zero[16] = {0};
+  PJRT_Client_BufferFromHostBuffer_Args a = {
+      .struct_size = TPU_PJRT_SIZE(PJRT_Client_BufferFromHostBuffer_Args, buffer),
+      .client = rt->client,
+      .data = data != NULL ? data : zero,
+      .type = (int)dtype,
+      .dims = dims,
+      .num_dims = (size_t)rank,
+      .host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableOnlyDuringCall,
+      .device = rt->devices[device],
+  };
+  TPU_RETURN_IF_ERROR(
+      CALL(rt->api, PJRT_Client_BufferFromHostBuffer, &a, "copying a tensor to the device"));
+  /* The data was copied before the call returned; the event is moot. */
+  event_destroy(rt->api, a.done_with_host_buffer);
+  tpu_stats_add(TPU_STAT_H2D_BYTES, dense_bytes(dtype, dims, rank));
+  *out_buf = (tpu_buffer *)a.buffer;
+  return NULL;
+}
+
+tpu_status_t tpu_buffer_uninitialized(tpu_runtime *rt, int device, tpu_dtype_t dtype,
+                                      const int64_t *dims, int rank, tpu_buffer **out_buf) {
+  *out_buf = NULL;
+  TPU_RETURN_IF_ERROR(check_device(rt, device));
+  if (TPU_PJRT_HAS(rt->api, PJRT_Client_CreateUninitializedBuffer)) {
+    PJRT_Client_CreateUninitializedBuffer_Args a = {
+        .struct_size = TPU_PJRT_SIZE(PJRT_Client_CreateUninitializedBuffer_Args, buffer),
+        .client = rt->client,
+        .shape_dims = dims,
+        .shape_num_dims = (size_t)rank,
+        .shape_element_type = (int)dtype,
+        .device = rt->devices[device],
+    };
+    tpu_status_t st = CALL(rt->api, PJRT_Client_CreateUninitializedBuffer, &a,
+                           "allocating device memory");
+    if (st == NULL) {
+      *out_buf = (tpu_buffer *)a.buffer;
+      return NULL;
+    }
+    if (tpu_status_code(st) != TPU_ERR_UNAVAILABLE) return st;
+    tpu_status_free(st);
+  }
+  uint64_t n = dense_bytes(dtype, dims, rank);
+  void *zeros = calloc(1, n ? (size_t)n : 1);
+  if (zeros == NULL) return tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+  tpu_status_t st = tpu_buffer_from_host(rt, device, zeros, dtype, dims, rank, out_buf);
+  free(zeros);
+  return st;
+}
+
+tpu_status_t tpu_buffer_to_host(tpu_runtime *rt, tpu_buffer *buf, void *dst, size_t size) {
+  if (buf == NULL) return tpu_status_new(TPU_ERR_VALUE, "reading a NULL device buffer");
+  PJRT_Buffer_ToHostBuffer_Args a = {
+      .struct_size = TPU_PJRT_SIZE(PJRT_Buffer_ToHostBuffer_Args, event),
+      .src = (PJRT_Buffer *)buf,
+      .dst = dst,
+      .dst_size = size,
+  };
+  TPU_RETURN_IF_ERROR(CALL(rt->api, PJRT_Buffer_ToHostBuffer, &a, "copying a tensor to the host"));
+  TPU_RETURN_IF_ERROR(event_await(rt->api, a.event, "copying a tensor to the host"));
+  tpu_stats_add(TPU_STAT_D2H_BYTES, size);
+  return NULL;
+}
+
+tpu_status_t tpu_buffer_await(tpu_runtime *rt, tpu_buffer *buf) {
+  if (buf == NULL) return NULL;
+  PJRT_Buffer_ReadyEvent_Args a = {
+      .struct_size = TPU_PJRT_SIZE(PJRT_Buffer_ReadyEvent_Args, event),
+      .buffer = (PJRT_Buffer *)buf,
+  };
+  TPU_RETURN_IF_ERROR(CALL(rt->api, PJRT_Buffer_ReadyEvent, &a, "waiting for a tensor"));
+  return event_await(rt->api, a.event, "computing a tensor");
+}
+
+void tpu_buffer_destroy(tpu_runtime *rt, tpu_buffer *buf) {
+  if (buf == NULL) return;
+  PJRT_Buffer_Destroy_Args a = {.struct_size = TPU_PJRT_SIZE(PJRT_Buffer_Destroy_Args, buffer),
+                                .buffer = (PJRT_Buffer *)buf};
+  tpu_status_free(CALL(rt->api, PJRT_Buffer_Destroy, &a, "releasing a buffer"));
+}
+
+/* --- executables -------------------------------------------------------- */
+
+static tpu_status_t wrap_loaded(tpu_runtime *rt, PJRT_LoadedExecutable *loaded,
+                                tpu_executable **out_exe) {
+  tpu_executable *exe = calloc(1, sizeof *exe);
+  tpu_status_t st = NULL;
+  if (exe == NULL) {
+    st = tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+    goto fail;
+  }
+  exe->exe = loaded;
+  PJRT_LoadedExecutable_GetExecutable_Args g = {
+      .struct_size = TPU_PJRT_SIZE(PJRT_LoadedExecutable_GetExecutable_Args, executable),
+      .loaded_executable = loaded};
+  TPU_GOTO_IF_ERROR(st, CALL(rt->api, PJRT_LoadedExecutable_GetExecutable, &g, "inspecting a program"),
+                    fail);
+  PJRT_Executable_NumOutputs_Args n = {
+      .struct_size = TPU_PJRT_SIZE(PJRT_Executable_NumOutputs_Args, num_outputs),
+      .executable = g.executable};
+  st = CALL(rt->api, PJRT_Executable_NumOutputs, &n, "inspecting a program");
+  PJRT_Executable_Destroy_Args d = {
+      .struct_size = TPU_PJRT_SIZE(PJRT_Executable_Destroy_Args, executable),
+      .executable = g.executable};
+  tpu_status_free(CALL(rt->api, PJRT_Executable_Destroy, &d, "inspecting a program"));
+  if (st != NULL) goto fail;
+  exe->num_outputs = n.num_outputs;
+  *out_exe = exe;
+  return NULL;
+
+fail:
+  free(exe);
+  PJRT_LoadedExecutable_Destroy_Args ld = {
+      .struct_size = TPU_PJRT_SIZE(PJRT_LoadedExecutable_Destroy_Args, executable),
+      .executable = loaded};
+  tpu_status_free(CALL(rt->api, PJRT_LoadedExecutable_Destroy, &ld, "releasing a program"));
+  return st;
+}
+
+tpu_status_t tpu_executable_compile(tpu_runtime *rt, const char *mlir, size_t size,
+                                    tpu_executable **out_exe) {
+  *out_exe = NULL;
+  PJRT_Program program = {
+      .struct_size = TPU_PJRT_SIZE(PJRT_Program, format_size),
+      .code = (char *)mlir,
+      .code_size = size,
+      .format = "mlir",
+      .format_size = 4,
+  };
+  PJRT_Client_Compile_Args a = {
+      .struct_size = TPU_PJRT_SIZE(PJRT_Client_Compile_Args, executable),
+      .client = rt->client,
+      .program = &program,
+      .compile_options = kCompileOptions,
+      .compile_options_size = sizeof kCompileOptions,
+  };
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  tpu_status_t st = CALL(rt->api, PJRT_Client_Compile, &a, "XLA compilation failed");
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  tpu_stats_add(TPU_STAT_COMPILE_NS,
+                (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec)));
+  if (st != NULL) return st;
+  return wrap_loaded(rt, a.executable, out_exe);
+}
+
+size_t tpu_executable_num_outputs(const tpu_executable *exe) { return exe->num_outputs; }
+
+tpu_status_t tpu_executable_serialize(tpu_runtime *rt, const tpu_executable *exe, char **out_bytes,
+                                      size_t *out_size) {
+  *out_bytes = NULL;
+  *out_size = 0;
+  PJRT_LoadedExecutable_GetExecutable_Args g = {
+      .struct_size = TPU_PJRT_SIZE(PJRT_LoadedExecutable_GetExecutable_Args, executable),
+      .loaded_executable = exe->exe};
+  TPU_RETURN_IF_ERROR(
+      CALL(rt->api, PJRT_LoadedExecutable_GetExecutable, &g, "serializing a program"));
+  PJRT_Executable_Serialize_Args s = {
+      .struct_size = TPU_PJRT_SIZE(PJRT_Executable_Serialize_Args, serialized_executable_deleter),
+      .executable = g.executable};
+  tpu_status_t st = CALL(rt->api, PJRT_Executable_Serialize, &s, "serializing a program");
+  if (st == NULL) {
+    *out_bytes = malloc(s.serialized_bytes_size ? s.serialized_bytes_size : 1);
+    if (*out_bytes == NULL) st = tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+    else {
+      memcpy(*out_bytes, s.serialized_bytes, s.serialized_bytes_size);
+      *out_size = s.serialized_bytes_size;
+    }
+    if (s.serialized_executable_deleter != NULL)
+      s.serialized_executable_deleter(s.serialized_executable);
+  }
+  PJRT_Executable_Destroy_Args d = {
+      .struct_size = TPU_PJRT_SIZE(PJRT_Executable_Destroy_Args, executable),
+      .executable = g.executable};
+  tpu_status_free(CALL(rt->api, PJRT_Executable_Destroy, &d, "serializing a program"));
+  return st;
+}
+
+tpu_status_t tpu_executable_deserialize(tpu_runtime *rt, const char *bytes, size_t size,
+                                        tpu_executable **out_exe) {
+  *out_exe = NULL;
+  PJRT_Executable_DeserializeAndLoad_Args a = {
+      .struct_size = TPU_PJRT_SIZE(PJRT_Executable_DeserializeAndLoad_Args,
+                                   overridden_serialized_compile_options_size),
+      .client = rt->client,
+      .serialized_executable = bytes,
+      .serialized_executable_size = size,
+  };
+  TPU_RETURN_IF_ERROR(
+      CALL(rt->api, PJRT_Executable_DeserializeAndLoad, &a, "loading a cached program"));
+  return wrap_loaded(rt, a.loaded_executable, out_exe);
+}
+
+void tpu_executable_destroy(tpu_runtime *rt, tpu_executable *exe) {
+  if (exe == NULL) return;
+  PJRT_LoadedExecutable_Destroy_Args d = {
+      .struct_size = TPU_PJRT_SIZE(PJRT_LoadedExecutable_Destroy_Args, executable),
+      .executable = exe->exe};
+  tpu_status_free(CALL(rt->api, PJRT_LoadedExecutable_Destroy, &d, "releasing a program"));
+  free(exe);
+}
+
+/* --- pending launches ----------------------------------------------------- */
+
+static bool event_ready(const PJRT_Api *api, PJRT_Event *ev) {
+  PJRT_Event_IsReady_Args a = {.struct_size = TPU_PJRT_SIZE(PJRT_Event_IsReady_Args, is_ready),
+                               .event = ev};
+  tpu_status_t st = CALL(api, PJRT_Event_IsReady, &a, "polling");
+  if (st != NULL) {
+    tpu_status_free(st);
+    return false;
+  }
+  return a.is_ready;
+}
+
+/* Records the first asynchronous error; frees the others. Lock held. */
+static void note_async_error(tpu_runtime *rt, tpu_status_t st) {
+  if (st == NULL) return;
+  if (rt->async_error == NULL) rt->async_error = st;
+  else tpu_status_free(st);
+}
+
+/* Adds |ev| to |device|'s in-flight list, dropping finished launches from the
+ * front and waiting for the oldest when too many are in flight. */
+static void pending_push(tpu_runtime *rt, int device, PJRT_Event *ev) {
+  pthread_mutex_lock(&rt->lock);
+  pending_list *p = &rt->pending[device];
+  while (p->count > 0) {
+    PJRT_Event *front = p->events[p->head];
+    if (p->count < TPU_MAX_PENDING && !event_ready(rt->api, front)) break;
+    note_async_error(rt, event_await(rt->api, front, "a program failed"));
+    p->head = (p->head + 1) % p->cap;
+    p->count--;
+  }
+  if (p->count == p->cap) {
+    size_t cap = p->cap ? p->cap * 2 : 64;
+    PJRT_Event **ev2 = malloc(cap * sizeof *ev2);
+    if (ev2 == NULL) {
+      pthread_mutex_unlock(&rt->lock);
+      note_async_error(rt, event_await(rt->api, ev, "a program failed"));
+      return;
+    }
+    for (size_t i = 0; i < p->count; i++) ev2[i] = p->events[(p->head + i) % p->cap];
+    free(p->events);
+    p->events = ev2;
+    p->cap = cap;
+    p->head = 0;
+  }
+  p->events[(p->head + p->count) % p->cap] = ev;
+  p->count++;
+  pthread_mutex_unlock(&rt->lock);
+}
+
+tpu_status_t tpu_runtime_synchronize(tpu_runtime *rt, int device) {
+  pthread_mutex_lock(&rt->lock);
+  for (int d = 0; d < rt->num_devices; d++) {
+    if (device >= 0 && d != device) continue;
+    pending_list *p = &rt->pending[d];
+    while (p->count > 0) {
+      note_async_error(rt, event_await(rt->api, p->events[p->head], "a program failed"));
+      p->head = (p->head + 1) % p->cap;
+      p->count--;
+    }
+  }
+  tpu_status_t st = rt->async_error;
+  rt->async_error = NULL;
+  pthread_mutex_unlock(&rt->lock);
+  return st;
+}
+
+tpu_status_t tpu_executable_execute(tpu_runtime *rt, tpu_executable *exe, int device,
+                                    tpu_buffer *const *args, size_t num_args, const bool *donate,
+                                    tpu_buffer **outs) {
+  TPU_RETURN_IF_ERROR(check_device(rt, device));
+  int64_t keep_small[32];
+  int64_t *keep = keep_small;
+  size_t num_keep = 0;
+  if (donate != NULL) {
+    if (num_args > 32) {
+      keep = malloc(num_args * sizeof *keep);
+      if (keep == NULL) return tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+    }
+    for (size_t i = 0; i < num_args; i++)
+      if (!donate[i]) keep[num_keep++] = (int64_t)i;
+  }
+  PJRT_ExecuteOptions options = {
+      .struct_size = TPU_PJRT_SIZE(PJRT_ExecuteOptions, incarnation_ids),
+      .non_donatable_input_indices = donate != NULL ? keep : NULL,
+      .num_non_donatable_input_indices = num_keep,
+  };
+  PJRT_Buffer *const *arg_list = (PJRT_Buffer *const *)args;
+  PJRT_Buffer **out_list = (PJRT_Buffer **)outs;
+  PJRT_Event *done = NULL;
+  PJRT_LoadedExecutable_Execute_Args a = {
+      .struct_size = TPU_PJRT_SIZE(PJRT_LoadedExecutable_Execute_Args, execute_device),
+      .executable = exe->exe,
+      .options = &options,
+      .argument_lists = &arg_list,
+      .num_devices = 1,
+      .num_args = num_args,
+      .output_lists = &out_list,
+      .device_complete_events = &done,
+      .execute_device = rt->devices[device],
+  };
+  for (size_t i = 0; i < exe->num_outputs; i++) outs[i] = NULL;
+  tpu_status_t st = CALL(rt->api, PJRT_LoadedExecutable_Execute, &a, "launching a program");
+  if (keep != keep_small) free(keep);
+  if (st != NULL) return st;
+  tpu_stats_add(TPU_STAT_EXECUTIONS, 1);
+  if (done != NULL) pending_push(rt, device, done);
+  return NULL;
+}

@@ -1,0 +1,108 @@
+/* The C runtime over one PJRT plugin: load, client, devices, buffers,
+ * compile, execute, synchronize.
+ *
+ * Mechanism only: no caching and no policy live here (eager/ and the
+ * executable cache build on these calls). Every PJRT error is converted into
+ * a tpu_status_t inside this module and destroyed there.
+ *
+ * Ownership: a tpu_runtime is created once per process and is never
+ * destroyed while buffers or executables made from it live (the plugin's
+ * shared object is never unloaded). Buffers and executables are owned by
+ * whoever received them through an |out_| parameter and are released with
+ * their _destroy function. All functions are thread-safe. */
+#ifndef TPU_RUNTIME_RUNTIME_H_
+#define TPU_RUNTIME_RUNTIME_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/dtype.h"
+#include "base/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tpu_runtime tpu_runtime;
+typedef struct tpu_buffer tpu_buffer;         /* a device buffer (immutable contents) */
+typedef struct tpu_executable tpu_executable; /* a compiled program */
+
+typedef struct tpu_runtime_options {
+  const char *plugin_path; /* path to the plugin's shared object; required */
+  const char *platform;    /* "cpu", "cuda", "tpu" or NULL: selects client options */
+  int cpu_device_count;    /* devices the CPU plugin creates; default 1 */
+} tpu_runtime_options;
+
+void tpu_runtime_options_init(tpu_runtime_options *opts);
+
+/* Loads the plugin and creates its client. On failure nothing is left
+ * allocated except a plugin that was already dlopen'ed (never unloaded). */
+tpu_status_t tpu_runtime_create(const tpu_runtime_options *opts,
+                                tpu_runtime **out_rt) TPU_MUST_USE;
+/* Destroys the client. Every buffer and executable must be gone first. */
+void tpu_runtime_destroy(tpu_runtime *rt);
+
+int tpu_runtime_device_count(const tpu_runtime *rt);
+/* Strings valid while |rt| lives. */
+const char *tpu_runtime_platform_name(const tpu_runtime *rt);    /* "cpu", "cuda" … */
+const char *tpu_runtime_platform_version(const tpu_runtime *rt);
+const char *tpu_runtime_plugin_path(const tpu_runtime *rt);
+const char *tpu_runtime_device_kind(const tpu_runtime *rt, int device);
+void tpu_runtime_api_version(const tpu_runtime *rt, int *out_major, int *out_minor);
+
+/* --- buffers -------------------------------------------------------------
+ * Buffers are dense, row-major, with the given dims (rank may be 0; a zero
+ * dim is allowed). */
+tpu_status_t tpu_buffer_from_host(tpu_runtime *rt, int device, const void *data, tpu_dtype_t dtype,
+                                  const int64_t *dims, int rank,
+                                  tpu_buffer **out_buf) TPU_MUST_USE;
+/* A buffer whose contents are unspecified (zeros where the plugin cannot
+ * allocate without initializing). */
+tpu_status_t tpu_buffer_uninitialized(tpu_runtime *rt, int device, tpu_dtype_t dtype,
+                                      const int64_t *dims, int rank,
+                                      tpu_buffer **out_buf) TPU_MUST_USE;
+/* Copies the whole buffer into |dst| (|size| bytes, exactly the buffer's
+ * dense size) and waits for the copy. Surfaces errors of the computation that
+ * produced the buffer. */
+tpu_status_t tpu_buffer_to_host(tpu_runtime *rt, tpu_buffer *buf, void *dst,
+                                size_t size) TPU_MUST_USE;
+/* Waits until |buf| is computed; returns the computation's error if any. */
+tpu_status_t tpu_buffer_await(tpu_runtime *rt, tpu_buffer *buf) TPU_MUST_USE;
+/* Releases |buf| (NULL is fine). Pending computations that read it finish. */
+void tpu_buffer_destroy(tpu_runtime *rt, tpu_buffer *buf);
+
+/* --- executables -------------------------------------------------------- */
+/* Compiles StableHLO (MLIR text or bytecode). |out_exe| is owned by the
+ * caller. Compile errors come back as TPU_ERR_RUNTIME with XLA's message. */
+tpu_status_t tpu_executable_compile(tpu_runtime *rt, const char *mlir, size_t size,
+                                    tpu_executable **out_exe) TPU_MUST_USE;
+size_t tpu_executable_num_outputs(const tpu_executable *exe);
+
+/* Serializes |exe| into a malloc'ed block (|*out_bytes| freed by the caller). */
+tpu_status_t tpu_executable_serialize(tpu_runtime *rt, const tpu_executable *exe,
+                                      char **out_bytes, size_t *out_size) TPU_MUST_USE;
+/* Loads an executable written by tpu_executable_serialize of the same plugin
+ * build. Any failure is a status, never a crash. */
+tpu_status_t tpu_executable_deserialize(tpu_runtime *rt, const char *bytes, size_t size,
+                                        tpu_executable **out_exe) TPU_MUST_USE;
+void tpu_executable_destroy(tpu_runtime *rt, tpu_executable *exe);
+
+/* Launches |exe| on |device| with |num_args| arguments and returns at once;
+ * |outs| (tpu_executable_num_outputs entries) receives new buffers owned by
+ * the caller. An argument whose bit is set in |donate| (indexed by argument,
+ * NULL = none) may be consumed by an aliased output: the caller must destroy
+ * that argument afterwards and never use it again. */
+tpu_status_t tpu_executable_execute(tpu_runtime *rt, tpu_executable *exe, int device,
+                                    tpu_buffer *const *args, size_t num_args, const bool *donate,
+                                    tpu_buffer **outs) TPU_MUST_USE;
+
+/* Waits for every launch so far on |device| (-1: all devices); returns the
+ * first asynchronous error seen, if any. */
+tpu_status_t tpu_runtime_synchronize(tpu_runtime *rt, int device) TPU_MUST_USE;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TPU_RUNTIME_RUNTIME_H_ */
