@@ -617,13 +617,16 @@ static const char *const unary_names[TPU_HLO_UNARY_COUNT_] = {
     [TPU_HLO_IS_INF] = "chlo.is_inf",
     [TPU_HLO_IS_NEG_INF] = "chlo.is_neg_inf",
     [TPU_HLO_IS_POS_INF] = "chlo.is_pos_inf",
+    [TPU_HLO_IS_FINITE] = "stablehlo.is_finite",
 };
 
 tpu_hlo_value tpu_hlo_unary(tpu_hlo_builder *b, tpu_hlo_unary_t op, tpu_hlo_value x) {
   if (!check_operands(b, "unary op", &x, 1)) return TPU_HLO_NONE;
   tpu_hlo_type t = b->values[x].type;
-  if (op == TPU_HLO_REAL || op == TPU_HLO_IMAG) t.dtype = tpu_dtype_real(t.dtype);
-  if (op == TPU_HLO_IS_INF || op == TPU_HLO_IS_NEG_INF || op == TPU_HLO_IS_POS_INF) t.dtype = TPU_BOOL;
+  if (op == TPU_HLO_REAL || op == TPU_HLO_IMAG || op == TPU_HLO_ABS) t.dtype = tpu_dtype_real(t.dtype);
+  if (op == TPU_HLO_IS_INF || op == TPU_HLO_IS_NEG_INF || op == TPU_HLO_IS_POS_INF ||
+      op == TPU_HLO_IS_FINITE)
+    t.dtype = TPU_BOOL;
   return op1(b, unary_names[op], &x, 1, NULL, &t);
 }
 

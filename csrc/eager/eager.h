@@ -1,0 +1,132 @@
+/* Eager execution: one op call -> a cached executable run on storage buffers.
+ *
+ * The torch layer describes a call in C terms (tensors as storage + view,
+ * constants, which arguments the op writes) and asks for the cached program.
+ * On a miss it supplies the output metadata PyTorch's meta functions computed
+ * and this layer builds the one-op program (view reads, the rule, view
+ * writes), compiles it and caches it. Executing swaps result buffers into the
+ * storages: a write replaces the buffer of every alias at once, because all
+ * aliases share one storage box.
+ *
+ * Key = op + every argument's signature (dtype, sizes, strides, offset,
+ * storage type and size, which arguments share a storage) + constants. Python
+ * numbers are runtime operands, not part of the key, unless the rule asks
+ * otherwise.
+ *
+ * Thread-safe: the cache is locked; each thread builds keys in its own
+ * scratch buffer. */
+#ifndef TPU_EAGER_EAGER_H_
+#define TPU_EAGER_EAGER_H_
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "hlo/view.h"
+#include "lower/lower.h"
+#include "runtime/runtime.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The storage box: what a tpu storage's data pointer points at. One per
+ * PyTorch storage, shared by all its views; owned by the storage. */
+typedef struct tpu_storage {
+  tpu_buffer *buf;   /* 1-D, nbytes / size(dtype) elements; NULL until first used */
+  tpu_dtype_t dtype; /* element type of |buf| */
+  int64_t nbytes;
+  int device;
+} tpu_storage;
+
+/* A tensor argument. */
+typedef struct tpu_tensor_ref {
+  tpu_storage *storage;    /* NULL: a zero-byte storage, or a host scalar */
+  tpu_view view;
+  const void *host_scalar; /* a 0-dim CPU tensor: its value, of view.dtype */
+  bool wrapped_number;
+} tpu_tensor_ref;
+
+typedef struct tpu_eager_arg {
+  tpu_lower_arg lower; /* kind and constants, as the rule sees them */
+  tpu_tensor_ref tensor;
+  tpu_tensor_ref *items; /* TENSOR_LIST: lower.n refs (storage NULL and dtype INVALID = None) */
+  bool mutated;          /* the op writes this argument (schema Tensor(a!)) */
+} tpu_eager_arg;
+
+#define TPU_EAGER_MAX_RETURNS 8
+
+/* One dispatcher overload served by a rule; made once, lives forever. */
+typedef struct tpu_eager_op {
+  const char *name;
+  const tpu_lower_rule *rule;
+  int num_returns;
+  int return_alias[TPU_EAGER_MAX_RETURNS]; /* mutated argument a return is, or -1 */
+  uint32_t id;
+} tpu_eager_op;
+
+/* |name| is copied. */
+tpu_status_t tpu_eager_op_new(const char *name, const tpu_lower_rule *rule, int num_returns,
+                              const int *return_alias, tpu_eager_op **out_op) TPU_MUST_USE;
+
+typedef struct tpu_eager_call {
+  const tpu_eager_op *op;
+  int num_args;
+  tpu_eager_arg *args;
+  tpu_dtype_t common_dtype;
+  tpu_hlo_precision_t precision;
+  int device;
+  uint64_t rng_seed, rng_offset; /* for TPU_RULE_RNG rules */
+} tpu_eager_call;
+
+/* Metadata of a return that is a new tensor (from the meta functions). */
+typedef struct tpu_eager_out_meta {
+  tpu_dtype_t dtype;
+  int rank;
+  int64_t sizes[TPU_HLO_MAX_RANK];
+  int64_t strides[TPU_HLO_MAX_RANK]; /* non-overlapping and dense */
+} tpu_eager_out_meta;
+
+typedef struct tpu_eager_entry tpu_eager_entry;
+
+/* Sets the runtime eager programs run on; call once before anything else. */
+void tpu_eager_init(tpu_runtime *rt);
+tpu_runtime *tpu_eager_runtime(void);
+/* Directory to write each compiled program's StableHLO into (NULL: off). */
+tpu_status_t tpu_eager_set_dump_dir(const char *dir) TPU_MUST_USE;
+
+/* The cached program for |call|, or NULL (a miss). */
+tpu_eager_entry *tpu_eager_lookup(const tpu_eager_call *call);
+/* Builds, compiles and caches the program for |call|; |meta| has one entry
+ * per return (entries of aliasing returns are ignored). The entry is owned by
+ * the cache. */
+tpu_status_t tpu_eager_compile(const tpu_eager_call *call, const tpu_eager_out_meta *meta,
+                               tpu_eager_entry **out_entry) TPU_MUST_USE;
+/* Output metadata of return |i| (valid for returns that are new tensors). */
+const tpu_eager_out_meta *tpu_eager_entry_meta(const tpu_eager_entry *e, int i);
+/* Runs |e| for |call|. |new_outputs[i]| is the storage of return i when it is
+ * a new tensor (NULL for aliasing returns and zero-byte outputs). */
+tpu_status_t tpu_eager_execute(const tpu_eager_entry *e, const tpu_eager_call *call,
+                               tpu_storage *const *new_outputs) TPU_MUST_USE;
+
+/* --- storages ---------------------------------------------------------------- */
+tpu_storage *tpu_storage_new(int device, int64_t nbytes);
+void tpu_storage_free(tpu_storage *s);
+/* Replaces the buffer (the old one is released; pending reads still finish). */
+void tpu_storage_set(tpu_storage *s, tpu_buffer *buf, tpu_dtype_t dtype);
+/* Gives |s| a buffer of |dtype| elements if it has none (contents unspecified). */
+tpu_status_t tpu_storage_materialize(tpu_storage *s, tpu_dtype_t dtype) TPU_MUST_USE;
+
+/* Gives |dst| (no buffer yet) the first bytes of |src|'s contents, zeros
+ * after them: storage resizing. */
+tpu_status_t tpu_storage_copy_prefix(tpu_storage *dst, const tpu_storage *src) TPU_MUST_USE;
+
+/* Number of cached programs; drops them all (tests, memory pressure). */
+size_t tpu_eager_cache_size(void);
+void tpu_eager_cache_clear(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TPU_EAGER_EAGER_H_ */

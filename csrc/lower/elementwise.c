@@ -1,0 +1,810 @@
+/* Elementwise rules: arithmetic, math, comparisons, logic, where/masked_fill,
+ * clamp, activations and their backwards, fills, copies.
+ *
+ * Every rule broadcasts its operands to the output shape PyTorch computed and
+ * computes in the output's "opmath" type (float32 for half types, as
+ * PyTorch's CPU and CUDA kernels do), so one rounding happens at the end.
+ * Formulas follow PyTorch's CPU kernels where the order of operations changes
+ * the rounding. */
+#include <math.h>
+#include <string.h>
+
+#include "lower/rules.h"
+
+#define B (c->b)
+#define OUT (&c->out_types[0])
+
+static tpu_dtype_t out_math(tpu_lower_ctx *c) { return tpu_lower_opmath(c->out_types[0].dtype); }
+
+/* Operand |i| as the output's compute type, broadcast to the output shape. */
+static tpu_hlo_value in(tpu_lower_ctx *c, int i) { return tpu_lower_operand(c, i, out_math(c), OUT); }
+
+/* A constant of the output's compute type and shape. */
+static tpu_hlo_value k(tpu_lower_ctx *c, double v) {
+  tpu_hlo_type t = *OUT;
+  t.dtype = out_math(c);
+  return tpu_hlo_const_f64(B, &t, v);
+}
+
+static tpu_hlo_value add(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_binary(B, TPU_HLO_ADD, x, y); }
+static tpu_hlo_value sub(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_binary(B, TPU_HLO_SUB, x, y); }
+static tpu_hlo_value mul(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_binary(B, TPU_HLO_MUL, x, y); }
+static tpu_hlo_value dvd(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_binary(B, TPU_HLO_DIV, x, y); }
+static tpu_hlo_value un(tpu_lower_ctx *c, tpu_hlo_unary_t op, tpu_hlo_value x) { return tpu_hlo_unary(B, op, x); }
+static tpu_hlo_value cmp(tpu_lower_ctx *c, tpu_hlo_cmp_t d, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_compare(B, d, x, y); }
+static tpu_hlo_value sel(tpu_lower_ctx *c, tpu_hlo_value p, tpu_hlo_value t, tpu_hlo_value f) { return tpu_hlo_select(B, p, t, f); }
+
+static tpu_status_t done(tpu_lower_ctx *c, tpu_hlo_value v) {
+  tpu_lower_set_output(c, 0, v);
+  return NULL;
+}
+
+/* 1 / (1 + exp(-x)), PyTorch's sigmoid formula. */
+static tpu_hlo_value sigmoid_of(tpu_lower_ctx *c, tpu_hlo_value x) {
+  tpu_hlo_value one = tpu_hlo_const_f64(B, tpu_hlo_type_of(B, x), 1.0);
+  return dvd(c, one, add(c, one, un(c, TPU_HLO_EXP, un(c, TPU_HLO_NEG, x))));
+}
+
+/* --- unary math --------------------------------------------------------------- */
+
+/* data: the tpu_hlo_unary_t. Computed in the output's opmath type. */
+static tpu_status_t unary(tpu_lower_ctx *c) {
+  return done(c, un(c, (tpu_hlo_unary_t)c->data, in(c, 0)));
+}
+
+static bool is_integral_out(tpu_lower_ctx *c) {
+  tpu_dtype_t t = OUT->dtype;
+  return tpu_dtype_is_int(t) || t == TPU_BOOL;
+}
+
+/* floor/ceil/round/trunc: identity on integers. */
+static tpu_status_t rounding(tpu_lower_ctx *c) {
+  tpu_hlo_value x = in(c, 0);
+  if (is_integral_out(c)) return done(c, x);
+  return done(c, un(c, (tpu_hlo_unary_t)c->data, x));
+}
+
+static tpu_hlo_value trunc_of(tpu_lower_ctx *c, tpu_hlo_value x) {
+  tpu_hlo_value zero = tpu_hlo_const_f64(B, tpu_hlo_type_of(B, x), 0.0);
+  return sel(c, cmp(c, TPU_HLO_LT, x, zero), un(c, TPU_HLO_CEIL, x), un(c, TPU_HLO_FLOOR, x));
+}
+
+static tpu_status_t trunc_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value x = in(c, 0);
+  return done(c, is_integral_out(c) ? x : trunc_of(c, x));
+}
+
+static tpu_status_t frac_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value x = in(c, 0);
+  return done(c, sub(c, x, trunc_of(c, x)));
+}
+
+/* round(self, *, decimals): round-half-even of x * 10^d, scaled back. */
+static tpu_status_t round_decimals(tpu_lower_ctx *c) {
+  tpu_hlo_value x = in(c, 0);
+  int64_t d = tpu_lower_int(c, 1, 0);
+  if (is_integral_out(c)) return done(c, x);
+  if (d == 0) return done(c, un(c, TPU_HLO_ROUND_EVEN, x));
+  double ten = pow(10.0, (double)(d > 0 ? d : -d));
+  if (d > 0) return done(c, dvd(c, un(c, TPU_HLO_ROUND_EVEN, mul(c, x, k(c, ten))), k(c, ten)));
+  return done(c, mul(c, un(c, TPU_HLO_ROUND_EVEN, dvd(c, x, k(c, ten))), k(c, ten)));
+}
+
+/* abs computes in the input's type: abs of a complex is real. */
+static tpu_status_t abs_rule(tpu_lower_ctx *c) {
+  tpu_dtype_t t = c->args[0].dtype;
+  if (t == TPU_BOOL) return done(c, in(c, 0));
+  tpu_hlo_type shape = *OUT;
+  tpu_hlo_value x = tpu_lower_operand(c, 0, tpu_lower_opmath(t), &shape);
+  return done(c, un(c, TPU_HLO_ABS, x));
+}
+
+static tpu_status_t neg_rule(tpu_lower_ctx *c) { return done(c, un(c, TPU_HLO_NEG, in(c, 0))); }
+
+/* sign: (0 < x) - (x < 0), so NaN -> 0 as in PyTorch. */
+static tpu_status_t sign_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value x = in(c, 0);
+  if (OUT->dtype == TPU_BOOL) return done(c, x);
+  tpu_hlo_value zero = k(c, 0.0);
+  tpu_hlo_value pos = tpu_hlo_convert(B, cmp(c, TPU_HLO_GT, x, zero), out_math(c));
+  tpu_hlo_value neg = tpu_hlo_convert(B, cmp(c, TPU_HLO_LT, x, zero), out_math(c));
+  return done(c, sub(c, pos, neg));
+}
+
+static tpu_status_t sgn_rule(tpu_lower_ctx *c) {
+  if (!tpu_dtype_is_complex(OUT->dtype)) return sign_rule(c);
+  tpu_hlo_value x = in(c, 0);
+  tpu_hlo_value mag = tpu_hlo_convert(B, un(c, TPU_HLO_ABS, x), OUT->dtype);
+  tpu_hlo_value zero = k(c, 0.0);
+  return done(c, sel(c, cmp(c, TPU_HLO_EQ, mag, zero), zero, dvd(c, x, mag)));
+}
+
+static tpu_status_t signbit_rule(tpu_lower_ctx *c) {
+  tpu_dtype_t t = c->args[0].dtype;
+  tpu_hlo_type shape = *OUT;
+  if (!tpu_dtype_is_float(t)) {
+    tpu_hlo_value x = tpu_lower_operand(c, 0, t, &shape);
+    if (tpu_dtype_is_unsigned_int(t) || t == TPU_BOOL) return done(c, tpu_hlo_const_i64(B, OUT, 0));
+    shape.dtype = t;
+    return done(c, cmp(c, TPU_HLO_LT, x, tpu_hlo_const_i64(B, &shape, 0)));
+  }
+  tpu_dtype_t f = tpu_lower_opmath(t); /* widening keeps the sign bit */
+  shape.dtype = f;
+  tpu_hlo_value x = tpu_lower_operand(c, 0, f, &shape);
+  tpu_dtype_t u = tpu_dtype_same_width_uint(f);
+  tpu_hlo_type ut = shape;
+  ut.dtype = u;
+  tpu_hlo_value bits = tpu_hlo_bitcast(B, x, &ut);
+  tpu_hlo_value top = tpu_hlo_binary(B, TPU_HLO_SHR_LOGIC, bits,
+                                     tpu_hlo_const_i64(B, &ut, 8 * (int64_t)tpu_dtype_size(u) - 1));
+  return done(c, cmp(c, TPU_HLO_NE, top, tpu_hlo_const_i64(B, &ut, 0)));
+}
+
+static tpu_status_t reciprocal_rule(tpu_lower_ctx *c) { return done(c, dvd(c, k(c, 1.0), in(c, 0))); }
+
+static tpu_status_t log_base(tpu_lower_ctx *c) {
+  double base = c->data == 2 ? 2.0 : 10.0;
+  return done(c, dvd(c, un(c, TPU_HLO_LOG, in(c, 0)), k(c, log(base))));
+}
+
+static tpu_status_t exp2_rule(tpu_lower_ctx *c) {
+  return done(c, tpu_hlo_binary(B, TPU_HLO_POW, k(c, 2.0), in(c, 0)));
+}
+
+static tpu_status_t sigmoid_rule(tpu_lower_ctx *c) { return done(c, sigmoid_of(c, in(c, 0))); }
+
+static tpu_status_t bitwise_not_rule(tpu_lower_ctx *c) {
+  return done(c, un(c, TPU_HLO_NOT, tpu_lower_operand(c, 0, OUT->dtype, OUT)));
+}
+
+static tpu_status_t logical_not_rule(tpu_lower_ctx *c) {
+  return done(c, un(c, TPU_HLO_NOT, tpu_lower_operand(c, 0, TPU_BOOL, OUT)));
+}
+
+/* isnan / isinf / isposinf / isneginf / isfinite; data selects. */
+enum { IS_NAN, IS_INF, IS_POSINF, IS_NEGINF, IS_FINITE };
+static tpu_status_t is_class(tpu_lower_ctx *c) {
+  tpu_dtype_t t = c->args[0].dtype;
+  if (!tpu_dtype_is_float(t) && !tpu_dtype_is_complex(t))
+    return done(c, tpu_hlo_const_i64(B, OUT, c->data == IS_FINITE ? 1 : 0));
+  tpu_hlo_type shape = *OUT;
+  tpu_hlo_value x = tpu_lower_operand(c, 0, t, &shape);
+  if (tpu_dtype_is_complex(t) && c->data != IS_FINITE && c->data != IS_NAN && c->data != IS_INF)
+    return tpu_lower_error(c, TPU_ERR_RUNTIME, "%s is not supported for complex inputs", c->op);
+  switch (c->data) {
+    case IS_NAN:
+      return done(c, cmp(c, TPU_HLO_NE, x, x));
+    case IS_FINITE: {
+      if (tpu_dtype_is_complex(t)) {
+        tpu_hlo_value r = un(c, TPU_HLO_IS_FINITE, un(c, TPU_HLO_REAL, x));
+        tpu_hlo_value i = un(c, TPU_HLO_IS_FINITE, un(c, TPU_HLO_IMAG, x));
+        return done(c, tpu_hlo_binary(B, TPU_HLO_AND, r, i));
+      }
+      return done(c, un(c, TPU_HLO_IS_FINITE, x));
+    }
+    case IS_INF: {
+      tpu_hlo_value a = tpu_hlo_convert(B, un(c, TPU_HLO_ABS, x), tpu_dtype_real(t));
+      tpu_hlo_type at = *tpu_hlo_type_of(B, a);
+      return done(c, cmp(c, TPU_HLO_EQ, a, tpu_hlo_const_f64(B, &at, INFINITY)));
+    }
+    default: {
+      tpu_hlo_type xt = *tpu_hlo_type_of(B, x);
+      double inf = c->data == IS_POSINF ? INFINITY : -INFINITY;
+      return done(c, cmp(c, TPU_HLO_EQ, x, tpu_hlo_const_f64(B, &xt, inf)));
+    }
+  }
+}
+
+/* nan_to_num(self, nan?, posinf?, neginf?) */
+static tpu_status_t nan_to_num_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value x = tpu_lower_operand(c, 0, OUT->dtype, OUT);
+  if (!tpu_dtype_is_float(OUT->dtype)) return done(c, x);
+  tpu_dtype_t t = OUT->dtype;
+  /* PyTorch's defaults: the dtype's largest finite values. */
+  double big = t == TPU_F16 ? 65504.0 : t == TPU_BF16 ? 3.3895313892515355e38
+               : t == TPU_F32 ? 3.4028234663852886e38 : 1.7976931348623157e308;
+  tpu_hlo_value nan = tpu_hlo_const_f64(B, OUT, tpu_lower_float(c, 1, 0.0));
+  tpu_hlo_value pinf = tpu_hlo_const_f64(B, OUT, tpu_lower_float(c, 2, big));
+  tpu_hlo_value ninf = tpu_hlo_const_f64(B, OUT, tpu_lower_float(c, 3, -big));
+  x = sel(c, cmp(c, TPU_HLO_NE, x, x), nan, x);
+  x = sel(c, cmp(c, TPU_HLO_EQ, x, tpu_hlo_const_f64(B, OUT, INFINITY)), pinf, x);
+  return done(c, sel(c, cmp(c, TPU_HLO_EQ, x, tpu_hlo_const_f64(B, OUT, -INFINITY)), ninf, x));
+}
+
+/* --- binary arithmetic ---------------------------------------------------------- */
+
+/* add/sub: self ± alpha * other (data: +1 add, -1 sub, -2 rsub). */
+static tpu_status_t add_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value a = in(c, 0), x = in(c, 1);
+  if (c->data == -2) {
+    tpu_hlo_value t = a;
+    a = x;
+    x = t;
+  }
+  if (!tpu_lower_is_none(c, 2)) {
+    tpu_hlo_value alpha = tpu_lower_operand(c, 2, out_math(c), OUT);
+    x = OUT->dtype == TPU_BOOL ? tpu_hlo_binary(B, TPU_HLO_AND, x, alpha) : mul(c, alpha, x);
+  }
+  if (OUT->dtype == TPU_BOOL) {
+    if (c->data != 1) return tpu_lower_error(c, TPU_ERR_RUNTIME, "Subtraction, the `-` operator, with two bool tensors is not supported. Use the `^` or `logical_xor()` operator instead.");
+    return done(c, tpu_hlo_binary(B, TPU_HLO_OR, a, x));
+  }
+  return done(c, c->data == 1 ? add(c, a, x) : sub(c, a, x));
+}
+
+static tpu_status_t mul_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value a = in(c, 0), x = in(c, 1);
+  return done(c, OUT->dtype == TPU_BOOL ? tpu_hlo_binary(B, TPU_HLO_AND, a, x) : mul(c, a, x));
+}
+
+/* Python floor division of floats, as PyTorch's div_floor_floating. */
+static tpu_hlo_value div_floor_float(tpu_lower_ctx *c, tpu_hlo_value a, tpu_hlo_value b) {
+  tpu_hlo_value zero = k(c, 0.0), one = k(c, 1.0), half = k(c, 0.5);
+  tpu_hlo_value mod = tpu_hlo_binary(B, TPU_HLO_REM, a, b);
+  tpu_hlo_value div = dvd(c, sub(c, a, mod), b);
+  tpu_hlo_value fix = tpu_hlo_binary(B, TPU_HLO_AND, cmp(c, TPU_HLO_NE, mod, zero),
+                                     cmp(c, TPU_HLO_NE, cmp(c, TPU_HLO_LT, b, zero), cmp(c, TPU_HLO_LT, mod, zero)));
+  div = sel(c, fix, sub(c, div, one), div);
+  tpu_hlo_value fl = un(c, TPU_HLO_FLOOR, div);
+  fl = sel(c, cmp(c, TPU_HLO_GT, sub(c, div, fl), half), add(c, fl, one), fl);
+  /* div == 0: copysign(0, a / b) */
+  tpu_hlo_value q = dvd(c, a, b);
+  tpu_hlo_value signed_zero = sel(c, cmp(c, TPU_HLO_LT, q, zero), k(c, -0.0), zero);
+  fl = sel(c, cmp(c, TPU_HLO_EQ, div, zero), signed_zero, fl);
+  /* b == 0: plain a / b (inf or nan), as PyTorch */
+  return sel(c, cmp(c, TPU_HLO_EQ, b, zero), q, fl);
+}
+
+static tpu_hlo_value div_floor_int(tpu_lower_ctx *c, tpu_hlo_value a, tpu_hlo_value b) {
+  tpu_hlo_value zero = k(c, 0.0);
+  tpu_hlo_value q = dvd(c, a, b), r = tpu_hlo_binary(B, TPU_HLO_REM, a, b);
+  tpu_hlo_value fix = tpu_hlo_binary(B, TPU_HLO_AND, cmp(c, TPU_HLO_NE, r, zero),
+                                     cmp(c, TPU_HLO_NE, cmp(c, TPU_HLO_LT, a, zero), cmp(c, TPU_HLO_LT, b, zero)));
+  return sel(c, fix, sub(c, q, k(c, 1.0)), q);
+}
+
+/* div(self, other, *, rounding_mode=None|"trunc"|"floor"); data 1 forces
+ * floor (floor_divide). */
+static tpu_status_t div_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value a = in(c, 0), x = in(c, 1);
+  const char *mode = c->data == 1 ? "floor"
+                     : (!tpu_lower_is_none(c, 2) && c->args[2].kind == TPU_ARG_STRING) ? c->args[2].s : NULL;
+  bool integral = is_integral_out(c);
+  if (mode == NULL) return done(c, dvd(c, a, x));
+  if (strcmp(mode, "trunc") == 0) return done(c, integral ? dvd(c, a, x) : trunc_of(c, dvd(c, a, x)));
+  if (strcmp(mode, "floor") == 0) return done(c, integral ? div_floor_int(c, a, x) : div_floor_float(c, a, x));
+  return tpu_lower_error(c, TPU_ERR_RUNTIME,
+                         "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '%s'", mode);
+}
+
+/* remainder: Python modulo (the result takes the divisor's sign). */
+static tpu_status_t remainder_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value a = in(c, 0), x = in(c, 1);
+  tpu_hlo_value r = tpu_hlo_binary(B, TPU_HLO_REM, a, x), zero = k(c, 0.0);
+  tpu_hlo_value fix = tpu_hlo_binary(B, TPU_HLO_AND, cmp(c, TPU_HLO_NE, r, zero),
+                                     cmp(c, TPU_HLO_NE, cmp(c, TPU_HLO_LT, x, zero), cmp(c, TPU_HLO_LT, r, zero)));
+  return done(c, sel(c, fix, add(c, r, x), r));
+}
+
+/* data: a tpu_hlo_binary_t applied as is (fmod, atan2, bitwise ops …). */
+static tpu_status_t binary(tpu_lower_ctx *c) {
+  tpu_hlo_binary_t op = (tpu_hlo_binary_t)c->data;
+  bool bitwise = op == TPU_HLO_AND || op == TPU_HLO_OR || op == TPU_HLO_XOR || op == TPU_HLO_SHL ||
+                 op == TPU_HLO_SHR_ARITH;
+  tpu_hlo_value a = bitwise ? tpu_lower_operand(c, 0, OUT->dtype, OUT) : in(c, 0);
+  tpu_hlo_value x = bitwise ? tpu_lower_operand(c, 1, OUT->dtype, OUT) : in(c, 1);
+  if (op == TPU_HLO_SHR_ARITH && tpu_dtype_is_unsigned_int(OUT->dtype)) op = TPU_HLO_SHR_LOGIC;
+  return done(c, tpu_hlo_binary(B, op, a, x));
+}
+
+/* maximum/minimum propagate NaN; on bool they are or/and. data: MAX or MIN. */
+static tpu_status_t minmax_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value a = in(c, 0), x = in(c, 1);
+  bool is_max = c->data == TPU_HLO_MAX;
+  if (OUT->dtype == TPU_BOOL) return done(c, tpu_hlo_binary(B, is_max ? TPU_HLO_OR : TPU_HLO_AND, a, x));
+  tpu_hlo_value r = tpu_hlo_binary(B, is_max ? TPU_HLO_MAX : TPU_HLO_MIN, a, x);
+  if (tpu_dtype_is_float(out_math(c))) { /* make NaN propagation explicit */
+    r = sel(c, cmp(c, TPU_HLO_NE, a, a), a, r);
+    r = sel(c, cmp(c, TPU_HLO_NE, x, x), x, r);
+  }
+  return done(c, r);
+}
+
+/* fmax/fmin: NaN only when both are NaN. */
+static tpu_status_t fminmax_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value a = in(c, 0), x = in(c, 1);
+  bool is_max = c->data == TPU_HLO_MAX;
+  tpu_hlo_value r = tpu_hlo_binary(B, is_max ? TPU_HLO_MAX : TPU_HLO_MIN, a, x);
+  if (tpu_dtype_is_float(out_math(c))) {
+    r = sel(c, cmp(c, TPU_HLO_NE, a, a), x, r);
+    r = sel(c, cmp(c, TPU_HLO_NE, x, x), a, r);
+  }
+  return done(c, r);
+}
+
+/* pow; with a constant exponent, PyTorch's CPU special cases keep exact
+ * results (x*x for 2, sqrt for 0.5 …). */
+static tpu_status_t pow_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value x = in(c, 0);
+  const tpu_lower_arg *e = &c->args[1];
+  if (e->kind == TPU_ARG_SCALAR && e->is_const && !tpu_dtype_is_complex(out_math(c))) {
+    double p = tpu_dtype_is_float(e->dtype) ? e->f : (double)e->i;
+    bool fl = tpu_dtype_is_float(out_math(c));
+    if (p == 1.0) return done(c, x);
+    if (p == 2.0) return done(c, mul(c, x, x));
+    if (p == 3.0) return done(c, mul(c, mul(c, x, x), x));
+    if (p == 0.0) return done(c, k(c, 1.0));
+    if (fl && p == 0.5) return done(c, un(c, TPU_HLO_SQRT, x));
+    if (fl && p == -0.5) return done(c, un(c, TPU_HLO_RSQRT, x));
+    if (fl && p == -1.0) return done(c, dvd(c, k(c, 1.0), x));
+    if (fl && p == -2.0) return done(c, dvd(c, k(c, 1.0), mul(c, x, x)));
+    if (!fl && p < 0)
+      return tpu_lower_error(c, TPU_ERR_RUNTIME, "Integers to negative integer powers are not allowed.");
+  }
+  return done(c, tpu_hlo_binary(B, TPU_HLO_POW, x, in(c, 1)));
+}
+
+static tpu_status_t hypot_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value a = in(c, 0), x = in(c, 1);
+  return done(c, un(c, TPU_HLO_SQRT, add(c, mul(c, a, a), mul(c, x, x))));
+}
+
+static tpu_status_t copysign_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value a = un(c, TPU_HLO_ABS, in(c, 0)), x = in(c, 1);
+  tpu_hlo_type t = *OUT;
+  t.dtype = out_math(c);
+  tpu_hlo_type ut = t;
+  ut.dtype = tpu_dtype_same_width_uint(t.dtype);
+  tpu_hlo_value sx = tpu_hlo_binary(B, TPU_HLO_SHR_LOGIC, tpu_hlo_bitcast(B, x, &ut),
+                                    tpu_hlo_const_i64(B, &ut, 8 * (int64_t)tpu_dtype_size(ut.dtype) - 1));
+  return done(c, sel(c, cmp(c, TPU_HLO_NE, sx, tpu_hlo_const_i64(B, &ut, 0)), un(c, TPU_HLO_NEG, a), a));
+}
+
+/* xlogy(x, y) = 0 where x == 0 (unless y is NaN), else x * log(y). */
+static tpu_status_t xlogy_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value x = in(c, 0), y = in(c, 1), zero = k(c, 0.0);
+  tpu_hlo_value r = mul(c, x, un(c, TPU_HLO_LOG, y));
+  r = sel(c, cmp(c, TPU_HLO_EQ, x, zero), zero, r);
+  return done(c, sel(c, cmp(c, TPU_HLO_NE, y, y), y, r));
+}
+
+/* logaddexp(a, b) = max + log1p(exp(-|a - b|)); data 2 for base 2. */
+static tpu_status_t logaddexp_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value a = in(c, 0), x = in(c, 1);
+  tpu_hlo_value m = tpu_hlo_binary(B, TPU_HLO_MAX, a, x);
+  tpu_hlo_value d = un(c, TPU_HLO_NEG, un(c, TPU_HLO_ABS, sub(c, a, x)));
+  tpu_hlo_value r;
+  if (c->data == 2) {
+    tpu_hlo_value ln2 = k(c, M_LN2);
+    r = add(c, m, dvd(c, un(c, TPU_HLO_LOG1P, tpu_hlo_binary(B, TPU_HLO_POW, k(c, 2.0), d)), ln2));
+  } else {
+    r = add(c, m, un(c, TPU_HLO_LOG1P, un(c, TPU_HLO_EXP, d)));
+  }
+  /* equal infinities: the value itself (avoids inf - inf = nan) */
+  tpu_hlo_value same_inf = tpu_hlo_binary(B, TPU_HLO_AND, cmp(c, TPU_HLO_EQ, a, x),
+                                          cmp(c, TPU_HLO_EQ, un(c, TPU_HLO_ABS, a), k(c, INFINITY)));
+  return done(c, sel(c, same_inf, a, r));
+}
+
+/* --- comparisons and logic --------------------------------------------------- */
+
+/* data: tpu_hlo_cmp_t; compared in PyTorch's promoted type. */
+static tpu_status_t compare_rule(tpu_lower_ctx *c) {
+  tpu_dtype_t t = c->common_dtype;
+  return done(c, cmp(c, (tpu_hlo_cmp_t)c->data, tpu_lower_operand(c, 0, t, OUT), tpu_lower_operand(c, 1, t, OUT)));
+}
+
+/* data: AND, OR, XOR on truth values. */
+static tpu_status_t logical_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value a = tpu_lower_operand(c, 0, TPU_BOOL, OUT), x = tpu_lower_operand(c, 1, TPU_BOOL, OUT);
+  return done(c, tpu_hlo_binary(B, (tpu_hlo_binary_t)c->data, a, x));
+}
+
+/* where(condition, self, other) */
+static tpu_status_t where_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value p = tpu_lower_operand(c, 0, TPU_BOOL, OUT);
+  return done(c, sel(c, p, tpu_lower_operand(c, 1, OUT->dtype, OUT), tpu_lower_operand(c, 2, OUT->dtype, OUT)));
+}
+
+/* masked_fill(self, mask, value) */
+static tpu_status_t masked_fill_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value x = tpu_lower_operand(c, 0, OUT->dtype, OUT);
+  tpu_hlo_value m = tpu_lower_operand(c, 1, TPU_BOOL, OUT);
+  return done(c, sel(c, m, tpu_lower_operand(c, 2, OUT->dtype, OUT), x));
+}
+
+/* clamp(self, min?, max?); data: 0 both, 1 min only, 2 max only. NaN in any
+ * operand propagates, as in PyTorch. */
+static tpu_status_t clamp_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value x = in(c, 0);
+  bool flt = tpu_dtype_is_float(out_math(c));
+  int lo_arg = c->data == 2 ? -1 : 1, hi_arg = c->data == 0 ? 2 : c->data == 2 ? 1 : -1;
+  if (lo_arg >= 0 && !tpu_lower_is_none(c, lo_arg)) {
+    tpu_hlo_value lo = in(c, lo_arg);
+    tpu_hlo_value r = tpu_hlo_binary(B, TPU_HLO_MAX, x, lo);
+    if (flt) r = sel(c, cmp(c, TPU_HLO_NE, lo, lo), lo, sel(c, cmp(c, TPU_HLO_NE, x, x), x, r));
+    x = r;
+  }
+  if (hi_arg >= 0 && !tpu_lower_is_none(c, hi_arg)) {
+    tpu_hlo_value hi = in(c, hi_arg);
+    tpu_hlo_value r = tpu_hlo_binary(B, TPU_HLO_MIN, x, hi);
+    if (flt) r = sel(c, cmp(c, TPU_HLO_NE, hi, hi), hi, sel(c, cmp(c, TPU_HLO_NE, x, x), x, r));
+    x = r;
+  }
+  if (c->data == 0 && tpu_lower_is_none(c, 1) && tpu_lower_is_none(c, 2))
+    return tpu_lower_error(c, TPU_ERR_RUNTIME, "torch.clamp: At least one of 'min' or 'max' must not be None");
+  return done(c, x);
+}
+
+/* lerp(self, end, weight): PyTorch's two-sided formula for accuracy. */
+static tpu_status_t lerp_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value a = in(c, 0), e = in(c, 1), w = in(c, 2);
+  tpu_hlo_value diff = sub(c, e, a);
+  tpu_hlo_value small = cmp(c, TPU_HLO_LT, un(c, TPU_HLO_ABS, w), k(c, 0.5));
+  tpu_hlo_value lo = add(c, a, mul(c, w, diff));
+  tpu_hlo_value hi = sub(c, e, mul(c, diff, sub(c, k(c, 1.0), w)));
+  return done(c, sel(c, small, lo, hi));
+}
+
+/* addcmul/addcdiv(self, tensor1, tensor2, *, value); data: MUL or DIV. */
+static tpu_status_t addc_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value a = in(c, 0), t1 = in(c, 1), t2 = in(c, 2);
+  tpu_hlo_value v = tpu_lower_is_none(c, 3) ? k(c, 1.0) : tpu_lower_operand(c, 3, out_math(c), OUT);
+  tpu_hlo_value prod = tpu_hlo_binary(B, (tpu_hlo_binary_t)c->data, t1, t2);
+  return done(c, add(c, a, mul(c, v, prod)));
+}
+
+/* --- activations ------------------------------------------------------------- */
+
+static tpu_status_t relu_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value x = in(c, 0), zero = k(c, 0.0);
+  return done(c, sel(c, cmp(c, TPU_HLO_LT, x, zero), zero, x)); /* NaN stays NaN */
+}
+
+static tpu_status_t leaky_relu_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value x = in(c, 0);
+  tpu_hlo_value slope = tpu_lower_is_none(c, 1) ? k(c, 0.01) : in(c, 1);
+  return done(c, sel(c, cmp(c, TPU_HLO_GT, x, k(c, 0.0)), x, mul(c, x, slope)));
+}
+
+static tpu_status_t gelu_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value x = in(c, 0);
+  bool tanh_mode = !tpu_lower_is_none(c, 1) && c->args[1].kind == TPU_ARG_STRING && strcmp(c->args[1].s, "tanh") == 0;
+  if (tanh_mode) {
+    tpu_hlo_value inner = mul(c, k(c, M_SQRT2 * M_2_SQRTPI * 0.5), add(c, x, mul(c, k(c, 0.044715), mul(c, mul(c, x, x), x))));
+    return done(c, mul(c, mul(c, k(c, 0.5), x), add(c, k(c, 1.0), un(c, TPU_HLO_TANH, inner))));
+  }
+  tpu_hlo_value cdf = mul(c, k(c, 0.5), add(c, k(c, 1.0), un(c, TPU_HLO_ERF, mul(c, x, k(c, M_SQRT1_2)))));
+  return done(c, mul(c, x, cdf));
+}
+
+static tpu_status_t gelu_backward_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value g = in(c, 0), x = in(c, 1);
+  bool tanh_mode = !tpu_lower_is_none(c, 2) && c->args[2].kind == TPU_ARG_STRING && strcmp(c->args[2].s, "tanh") == 0;
+  if (tanh_mode) {
+    double beta = M_SQRT2 * M_2_SQRTPI * 0.5, kappa = 0.044715;
+    tpu_hlo_value x_sq = mul(c, x, x), x_cube = mul(c, x_sq, x);
+    tpu_hlo_value inner = mul(c, k(c, beta), add(c, x, mul(c, k(c, kappa), x_cube)));
+    tpu_hlo_value t = un(c, TPU_HLO_TANH, inner);
+    tpu_hlo_value left = mul(c, k(c, 0.5), x), right = add(c, k(c, 1.0), t);
+    tpu_hlo_value left_d = mul(c, k(c, 0.5), right);
+    tpu_hlo_value tanh_d = sub(c, k(c, 1.0), mul(c, t, t));
+    tpu_hlo_value inner_d = mul(c, k(c, beta), add(c, k(c, 1.0), mul(c, k(c, 3.0 * kappa), x_sq)));
+    tpu_hlo_value right_d = mul(c, mul(c, left, tanh_d), inner_d);
+    return done(c, mul(c, g, add(c, left_d, right_d)));
+  }
+  tpu_hlo_value cdf = mul(c, k(c, 0.5), add(c, k(c, 1.0), un(c, TPU_HLO_ERF, mul(c, x, k(c, M_SQRT1_2)))));
+  tpu_hlo_value pdf = mul(c, un(c, TPU_HLO_EXP, mul(c, k(c, -0.5), mul(c, x, x))), k(c, M_2_SQRTPI * M_SQRT1_2 * 0.5));
+  return done(c, mul(c, g, add(c, cdf, mul(c, x, pdf))));
+}
+
+static tpu_status_t silu_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value x = in(c, 0);
+  return done(c, dvd(c, x, add(c, k(c, 1.0), un(c, TPU_HLO_EXP, un(c, TPU_HLO_NEG, x)))));
+}
+
+static tpu_status_t silu_backward_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value g = in(c, 0), x = in(c, 1);
+  tpu_hlo_value s = sigmoid_of(c, x);
+  return done(c, mul(c, mul(c, g, s), add(c, k(c, 1.0), mul(c, x, sub(c, k(c, 1.0), s)))));
+}
+
+static tpu_status_t mish_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value x = in(c, 0);
+  tpu_hlo_value sp = un(c, TPU_HLO_LOG1P, un(c, TPU_HLO_EXP, x));
+  return done(c, mul(c, x, un(c, TPU_HLO_TANH, sp)));
+}
+
+static tpu_status_t mish_backward_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value g = in(c, 0), x = in(c, 1);
+  tpu_hlo_value s = sigmoid_of(c, x);
+  tpu_hlo_value t = un(c, TPU_HLO_TANH, un(c, TPU_HLO_LOG1P, un(c, TPU_HLO_EXP, x)));
+  return done(c, mul(c, g, add(c, t, mul(c, mul(c, x, s), sub(c, k(c, 1.0), mul(c, t, t))))));
+}
+
+static tpu_status_t sigmoid_backward_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value g = in(c, 0), y = in(c, 1);
+  return done(c, mul(c, mul(c, g, sub(c, k(c, 1.0), y)), y));
+}
+
+static tpu_status_t tanh_backward_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value g = in(c, 0), y = in(c, 1);
+  return done(c, mul(c, g, sub(c, k(c, 1.0), mul(c, y, y))));
+}
+
+/* threshold(self, threshold, value): x > threshold ? x : value */
+static tpu_status_t threshold_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value x = in(c, 0);
+  return done(c, sel(c, cmp(c, TPU_HLO_LE, x, in(c, 1)), in(c, 2), x));
+}
+
+/* threshold_backward(grad_output, self, threshold): self <= t ? 0 : grad */
+static tpu_status_t threshold_backward_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value g = in(c, 0), x = in(c, 1);
+  return done(c, sel(c, cmp(c, TPU_HLO_LE, x, in(c, 2)), k(c, 0.0), g));
+}
+
+/* leaky_relu_backward(grad_output, self, negative_slope, self_is_result) */
+static tpu_status_t leaky_relu_backward_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value g = in(c, 0), x = in(c, 1);
+  return done(c, sel(c, cmp(c, TPU_HLO_GT, x, k(c, 0.0)), g, mul(c, g, in(c, 2))));
+}
+
+/* hardtanh(self, min_val, max_val) */
+static tpu_status_t hardtanh_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value x = in(c, 0);
+  tpu_hlo_value lo = tpu_lower_is_none(c, 1) ? k(c, -1.0) : in(c, 1);
+  tpu_hlo_value hi = tpu_lower_is_none(c, 2) ? k(c, 1.0) : in(c, 2);
+  x = sel(c, cmp(c, TPU_HLO_LT, x, lo), lo, x);
+  return done(c, sel(c, cmp(c, TPU_HLO_GT, x, hi), hi, x));
+}
+
+/* hardtanh_backward(grad_output, self, min_val, max_val) */
+static tpu_status_t hardtanh_backward_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value g = in(c, 0), x = in(c, 1);
+  tpu_hlo_value out = tpu_hlo_binary(B, TPU_HLO_OR, cmp(c, TPU_HLO_LE, x, in(c, 2)), cmp(c, TPU_HLO_GE, x, in(c, 3)));
+  return done(c, sel(c, out, k(c, 0.0), g));
+}
+
+/* elu(self, alpha, scale, input_scale) */
+static tpu_status_t elu_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value x = in(c, 0);
+  tpu_hlo_value alpha = tpu_lower_is_none(c, 1) ? k(c, 1.0) : in(c, 1);
+  tpu_hlo_value scale = tpu_lower_is_none(c, 2) ? k(c, 1.0) : in(c, 2);
+  tpu_hlo_value iscale = tpu_lower_is_none(c, 3) ? k(c, 1.0) : in(c, 3);
+  tpu_hlo_value neg = mul(c, mul(c, alpha, scale), un(c, TPU_HLO_EXPM1, mul(c, x, iscale)));
+  return done(c, sel(c, cmp(c, TPU_HLO_GT, x, k(c, 0.0)), mul(c, x, scale), neg));
+}
+
+/* elu_backward(grad_output, alpha, scale, input_scale, is_result, self_or_result) */
+static tpu_status_t elu_backward_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value g = in(c, 0), alpha = in(c, 1), scale = in(c, 2), iscale = in(c, 3), x = in(c, 5);
+  bool is_result = tpu_lower_bool(c, 4, false);
+  tpu_hlo_value neg;
+  if (is_result) neg = mul(c, mul(c, g, iscale), add(c, x, mul(c, alpha, scale)));
+  else neg = mul(c, mul(c, g, mul(c, mul(c, iscale, alpha), scale)), un(c, TPU_HLO_EXP, mul(c, x, iscale)));
+  return done(c, sel(c, cmp(c, TPU_HLO_LE, x, k(c, 0.0)), neg, mul(c, g, scale)));
+}
+
+/* softplus(self, beta, threshold) */
+static tpu_status_t softplus_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value x = in(c, 0), beta = in(c, 1), th = in(c, 2);
+  tpu_hlo_value xb = mul(c, x, beta);
+  tpu_hlo_value soft = dvd(c, un(c, TPU_HLO_LOG1P, un(c, TPU_HLO_EXP, xb)), beta);
+  return done(c, sel(c, cmp(c, TPU_HLO_GT, xb, th), x, soft));
+}
+
+/* softplus_backward(grad_output, self, beta, threshold) */
+static tpu_status_t softplus_backward_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value g = in(c, 0), x = in(c, 1), beta = in(c, 2), th = in(c, 3);
+  tpu_hlo_value xb = mul(c, x, beta);
+  tpu_hlo_value z = un(c, TPU_HLO_EXP, xb);
+  return done(c, sel(c, cmp(c, TPU_HLO_GT, xb, th), g, dvd(c, mul(c, g, z), add(c, z, k(c, 1.0)))));
+}
+
+static tpu_hlo_value relu6_of(tpu_lower_ctx *c, tpu_hlo_value x) {
+  return tpu_hlo_binary(B, TPU_HLO_MIN, tpu_hlo_binary(B, TPU_HLO_MAX, add(c, x, k(c, 3.0)), k(c, 0.0)), k(c, 6.0));
+}
+
+static tpu_status_t hardsigmoid_rule(tpu_lower_ctx *c) { return done(c, dvd(c, relu6_of(c, in(c, 0)), k(c, 6.0))); }
+
+static tpu_status_t hardswish_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value x = in(c, 0);
+  return done(c, dvd(c, mul(c, x, relu6_of(c, x)), k(c, 6.0)));
+}
+
+static tpu_status_t hardsigmoid_backward_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value g = in(c, 0), x = in(c, 1);
+  tpu_hlo_value inside = tpu_hlo_binary(B, TPU_HLO_AND, cmp(c, TPU_HLO_GT, x, k(c, -3.0)), cmp(c, TPU_HLO_LT, x, k(c, 3.0)));
+  return done(c, sel(c, inside, dvd(c, g, k(c, 6.0)), k(c, 0.0)));
+}
+
+static tpu_status_t hardswish_backward_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value g = in(c, 0), x = in(c, 1);
+  tpu_hlo_value mid = mul(c, g, add(c, dvd(c, x, k(c, 3.0)), k(c, 0.5)));
+  tpu_hlo_value r = sel(c, cmp(c, TPU_HLO_LE, x, k(c, 3.0)), mid, g);
+  return done(c, sel(c, cmp(c, TPU_HLO_LT, x, k(c, -3.0)), k(c, 0.0), r));
+}
+
+/* logit(self, eps?) */
+static tpu_status_t logit_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value x = in(c, 0);
+  if (!tpu_lower_is_none(c, 1)) {
+    double eps = tpu_lower_float(c, 1, 0.0);
+    x = tpu_hlo_clamp(B, tpu_hlo_scalar_f64(B, out_math(c), eps), x, tpu_hlo_scalar_f64(B, out_math(c), 1.0 - eps));
+  }
+  return done(c, un(c, TPU_HLO_LOG, dvd(c, x, sub(c, k(c, 1.0), x))));
+}
+
+/* --- fills and copies ----------------------------------------------------- */
+
+static tpu_status_t fill_rule(tpu_lower_ctx *c) {
+  return done(c, tpu_lower_operand(c, 1, OUT->dtype, OUT));
+}
+
+static tpu_status_t zero_rule(tpu_lower_ctx *c) { return done(c, tpu_hlo_const_f64(B, OUT, 0.0)); }
+
+/* copy(self=src, dst): the source converted and broadcast to the target's
+ * type. Run by the torch layer's copy kernel; arg 0 is the source. */
+static tpu_status_t copy_rule(tpu_lower_ctx *c) {
+  return done(c, tpu_lower_operand(c, 0, OUT->dtype, OUT));
+}
+
+/* --- the table ------------------------------------------------------------- */
+
+#define UNARY(n, op) {{n, n "_", n ".out"}, unary, 0, op}
+#define CMP(n, op) \
+  {{n ".Tensor", n "_.Tensor", n ".Tensor_out"}, compare_rule, 0, op}, \
+  {{n ".Scalar", n "_.Scalar", n ".Scalar_out"}, compare_rule, 0, op}
+
+const tpu_lower_rule tpu_rules_elementwise[] = {
+    UNARY("exp", TPU_HLO_EXP),
+    UNARY("expm1", TPU_HLO_EXPM1),
+    UNARY("log", TPU_HLO_LOG),
+    UNARY("log1p", TPU_HLO_LOG1P),
+    UNARY("sqrt", TPU_HLO_SQRT),
+    UNARY("rsqrt", TPU_HLO_RSQRT),
+    UNARY("sin", TPU_HLO_SIN),
+    UNARY("cos", TPU_HLO_COS),
+    UNARY("tan", TPU_HLO_TAN),
+    UNARY("tanh", TPU_HLO_TANH),
+    UNARY("asin", TPU_HLO_ASIN),
+    UNARY("acos", TPU_HLO_ACOS),
+    UNARY("atan", TPU_HLO_ATAN),
+    UNARY("sinh", TPU_HLO_SINH),
+    UNARY("cosh", TPU_HLO_COSH),
+    UNARY("asinh", TPU_HLO_ASINH),
+    UNARY("acosh", TPU_HLO_ACOSH),
+    UNARY("atanh", TPU_HLO_ATANH),
+    UNARY("erf", TPU_HLO_ERF),
+    UNARY("erfc", TPU_HLO_ERFC),
+    UNARY("erfinv", TPU_HLO_ERF_INV),
+    UNARY("lgamma", TPU_HLO_LGAMMA),
+    UNARY("digamma", TPU_HLO_DIGAMMA),
+    {{"log2", "log2_", "log2.out"}, log_base, 0, 2},
+    {{"log10", "log10_", "log10.out"}, log_base, 0, 10},
+    {{"exp2", "exp2_", "exp2.out"}, exp2_rule, 0, 0},
+    {{"reciprocal", "reciprocal_", "reciprocal.out"}, reciprocal_rule, 0, 0},
+    {{"sigmoid", "sigmoid_", "sigmoid.out"}, sigmoid_rule, 0, 0},
+    {{"floor", "floor_", "floor.out"}, rounding, 0, TPU_HLO_FLOOR},
+    {{"ceil", "ceil_", "ceil.out"}, rounding, 0, TPU_HLO_CEIL},
+    {{"round", "round_", "round.out"}, rounding, 0, TPU_HLO_ROUND_EVEN},
+    {{"round.decimals", "round_.decimals", "round.decimals_out"}, round_decimals, 0, 0},
+    {{"trunc", "trunc_", "trunc.out"}, trunc_rule, 0, 0},
+    {{"frac", "frac_", "frac.out"}, frac_rule, 0, 0},
+    {{"abs", "abs_", "abs.out"}, abs_rule, 0, 0},
+    {{"neg", "neg_", "neg.out"}, neg_rule, 0, 0},
+    {{"sign", "sign_", "sign.out"}, sign_rule, 0, 0},
+    {{"sgn", "sgn_", "sgn.out"}, sgn_rule, 0, 0},
+    {{"signbit", "signbit.out"}, signbit_rule, 0, 0},
+    {{"bitwise_not", "bitwise_not_", "bitwise_not.out"}, bitwise_not_rule, 0, 0},
+    {{"logical_not", "logical_not_", "logical_not.out"}, logical_not_rule, 0, 0},
+    {{"isnan"}, is_class, 0, IS_NAN},
+    {{"isinf"}, is_class, 0, IS_INF},
+    {{"isposinf", "isposinf.out"}, is_class, 0, IS_POSINF},
+    {{"isneginf", "isneginf.out"}, is_class, 0, IS_NEGINF},
+    {{"isfinite"}, is_class, 0, IS_FINITE},
+    {{"nan_to_num", "nan_to_num_", "nan_to_num.out"}, nan_to_num_rule, 0, 0},
+
+    {{"add.Tensor", "add_.Tensor", "add.out"}, add_rule, 0, 1},
+    {{"add.Scalar", "add_.Scalar", "add.Scalar_out"}, add_rule, 0, 1},
+    {{"sub.Tensor", "sub_.Tensor", "sub.out"}, add_rule, 0, -1},
+    {{"sub.Scalar", "sub_.Scalar", "sub.Scalar_out"}, add_rule, 0, -1},
+    {{"rsub.Tensor", "rsub.Tensor_out"}, add_rule, 0, -2},
+    {{"rsub.Scalar", "rsub.Scalar_out"}, add_rule, 0, -2},
+    {{"mul.Tensor", "mul_.Tensor", "mul.out"}, mul_rule, 0, 0},
+    {{"mul.Scalar", "mul_.Scalar", "mul.Scalar_out"}, mul_rule, 0, 0},
+    {{"div.Tensor", "div_.Tensor", "div.out"}, div_rule, 0, 0},
+    {{"div.Scalar", "div_.Scalar", "div.Scalar_out"}, div_rule, 0, 0},
+    {{"div.Tensor_mode", "div_.Tensor_mode", "div.out_mode"}, div_rule, 0, 0},
+    {{"div.Scalar_mode", "div_.Scalar_mode", "div.Scalar_mode_out"}, div_rule, 0, 0},
+    {{"floor_divide", "floor_divide_.Tensor", "floor_divide.out"}, div_rule, 0, 1},
+    {{"floor_divide.Scalar", "floor_divide_.Scalar", "floor_divide.Scalar_out"}, div_rule, 0, 1},
+    {{"remainder.Tensor", "remainder_.Tensor", "remainder.Tensor_out"}, remainder_rule, 0, 0},
+    {{"remainder.Scalar", "remainder_.Scalar", "remainder.Scalar_out"}, remainder_rule, 0, 0},
+    {{"remainder.Scalar_Tensor", "remainder.Scalar_Tensor_out"}, remainder_rule, 0, 0},
+    {{"fmod.Tensor", "fmod_.Tensor", "fmod.Tensor_out"}, binary, 0, TPU_HLO_REM},
+    {{"fmod.Scalar", "fmod_.Scalar", "fmod.Scalar_out"}, binary, 0, TPU_HLO_REM},
+    {{"pow.Tensor_Tensor", "pow_.Tensor", "pow.Tensor_Tensor_out"}, pow_rule, 0, 0},
+    {{"pow.Tensor_Scalar", "pow_.Scalar", "pow.Tensor_Scalar_out"}, pow_rule, TPU_RULE_CONST_SCALARS, 0},
+    {{"pow.Scalar", "pow.Scalar_out"}, pow_rule, 0, 0},
+    {{"atan2", "atan2_", "atan2.out"}, binary, 0, TPU_HLO_ATAN2},
+    {{"maximum", "maximum.out"}, minmax_rule, 0, TPU_HLO_MAX},
+    {{"minimum", "minimum.out"}, minmax_rule, 0, TPU_HLO_MIN},
+    {{"fmax", "fmax.out"}, fminmax_rule, 0, TPU_HLO_MAX},
+    {{"fmin", "fmin.out"}, fminmax_rule, 0, TPU_HLO_MIN},
+    {{"hypot", "hypot_", "hypot.out"}, hypot_rule, 0, 0},
+    {{"copysign.Tensor", "copysign_.Tensor", "copysign.out"}, copysign_rule, 0, 0},
+    {{"copysign.Scalar", "copysign_.Scalar", "copysign.Scalar_out"}, copysign_rule, 0, 0},
+    {{"nextafter", "nextafter_", "nextafter.out"}, binary, 0, TPU_HLO_NEXTAFTER},
+    {{"xlogy.Tensor", "xlogy_.Tensor", "xlogy.OutTensor"}, xlogy_rule, 0, 0},
+    {{"xlogy.Scalar_Other", "xlogy_.Scalar_Other", "xlogy.OutScalar_Other"}, xlogy_rule, 0, 0},
+    {{"xlogy.Scalar_Self", "xlogy.OutScalar_Self"}, xlogy_rule, 0, 0},
+    {{"logaddexp", "logaddexp.out"}, logaddexp_rule, 0, 1},
+    {{"logaddexp2", "logaddexp2.out"}, logaddexp_rule, 0, 2},
+    {{"bitwise_and.Tensor", "bitwise_and_.Tensor", "bitwise_and.Tensor_out"}, binary, 0, TPU_HLO_AND},
+    {{"bitwise_and.Scalar", "bitwise_and_.Scalar", "bitwise_and.Scalar_out"}, binary, 0, TPU_HLO_AND},
+    {{"bitwise_or.Tensor", "bitwise_or_.Tensor", "bitwise_or.Tensor_out"}, binary, 0, TPU_HLO_OR},
+    {{"bitwise_or.Scalar", "bitwise_or_.Scalar", "bitwise_or.Scalar_out"}, binary, 0, TPU_HLO_OR},
+    {{"bitwise_xor.Tensor", "bitwise_xor_.Tensor", "bitwise_xor.Tensor_out"}, binary, 0, TPU_HLO_XOR},
+    {{"bitwise_xor.Scalar", "bitwise_xor_.Scalar", "bitwise_xor.Scalar_out"}, binary, 0, TPU_HLO_XOR},
+    {{"bitwise_left_shift.Tensor", "bitwise_left_shift_.Tensor", "bitwise_left_shift.Tensor_out"}, binary, 0, TPU_HLO_SHL},
+    {{"bitwise_right_shift.Tensor", "bitwise_right_shift_.Tensor", "bitwise_right_shift.Tensor_out"}, binary, 0, TPU_HLO_SHR_ARITH},
+    {{"__lshift__.Tensor", "__ilshift__.Tensor"}, binary, 0, TPU_HLO_SHL},
+    {{"__lshift__.Scalar", "__ilshift__.Scalar"}, binary, 0, TPU_HLO_SHL},
+    {{"__rshift__.Tensor", "__irshift__.Tensor"}, binary, 0, TPU_HLO_SHR_ARITH},
+    {{"__rshift__.Scalar", "__irshift__.Scalar"}, binary, 0, TPU_HLO_SHR_ARITH},
+    {{"logical_and", "logical_and_", "logical_and.out"}, logical_rule, 0, TPU_HLO_AND},
+    {{"logical_or", "logical_or_", "logical_or.out"}, logical_rule, 0, TPU_HLO_OR},
+    {{"logical_xor", "logical_xor_", "logical_xor.out"}, logical_rule, 0, TPU_HLO_XOR},
+    CMP("eq", TPU_HLO_EQ),
+    CMP("ne", TPU_HLO_NE),
+    CMP("lt", TPU_HLO_LT),
+    CMP("le", TPU_HLO_LE),
+    CMP("gt", TPU_HLO_GT),
+    CMP("ge", TPU_HLO_GE),
+    {{"where.self", "where.self_out"}, where_rule, 0, 0},
+    {{"masked_fill.Scalar", "masked_fill_.Scalar"}, masked_fill_rule, 0, 0},
+    {{"masked_fill.Tensor", "masked_fill_.Tensor"}, masked_fill_rule, 0, 0},
+    {{"clamp", "clamp_", "clamp.out"}, clamp_rule, 0, 0},
+    {{"clamp.Tensor", "clamp_.Tensor", "clamp.Tensor_out"}, clamp_rule, 0, 0},
+    {{"clamp_min", "clamp_min_", "clamp_min.out"}, clamp_rule, 0, 1},
+    {{"clamp_min.Tensor", "clamp_min_.Tensor", "clamp_min.Tensor_out"}, clamp_rule, 0, 1},
+    {{"clamp_max", "clamp_max_", "clamp_max.out"}, clamp_rule, 0, 2},
+    {{"clamp_max.Tensor", "clamp_max_.Tensor", "clamp_max.Tensor_out"}, clamp_rule, 0, 2},
+    {{"lerp.Scalar", "lerp_.Scalar", "lerp.Scalar_out"}, lerp_rule, 0, 0},
+    {{"lerp.Tensor", "lerp_.Tensor", "lerp.Tensor_out"}, lerp_rule, 0, 0},
+    {{"addcmul", "addcmul_", "addcmul.out"}, addc_rule, 0, TPU_HLO_MUL},
+    {{"addcdiv", "addcdiv_", "addcdiv.out"}, addc_rule, 0, TPU_HLO_DIV},
+
+    {{"relu", "relu_"}, relu_rule, 0, 0},
+    {{"leaky_relu", "leaky_relu_", "leaky_relu.out"}, leaky_relu_rule, 0, 0},
+    {{"gelu", "gelu_", "gelu.out"}, gelu_rule, 0, 0},
+    {{"gelu_backward", "gelu_backward.grad_input"}, gelu_backward_rule, 0, 0},
+    {{"silu", "silu_", "silu.out"}, silu_rule, 0, 0},
+    {{"silu_backward", "silu_backward.grad_input"}, silu_backward_rule, 0, 0},
+    {{"mish", "mish_", "mish.out"}, mish_rule, 0, 0},
+    {{"mish_backward"}, mish_backward_rule, 0, 0},
+    {{"sigmoid_backward", "sigmoid_backward.grad_input"}, sigmoid_backward_rule, 0, 0},
+    {{"tanh_backward", "tanh_backward.grad_input"}, tanh_backward_rule, 0, 0},
+    {{"threshold", "threshold_", "threshold.out"}, threshold_rule, 0, 0},
+    {{"threshold_backward", "threshold_backward.grad_input"}, threshold_backward_rule, 0, 0},
+    {{"leaky_relu_backward", "leaky_relu_backward.grad_input"}, leaky_relu_backward_rule, 0, 0},
+    {{"hardtanh", "hardtanh_", "hardtanh.out"}, hardtanh_rule, 0, 0},
+    {{"hardtanh_backward", "hardtanh_backward.grad_input"}, hardtanh_backward_rule, 0, 0},
+    {{"elu", "elu_", "elu.out"}, elu_rule, 0, 0},
+    {{"elu_backward", "elu_backward.grad_input"}, elu_backward_rule, 0, 0},
+    {{"softplus", "softplus.out"}, softplus_rule, 0, 0},
+    {{"softplus_backward", "softplus_backward.grad_input"}, softplus_backward_rule, 0, 0},
+    {{"hardsigmoid", "hardsigmoid_", "hardsigmoid.out"}, hardsigmoid_rule, 0, 0},
+    {{"hardsigmoid_backward", "hardsigmoid_backward.grad_input"}, hardsigmoid_backward_rule, 0, 0},
+    {{"hardswish", "hardswish_", "hardswish.out"}, hardswish_rule, 0, 0},
+    {{"hardswish_backward", "hardswish_backward.out"}, hardswish_backward_rule, 0, 0},
+    {{"logit", "logit_", "logit.out"}, logit_rule, 0, 0},
+
+    {{"fill_.Scalar", "fill.Scalar"}, fill_rule, 0, 0},
+    {{"fill_.Tensor", "fill.Tensor"}, fill_rule, 0, 0},
+    {{"zero_", "zero"}, zero_rule, 0, 0},
+    {{"_copy_from"}, copy_rule, TPU_RULE_INTERNAL, 0},
+};
+TPU_COUNT_RULES(elementwise);

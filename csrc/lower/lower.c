@@ -1,0 +1,156 @@
+/* The rule registry and the helpers every rule uses. */
+#include "lower/lower.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lower/rules.h"
+
+typedef struct rule_table {
+  const tpu_lower_rule *rules;
+  const int *count;
+} rule_table;
+
+static const rule_table tables[] = {
+    {tpu_rules_elementwise, &tpu_rules_elementwise_count},
+    {tpu_rules_reduce, &tpu_rules_reduce_count},
+    {tpu_rules_shape, &tpu_rules_shape_count},
+    {tpu_rules_linalg, &tpu_rules_linalg_count},
+    {tpu_rules_nn, &tpu_rules_nn_count},
+    {tpu_rules_index, &tpu_rules_index_count},
+    {tpu_rules_random, &tpu_rules_random_count},
+};
+
+int tpu_lower_rule_count(void) {
+  int n = 0;
+  for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++) n += *tables[t].count;
+  return n;
+}
+
+const tpu_lower_rule *tpu_lower_rule_at(int i) {
+  for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++) {
+    if (i < *tables[t].count) return &tables[t].rules[i];
+    i -= *tables[t].count;
+  }
+  return NULL;
+}
+
+const tpu_lower_rule *tpu_lower_find(const char *name) {
+  if (strncmp(name, "aten::", 6) == 0) name += 6;
+  int n = tpu_lower_rule_count();
+  for (int i = 0; i < n; i++) {
+    const tpu_lower_rule *r = tpu_lower_rule_at(i);
+    for (int k = 0; k < 4 && r->names[k] != NULL; k++)
+      if (strcmp(r->names[k], name) == 0) return r;
+  }
+  return NULL;
+}
+
+tpu_status_t tpu_lower_run(const tpu_lower_rule *rule, tpu_lower_ctx *c) {
+  for (int i = 0; i < c->num_outputs; i++) c->outputs[i] = TPU_HLO_NONE;
+  c->data = rule->data;
+  tpu_status_t st = rule->fn(c);
+  if (st != NULL) return st;
+  TPU_RETURN_IF_ERROR(tpu_hlo_status(c->b));
+  for (int i = 0; i < c->num_outputs; i++)
+    if (c->outputs[i] == TPU_HLO_NONE)
+      return tpu_status_new(TPU_ERR_RUNTIME, "%s: internal: the lowering left output %d unset", c->op, i);
+  return NULL;
+}
+
+tpu_status_t tpu_lower_error(tpu_lower_ctx *c, tpu_code_t code, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return tpu_status_new(code, "%s", msg);
+}
+
+bool tpu_lower_is_none(const tpu_lower_ctx *c, int arg) {
+  return arg >= c->num_args || c->args[arg].kind == TPU_ARG_NONE;
+}
+
+tpu_hlo_value tpu_lower_tensor(tpu_lower_ctx *c, int arg) {
+  if (arg >= c->num_args) return tpu_hlo_fail(c->b, TPU_ERR_RUNTIME, "%s: internal: missing argument %d", c->op, arg);
+  const tpu_lower_arg *a = &c->args[arg];
+  if (a->kind == TPU_ARG_SCALAR && a->is_const) {
+    if (tpu_dtype_is_float(a->dtype) || tpu_dtype_is_complex(a->dtype))
+      return tpu_hlo_scalar_f64(c->b, a->dtype, a->f);
+    return tpu_hlo_scalar_i64(c->b, a->dtype, a->i);
+  }
+  if (a->kind != TPU_ARG_TENSOR && a->kind != TPU_ARG_SCALAR)
+    return tpu_hlo_fail(c->b, TPU_ERR_RUNTIME, "%s: internal: argument %d is not a tensor", c->op, arg);
+  return c->fetch(c, arg, -1);
+}
+
+tpu_hlo_value tpu_lower_list_item(tpu_lower_ctx *c, int arg, int item) {
+  if (arg >= c->num_args || c->args[arg].kind != TPU_ARG_TENSOR_LIST || item >= c->args[arg].n)
+    return tpu_hlo_fail(c->b, TPU_ERR_RUNTIME, "%s: internal: bad list item %d of argument %d", c->op, item, arg);
+  return c->fetch(c, arg, item);
+}
+
+tpu_hlo_value tpu_lower_operand(tpu_lower_ctx *c, int arg, tpu_dtype_t dtype, const tpu_hlo_type *to) {
+  tpu_hlo_value v = tpu_lower_tensor(c, arg);
+  tpu_hlo_type t = *to;
+  t.dtype = dtype;
+  return tpu_hlo_broadcast_to(c->b, v, &t);
+}
+
+tpu_hlo_value tpu_lower_scalar(tpu_lower_ctx *c, int arg, tpu_dtype_t dtype) {
+  tpu_hlo_value v = tpu_lower_tensor(c, arg);
+  if (tpu_hlo_rank(c->b, v) != 0 && !tpu_hlo_failed(c->b))
+    return tpu_hlo_fail(c->b, TPU_ERR_RUNTIME, "%s: internal: argument %d is not a scalar", c->op, arg);
+  return tpu_hlo_convert(c->b, v, dtype);
+}
+
+int64_t tpu_lower_int(const tpu_lower_ctx *c, int arg, int64_t if_none) {
+  if (tpu_lower_is_none(c, arg)) return if_none;
+  const tpu_lower_arg *a = &c->args[arg];
+  if (a->kind == TPU_ARG_BOOL) return a->b;
+  if (a->kind == TPU_ARG_FLOAT) return (int64_t)a->f;
+  return a->i;
+}
+
+double tpu_lower_float(const tpu_lower_ctx *c, int arg, double if_none) {
+  if (tpu_lower_is_none(c, arg)) return if_none;
+  const tpu_lower_arg *a = &c->args[arg];
+  if (a->kind == TPU_ARG_INT) return (double)a->i;
+  if (a->kind == TPU_ARG_SCALAR && a->is_const && !tpu_dtype_is_float(a->dtype)) return (double)a->i;
+  return a->f;
+}
+
+bool tpu_lower_bool(const tpu_lower_ctx *c, int arg, bool if_none) {
+  if (tpu_lower_is_none(c, arg)) return if_none;
+  const tpu_lower_arg *a = &c->args[arg];
+  return a->kind == TPU_ARG_BOOL ? a->b : a->i != 0;
+}
+
+int tpu_lower_wrap_dim(int64_t dim, int rank) {
+  int r = rank > 0 ? rank : 1;
+  if (dim < 0) dim += r;
+  return (int)dim;
+}
+
+tpu_dtype_t tpu_lower_opmath(tpu_dtype_t t) {
+  return t == TPU_F16 || t == TPU_BF16 ? TPU_F32 : t;
+}
+
+void tpu_lower_set_output(tpu_lower_ctx *c, int i, tpu_hlo_value v) {
+  if (i >= c->num_outputs) {
+    tpu_hlo_fail(c->b, TPU_ERR_RUNTIME, "%s: internal: output %d out of range", c->op, i);
+    return;
+  }
+  const tpu_hlo_type *want = &c->out_types[i];
+  v = tpu_hlo_convert(c->b, v, want->dtype);
+  const tpu_hlo_type *got = tpu_hlo_type_of(c->b, v);
+  if (!tpu_hlo_failed(c->b) && !tpu_hlo_type_equal(got, want)) {
+    /* A rank-0 or broadcastable result (e.g. a reduction of a single element)
+     * is widened to the shape PyTorch expects; anything else is a bug. */
+    if (tpu_hlo_type_numel(got) == tpu_hlo_type_numel(want)) v = tpu_hlo_reshape(c->b, v, want->rank, want->dims);
+    else v = tpu_hlo_broadcast_to(c->b, v, want);
+  }
+  c->outputs[i] = v;
+}

@@ -1,0 +1,145 @@
+/* Lowering rules: one ATen overload -> StableHLO, shared by eager and
+ * torch.compile.
+ *
+ * A rule receives its arguments in schema order (tensors as builder values,
+ * the rest as constants) and the output types PyTorch's meta functions
+ * computed, and writes one value per output. Rules never re-derive PyTorch's
+ * type promotion or broadcasting: they produce values of the given output
+ * types (c->common_dtype is PyTorch's promoted input type, for the few rules
+ * that compute in it, such as comparisons).
+ *
+ * Tensor arguments are fetched through tpu_lower_tensor(): eager reads the
+ * view out of its storage only when a rule asks, so an argument a rule never
+ * reads (the target of fill_ or copy_) costs nothing. In-place and out=
+ * variants share the functional rule: the rule computes the value, and the
+ * caller writes it through the mutated argument's view.
+ *
+ * Nothing here knows PJRT or PyTorch; the registry is a static table. */
+#ifndef TPU_LOWER_LOWER_H_
+#define TPU_LOWER_LOWER_H_
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "hlo/builder.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum tpu_arg_kind {
+  TPU_ARG_NONE = 0,    /* None, or an absent optional */
+  TPU_ARG_TENSOR,      /* a tensor (value via tpu_lower_tensor) */
+  TPU_ARG_TENSOR_LIST, /* Tensor[] / Tensor?[]: |n| items, NONE items allowed */
+  TPU_ARG_SCALAR,      /* a Python number: a rank-0 runtime value of |dtype| */
+  TPU_ARG_INT,
+  TPU_ARG_INT_LIST,
+  TPU_ARG_FLOAT,
+  TPU_ARG_FLOAT_LIST,
+  TPU_ARG_BOOL,
+  TPU_ARG_BOOL_LIST,
+  TPU_ARG_STRING,
+  TPU_ARG_DTYPE,       /* a ScalarType */
+  TPU_ARG_OTHER,       /* layout, device, memory format, generator: not for rules */
+} tpu_arg_kind_t;
+
+typedef struct tpu_lower_arg {
+  tpu_arg_kind_t kind;
+  int n;                  /* list length */
+  int64_t i;              /* INT, and the value of a constant SCALAR if integral */
+  double f;               /* FLOAT, and the value of a constant SCALAR */
+  bool b;                 /* BOOL */
+  bool is_const;          /* SCALAR: the value is known (i/f) */
+  tpu_dtype_t dtype;      /* DTYPE; the type of a SCALAR/TENSOR */
+  bool wrapped_number;    /* TENSOR made from a Python number (promotion rules) */
+  const int64_t *ints;    /* INT_LIST (n) */
+  const double *floats;   /* FLOAT_LIST (n) */
+  const bool *bools;      /* BOOL_LIST (n) */
+  const char *s;          /* STRING */
+  int rank;               /* TENSOR: rank and sizes, known before reading */
+  const int64_t *sizes;
+  const tpu_dtype_t *item_dtypes; /* TENSOR_LIST: dtype per item (INVALID = None) */
+  const int *item_ranks;
+  const int64_t *const *item_sizes;
+} tpu_lower_arg;
+
+typedef struct tpu_lower_ctx tpu_lower_ctx;
+
+/* Fetches tensor |arg| (|item| of a list, -1 otherwise) as a value. */
+typedef tpu_hlo_value (*tpu_lower_fetch_fn)(tpu_lower_ctx *c, int arg, int item);
+
+struct tpu_lower_ctx {
+  tpu_hlo_builder *b;
+  const char *op; /* "aten::add.Tensor", for messages */
+  int num_args;
+  const tpu_lower_arg *args;
+  int num_outputs;
+  const tpu_hlo_type *out_types; /* from PyTorch's meta functions */
+  tpu_hlo_value *outputs;        /* written by the rule */
+  tpu_dtype_t common_dtype;      /* PyTorch's promoted dtype of the inputs */
+  tpu_hlo_precision_t precision; /* float32 matmul/conv precision */
+  tpu_hlo_value rng_state;       /* ui64[2] for rules flagged TPU_RULE_RNG */
+  tpu_lower_fetch_fn fetch;
+  void *user;    /* the caller's */
+  intptr_t data; /* the running rule's |data| */
+};
+
+/* Rule flags. */
+enum {
+  /* Scalar arguments are compile-time constants (in the cache key) instead of
+   * runtime values: for rules whose lowering depends on the value. */
+  TPU_RULE_CONST_SCALARS = 1u << 0,
+  /* The rule draws random bits from c->rng_state. */
+  TPU_RULE_RNG = 1u << 1,
+  /* Run by a hand-written kernel of the torch layer (copies), not registered
+   * with the dispatcher by name. */
+  TPU_RULE_INTERNAL = 1u << 2,
+};
+
+typedef tpu_status_t (*tpu_lower_fn)(tpu_lower_ctx *c);
+
+typedef struct tpu_lower_rule {
+  const char *names[4]; /* overloads served: functional, in-place, out= … */
+  tpu_lower_fn fn;
+  unsigned flags;
+  intptr_t data; /* per-rule parameter (an HLO opcode …), as c->data */
+} tpu_lower_rule;
+
+/* The rule for an overload name ("aten::add_.Tensor" or "add_.Tensor"); NULL
+ * if none. */
+const tpu_lower_rule *tpu_lower_find(const char *name);
+/* Iterates the registry: entries 0 .. tpu_lower_rule_count()-1. */
+int tpu_lower_rule_count(void);
+const tpu_lower_rule *tpu_lower_rule_at(int i);
+
+/* Runs |rule|; on failure the status names the op. */
+tpu_status_t tpu_lower_run(const tpu_lower_rule *rule, tpu_lower_ctx *c) TPU_MUST_USE;
+
+/* --- helpers for rules ----------------------------------------------------- */
+tpu_hlo_value tpu_lower_tensor(tpu_lower_ctx *c, int arg);
+tpu_hlo_value tpu_lower_list_item(tpu_lower_ctx *c, int arg, int item);
+bool tpu_lower_is_none(const tpu_lower_ctx *c, int arg);
+/* A tensor or scalar argument as a value converted to |dtype| and broadcast to
+ * |to|'s shape. */
+tpu_hlo_value tpu_lower_operand(tpu_lower_ctx *c, int arg, tpu_dtype_t dtype, const tpu_hlo_type *to);
+/* A scalar (or rank-0 tensor) argument converted to |dtype|, rank 0. */
+tpu_hlo_value tpu_lower_scalar(tpu_lower_ctx *c, int arg, tpu_dtype_t dtype);
+int64_t tpu_lower_int(const tpu_lower_ctx *c, int arg, int64_t if_none);
+double tpu_lower_float(const tpu_lower_ctx *c, int arg, double if_none);
+bool tpu_lower_bool(const tpu_lower_ctx *c, int arg, bool if_none);
+/* Wraps a dim into [0, rank). */
+int tpu_lower_wrap_dim(int64_t dim, int rank);
+/* The type PyTorch computes in for elementwise math: float32 for half types
+ * (CPU and CUDA kernels compute f16/bf16 math in float32), else |t|. */
+tpu_dtype_t tpu_lower_opmath(tpu_dtype_t t);
+/* Records |v| (converted to the output's dtype) as output |i|. */
+void tpu_lower_set_output(tpu_lower_ctx *c, int i, tpu_hlo_value v);
+/* A rule's error: a user-facing status of |code| ("aten::x: message"). */
+tpu_status_t tpu_lower_error(tpu_lower_ctx *c, tpu_code_t code, const char *fmt, ...) TPU_PRINTF(3, 4);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TPU_LOWER_LOWER_H_ */

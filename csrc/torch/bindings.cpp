@@ -1,0 +1,89 @@
+// torchtpu._C: the Python face of the C runtime (configuration, device
+// queries, stats, generators). Thin: each function forwards to C.
+#include <torch/csrc/Generator.h>
+#include <torch/extension.h>
+
+#include "torch/dispatch.h"
+#include "torch/generator.h"
+#include "torch/tpu_torch.h"
+
+extern "C" {
+#include "base/stats.h"
+}
+
+namespace py = pybind11;
+using namespace torchtpu;
+
+namespace {
+
+py::dict info() {
+  tpu_runtime* rt = runtime();
+  py::dict d;
+  int major = 0, minor = 0;
+  tpu_runtime_api_version(rt, &major, &minor);
+  d["platform"] = tpu_runtime_platform_name(rt);
+  d["platform_version"] = tpu_runtime_platform_version(rt);
+  d["plugin_path"] = tpu_runtime_plugin_path(rt);
+  d["pjrt_api_version"] = py::make_tuple(major, minor);
+  py::list devices;
+  for (int i = 0; i < tpu_runtime_device_count(rt); i++) devices.append(tpu_runtime_device_kind(rt, i));
+  d["devices"] = devices;
+  return d;
+}
+
+py::dict stats() {
+  py::dict d;
+  for (int c = 0; c < TPU_STAT_COUNT_; c++) {
+    auto counter = static_cast<tpu_counter_t>(c);
+    if (counter == TPU_STAT_COMPILE_NS) d["compile_seconds"] = tpu_stats_get(counter) / 1e9;
+    else d[tpu_stats_name(counter)] = tpu_stats_get(counter);
+  }
+  py::dict fallbacks;
+  tpu_stats_op_each(
+      TPU_OPSTAT_FALLBACK,
+      [](void* ctx, const char* name, uint64_t count) { (*static_cast<py::dict*>(ctx))[name] = count; },
+      &fallbacks);
+  d["fallbacks"] = fallbacks;
+  d["cached_programs"] = tpu_eager_cache_size();
+  return d;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "torchtpu native extension";
+  m.def("_configure", [](const std::string& plugin, const std::string& platform, int cpu_devices,
+                         const std::string& error) { configure(plugin, platform, cpu_devices, error); });
+  m.def("_start", []() { runtime(); });
+  m.def("_device_count", []() { return device_count_or_zero(); });
+  m.def("_current_device", []() { return static_cast<int>(current_device()); });
+  m.def("_set_device", [](int index) { set_current_device(static_cast<c10::DeviceIndex>(index)); });
+  m.def("_synchronize", [](int device) {
+    py::gil_scoped_release release;
+    TPU_CHECK(tpu_runtime_synchronize(runtime(), device));
+  });
+  m.def("_info", &info);
+  m.def("_stats", &stats);
+  m.def("_reset_stats", []() { tpu_stats_reset(); });
+  m.def("_set_fallback_mode", [](const std::string& mode) {
+    if (mode == "warn") set_fallback_mode(FallbackMode::kWarn);
+    else if (mode == "error") set_fallback_mode(FallbackMode::kError);
+    else if (mode == "silent") set_fallback_mode(FallbackMode::kSilent);
+    else TORCH_CHECK_VALUE(false, "TORCHTPU_FALLBACK must be warn, error or silent, got '", mode, "'");
+  });
+  m.def("_set_dump_dir", [](const std::string& dir) { TPU_CHECK(tpu_eager_set_dump_dir(dir.c_str())); });
+  m.def("_cache_clear", []() { tpu_eager_cache_clear(); });
+  m.def("_default_generator", [](int device) {
+    return py::reinterpret_steal<py::object>(
+        THPGenerator_initDefaultGenerator(default_generator(static_cast<c10::DeviceIndex>(device))));
+  });
+  m.def("_rule_ops", []() {
+    std::vector<std::string> names;
+    for (int i = 0; i < tpu_lower_rule_count(); i++) {
+      const tpu_lower_rule* r = tpu_lower_rule_at(i);
+      for (int k = 0; k < 4 && r->names[k] != nullptr; k++) names.emplace_back(r->names[k]);
+    }
+    return names;
+  });
+  m.def("_unregistered_rules", []() { return unregistered_rule_names(); });
+}

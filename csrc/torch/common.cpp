@@ -1,0 +1,186 @@
+// The process runtime, error translation and dtype mapping shared by the
+// glue files.
+#include "torch/tpu_torch.h"
+
+#include <c10/util/Exception.h>
+
+#include <mutex>
+
+extern "C" {
+#include "base/stats.h"
+}
+
+namespace torchtpu {
+
+namespace {
+std::mutex g_runtime_mutex;
+tpu_runtime* g_runtime = nullptr;
+std::string g_runtime_error;  // why the runtime could not start, once tried
+thread_local c10::DeviceIndex t_current_device = 0;
+}  // namespace
+
+namespace {
+// Set by torchtpu._C._configure before first use.
+std::string g_plugin_path;
+std::string g_platform;
+int g_cpu_devices = 1;
+}  // namespace
+
+void configure(const std::string& plugin_path, const std::string& platform, int cpu_devices,
+               const std::string& error) {
+  std::lock_guard<std::mutex> lock(g_runtime_mutex);
+  TORCH_CHECK(g_runtime == nullptr, "the tpu runtime has already started; configure it before first use");
+  g_plugin_path = plugin_path;
+  g_platform = platform;
+  g_cpu_devices = cpu_devices;
+  g_runtime_error = error;
+}
+
+void throw_status(tpu_status_t st, const char* context) {
+  if (st == nullptr) return;
+  std::string msg = tpu_status_message(st);
+  if (context != nullptr) msg = std::string(context) + ": " + msg;
+  tpu_code_t code = tpu_status_code(st);
+  tpu_status_free(st);
+  switch (code) {
+    case TPU_ERR_INDEX:
+      TORCH_CHECK_INDEX(false, msg);
+    case TPU_ERR_TYPE:
+      TORCH_CHECK_TYPE(false, msg);
+    case TPU_ERR_VALUE:
+      TORCH_CHECK_VALUE(false, msg);
+    case TPU_ERR_NOT_IMPLEMENTED:
+      TORCH_CHECK_NOT_IMPLEMENTED(false, msg);
+    case TPU_ERR_OUT_OF_MEMORY:
+      TORCH_CHECK_WITH(OutOfMemoryError, false, msg);
+    default:
+      TORCH_CHECK(false, msg);
+  }
+}
+
+tpu_runtime* runtime() {
+  std::lock_guard<std::mutex> lock(g_runtime_mutex);
+  if (g_runtime != nullptr) return g_runtime;
+  TORCH_CHECK(g_runtime_error.empty(), g_runtime_error);
+  TORCH_CHECK(!g_plugin_path.empty(),
+              "torchtpu has no PJRT plugin configured: import torchtpu before using the tpu device");
+  tpu_runtime_options opts;
+  tpu_runtime_options_init(&opts);
+  opts.plugin_path = g_plugin_path.c_str();
+  opts.platform = g_platform.empty() ? nullptr : g_platform.c_str();
+  opts.cpu_device_count = g_cpu_devices;
+  tpu_runtime* rt = nullptr;
+  tpu_status_t st = tpu_runtime_create(&opts, &rt);
+  if (st != nullptr) {
+    g_runtime_error = std::string("torchtpu could not start the PJRT plugin: ") + tpu_status_message(st);
+    tpu_status_free(st);
+    TORCH_CHECK(false, g_runtime_error);
+  }
+  tpu_eager_init(rt);
+  g_runtime = rt;
+  return rt;
+}
+
+int device_count_or_zero() noexcept {
+  try {
+    return tpu_runtime_device_count(runtime());
+  } catch (...) {
+    return 0;
+  }
+}
+
+c10::DeviceIndex current_device() { return t_current_device; }
+
+void set_current_device(c10::DeviceIndex index) {
+  if (index == t_current_device) return;
+  int n = device_count_or_zero();
+  TORCH_CHECK(index >= 0 && index < n, "Invalid device index ", static_cast<int>(index), " for tpu: ", n,
+              " device(s) available");
+  t_current_device = index;
+}
+
+tpu_dtype_t to_tpu(c10::ScalarType t) {
+  switch (t) {
+    case at::kBool: return TPU_BOOL;
+    case at::kChar: return TPU_S8;
+    case at::kShort: return TPU_S16;
+    case at::kInt: return TPU_S32;
+    case at::kLong: return TPU_S64;
+    case at::kByte: return TPU_U8;
+    case at::kUInt16: return TPU_U16;
+    case at::kUInt32: return TPU_U32;
+    case at::kUInt64: return TPU_U64;
+    case at::kHalf: return TPU_F16;
+    case at::kFloat: return TPU_F32;
+    case at::kDouble: return TPU_F64;
+    case at::kBFloat16: return TPU_BF16;
+    case at::kComplexFloat: return TPU_C64;
+    case at::kComplexDouble: return TPU_C128;
+    case at::kFloat8_e5m2: return TPU_F8E5M2;
+    case at::kFloat8_e4m3fn: return TPU_F8E4M3FN;
+    case at::kFloat8_e5m2fnuz: return TPU_F8E5M2FNUZ;
+    case at::kFloat8_e4m3fnuz: return TPU_F8E4M3FNUZ;
+    default: return TPU_INVALID;
+  }
+}
+
+c10::ScalarType to_torch(tpu_dtype_t t) {
+  switch (t) {
+    case TPU_BOOL: return at::kBool;
+    case TPU_S8: return at::kChar;
+    case TPU_S16: return at::kShort;
+    case TPU_S32: return at::kInt;
+    case TPU_S64: return at::kLong;
+    case TPU_U8: return at::kByte;
+    case TPU_U16: return at::kUInt16;
+    case TPU_U32: return at::kUInt32;
+    case TPU_U64: return at::kUInt64;
+    case TPU_F16: return at::kHalf;
+    case TPU_F32: return at::kFloat;
+    case TPU_F64: return at::kDouble;
+    case TPU_BF16: return at::kBFloat16;
+    case TPU_C64: return at::kComplexFloat;
+    case TPU_C128: return at::kComplexDouble;
+    case TPU_F8E5M2: return at::kFloat8_e5m2;
+    case TPU_F8E4M3FN: return at::kFloat8_e4m3fn;
+    case TPU_F8E5M2FNUZ: return at::kFloat8_e5m2fnuz;
+    case TPU_F8E4M3FNUZ: return at::kFloat8_e4m3fnuz;
+    default: TORCH_CHECK(false, "torchtpu: no PyTorch dtype for ", tpu_dtype_name(t));
+  }
+}
+
+tpu_storage* storage_of(const at::Tensor& t) {
+  return static_cast<tpu_storage*>(t.storage().data_ptr().get_context());
+}
+
+tpu_tensor_ref tensor_ref(const at::Tensor& t) {
+  tpu_tensor_ref r{};
+  r.storage = storage_of(t);
+  tpu_view& v = r.view;
+  v.dtype = to_tpu(t.scalar_type());
+  TORCH_CHECK(v.dtype != TPU_INVALID, "tpu does not support tensors of dtype ", t.scalar_type());
+  TORCH_CHECK(t.dim() <= TPU_HLO_MAX_RANK, "tpu supports tensors of at most ", TPU_HLO_MAX_RANK,
+              " dimensions, got ", t.dim());
+  v.rank = static_cast<int>(t.dim());
+  auto sizes = t.sizes();
+  auto strides = t.strides();
+  for (int i = 0; i < v.rank; i++) {
+    v.sizes[i] = sizes[i];
+    v.strides[i] = strides[i];
+  }
+  v.offset = t.storage_offset();
+  return r;
+}
+
+at::Tensor tensor_from_buffer(tpu_buffer* buf, at::ScalarType dtype, at::IntArrayRef sizes,
+                              c10::DeviceIndex device) {
+  c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, device));
+  at::Tensor t = at::detail::empty_generic(sizes, allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                           dtype, std::nullopt);
+  tpu_storage* s = storage_of(t);
+  if (s != nullptr) tpu_storage_set(s, buf, to_tpu(dtype));
+  else tpu_buffer_destroy(runtime(), buf);
+  return t;
+}
+
+}  // namespace torchtpu

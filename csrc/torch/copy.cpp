@@ -1,0 +1,128 @@
+// Data movement: copies between the host and tpu storages, tpu-to-tpu
+// copies (the internal copy rule: any view, any dtype, broadcasting), and
+// reading scalars back (.item(), printing, bool(t)).
+#include <ATen/ExpandUtils.h>
+#include <ATen/MemoryOverlap.h>
+#include <torch/library.h>
+
+#include "torch/dispatch.h"
+#include "torch/tpu_torch.h"
+
+namespace torchtpu {
+
+namespace {
+
+const OpInfo& copy_op() {
+  static const OpInfo info = [] {
+    OpInfo i;
+    i.arg_types = {ArgType::kTensor, ArgType::kTensor, ArgType::kBool};
+    i.mutated = {false, true, false};
+    i.promotes = {false, false, false};
+    int alias = 1;
+    tpu_eager_op* op = nullptr;
+    TPU_CHECK(tpu_eager_op_new("aten::_copy_from", tpu_lower_find("_copy_from"), 1, &alias, &op));
+    i.op = op;
+    return i;
+  }();
+  return info;
+}
+
+bool is_whole(const at::Tensor& t) {
+  tpu_storage* s = storage_of(t);
+  if (s == nullptr) return false;
+  tpu_tensor_ref r = tensor_ref(t);
+  return tpu_view_is_whole(&r.view, s->nbytes);
+}
+
+tpu_buffer* upload(const at::Tensor& host, c10::DeviceIndex device) {
+  int64_t n = host.numel();
+  tpu_buffer* buf = nullptr;
+  TPU_CHECK(tpu_buffer_from_host(runtime(), device, host.const_data_ptr(), to_tpu(host.scalar_type()), &n, 1, &buf));
+  return buf;
+}
+
+// Downloads the dense contents of |t| (whole-storage, same dtype) into |dst|.
+void download_whole(const at::Tensor& t, void* dst) {
+  tpu_storage* s = storage_of(t);
+  TPU_CHECK(tpu_buffer_to_host(runtime(), s->buf, dst, static_cast<size_t>(t.nbytes())));
+}
+
+bool downloadable(const at::Tensor& t) {
+  tpu_storage* s = storage_of(t);
+  return s != nullptr && s->buf != nullptr && is_whole(t) && s->dtype == to_tpu(t.scalar_type());
+}
+
+}  // namespace
+
+void device_copy(const at::Tensor& dst, const at::Tensor& src) {
+  at::assert_no_internal_overlap(dst);
+  std::array<c10::IValue, 3> args = {src, dst, false};
+  run_rule(copy_op(), args);
+}
+
+at::Tensor to_host(const at::Tensor& src) {
+  at::Tensor out = at::empty(src.sizes(), src.options().device(at::kCPU));
+  if (src.numel() == 0) return out;
+  tpu_storage* s = storage_of(src);
+  if (s->buf == nullptr) return out;  // never written: contents unspecified, as torch.empty
+  if (downloadable(src)) {
+    download_whole(src, out.mutable_data_ptr());
+    return out;
+  }
+  at::Tensor dense = at::empty(src.sizes(), src.options());
+  device_copy(dense, src);
+  download_whole(dense, out.mutable_data_ptr());
+  return out;
+}
+
+namespace {
+
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  const bool src_tpu = self.device().type() == c10::DeviceType::PrivateUse1;
+  const bool dst_tpu = dst.device().type() == c10::DeviceType::PrivateUse1;
+  if (dst.numel() == 0) return dst;
+  if (src_tpu && dst_tpu) {
+    device_copy(dst, self);
+  } else if (dst_tpu) {
+    TORCH_CHECK(self.device().is_cpu(), "tpu can copy only from cpu or tpu tensors, got ", self.device());
+    at::assert_no_internal_overlap(dst);
+    at::Tensor host = self;
+    if (host.scalar_type() != dst.scalar_type()) host = host.to(dst.scalar_type());
+    if (host.sizes() != dst.sizes()) host = host.expand(dst.sizes());
+    host = host.contiguous();
+    c10::DeviceIndex device = dst.device().index();
+    if (is_whole(dst)) {
+      tpu_storage_set(storage_of(dst), upload(host, device), to_tpu(dst.scalar_type()));
+    } else {
+      device_copy(dst, tensor_from_buffer(upload(host, device), dst.scalar_type(), dst.sizes(), device));
+    }
+  } else {
+    TORCH_CHECK(dst.device().is_cpu(), "tpu can copy only to cpu or tpu tensors, got ", dst.device());
+    if (dst.is_contiguous() && dst.scalar_type() == self.scalar_type() && dst.sizes() == self.sizes() &&
+        downloadable(self)) {
+      download_whole(self, dst.mutable_data_ptr());
+    } else {
+      dst.copy_(to_host(self));
+    }
+  }
+  return dst;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  if (dst.sizes() != self.sizes()) dst.resize_(self.sizes());
+  return copy_from(self, dst, false);
+}
+
+at::Scalar local_scalar_dense(const at::Tensor& self) {
+  TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(), " elements cannot be converted to Scalar");
+  return to_host(self).item();
+}
+
+}  // namespace
+}  // namespace torchtpu
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_copy_from", TORCH_FN(torchtpu::copy_from));
+  m.impl("_copy_from_and_resize", TORCH_FN(torchtpu::copy_from_and_resize));
+  m.impl("_local_scalar_dense", TORCH_FN(torchtpu::local_scalar_dense));
+}

@@ -1,0 +1,39 @@
+// The generic eager kernel (see dispatch.cpp).
+#pragma once
+
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "torch/tpu_torch.h"
+
+namespace torchtpu {
+
+enum class ArgType { kTensor, kTensorList, kScalar, kInt, kIntList, kFloat, kFloatList, kBool, kBoolList,
+                     kString, kDtype, kEnum, kOther };
+
+// What the kernel knows about one overload, computed once from its schema.
+struct OpInfo {
+  tpu_eager_op* op = nullptr;
+  std::vector<ArgType> arg_types;
+  std::vector<bool> mutated;   // per argument: written by the op
+  std::vector<bool> promotes;  // per argument: takes part in type promotion
+  bool out_variant = false;    // has out= arguments (resized from the meta shapes)
+  std::optional<c10::OperatorHandle> handle;
+};
+
+// Builds the OpInfo of |handle| served by |rule|, or explains why the
+// generic kernel cannot serve it.
+std::optional<OpInfo> make_op_info(const c10::OperatorHandle& handle, const tpu_lower_rule* rule,
+                                   std::string* why_not);
+
+// Runs an op through its rule. |ivs| are the arguments in schema order.
+// Returns the new tensors (undefined for returns that alias arguments).
+std::vector<at::Tensor> run_rule(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs);
+
+// Rule names that could not be registered, and why (for `python -m torchtpu info`).
+const std::vector<std::string>& unregistered_rule_names();
+
+}  // namespace torchtpu

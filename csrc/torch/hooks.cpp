@@ -1,0 +1,59 @@
+// PrivateUse1 hooks: availability, generators, storage resizing, device
+// queries that PyTorch makes through the accelerator interface.
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+
+#include "torch/generator.h"
+#include "torch/tpu_torch.h"
+
+namespace torchtpu {
+namespace {
+
+struct TpuHooks final : public at::PrivateUse1HooksInterface {
+  bool isBuilt() const override { return true; }
+  bool isAvailable() const override { return device_count_or_zero() > 0; }
+  bool hasPrimaryContext(c10::DeviceIndex) const override { return device_count_or_zero() > 0; }
+  void init() const override { runtime(); }
+
+  const at::Generator& getDefaultGenerator(c10::DeviceIndex device) const override {
+    return default_generator(device);
+  }
+  at::Generator getNewGenerator(c10::DeviceIndex device) const override { return new_generator(device); }
+
+  // Data pointers are storage boxes plus offsets: they do not say where they
+  // live, and every storage of this process is on a tpu device.
+  at::Device getDeviceFromPtr(void*) const override {
+    return at::Device(c10::DeviceType::PrivateUse1, current_device());
+  }
+  bool isPinnedPtr(const void*) const override { return false; }
+  c10::Allocator* getPinnedMemoryAllocator() const override { return at::getCPUAllocator(); }
+
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
+    tpu_storage* old = static_cast<tpu_storage*>(storage.data_ptr().get_context());
+    c10::DeviceIndex device = storage.device().index();
+    c10::DeviceGuard guard(storage.device());
+    c10::DataPtr fresh = allocator()->allocate(newsize);
+    tpu_storage* box = static_cast<tpu_storage*>(fresh.get_context());
+    if (old != nullptr && box != nullptr && old->buf != nullptr)
+      TPU_CHECK(tpu_storage_copy_prefix(box, old));
+    (void)device;
+    storage.unsafeGetStorageImpl()->set_data_ptr_noswap(std::move(fresh));
+    storage.unsafeGetStorageImpl()->set_nbytes(newsize);
+  }
+
+  c10::DeviceIndex deviceCount() const override { return static_cast<c10::DeviceIndex>(device_count_or_zero()); }
+  void setCurrentDevice(c10::DeviceIndex device) const override { set_current_device(device); }
+  c10::DeviceIndex getCurrentDevice() const override { return current_device(); }
+  c10::DeviceIndex exchangeDevice(c10::DeviceIndex device) const override {
+    c10::DeviceIndex old = current_device();
+    set_current_device(device);
+    return old;
+  }
+  c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex device) const override { return exchangeDevice(device); }
+};
+
+struct Registrar {
+  Registrar() { at::RegisterPrivateUse1HooksInterface(new TpuHooks()); }
+} g_registrar;
+
+}  // namespace
+}  // namespace torchtpu

@@ -1,0 +1,62 @@
+// Shared pieces of the C++ glue: the process runtime, status -> c10 error,
+// dtype mapping, and the C description of a tensor. Everything that computes
+// lives in C; these files only translate between PyTorch and it.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <c10/core/Allocator.h>
+
+#include <string>
+
+extern "C" {
+#include "eager/eager.h"
+}
+
+namespace torchtpu {
+
+// Throws the c10 error matching |st|'s code (IndexError, TypeError …) with
+// its message, after freeing it. No-op for NULL.
+void throw_status(tpu_status_t st, const char* context = nullptr);
+
+#define TPU_CHECK(expr)                                \
+  do {                                                 \
+    tpu_status_t tpu_check_st_ = (expr);               \
+    if (tpu_check_st_ != nullptr) ::torchtpu::throw_status(tpu_check_st_); \
+  } while (0)
+
+// Chooses the plugin (torchtpu._C._configure). A non-empty |error| is what
+// every use of the device will raise (no plugin found).
+void configure(const std::string& plugin_path, const std::string& platform, int cpu_devices,
+               const std::string& error);
+// The runtime of this process, created on first use from the plugin chosen
+// at import (torchtpu._C._configure). Throws if it cannot be created.
+tpu_runtime* runtime();
+// The device count, or 0 when the runtime cannot start (never throws).
+int device_count_or_zero() noexcept;
+// The thread's current device index.
+c10::DeviceIndex current_device();
+void set_current_device(c10::DeviceIndex index);
+
+tpu_dtype_t to_tpu(c10::ScalarType t);
+c10::ScalarType to_torch(tpu_dtype_t t);
+
+c10::Allocator* allocator();
+// The storage box behind a tpu tensor (nullptr for a zero-byte storage).
+tpu_storage* storage_of(const at::Tensor& t);
+// The C description of a tpu tensor (its storage box and view).
+tpu_tensor_ref tensor_ref(const at::Tensor& t);
+// A new contiguous tpu tensor owning |buf| (1-D storage of |dtype|).
+at::Tensor tensor_from_buffer(tpu_buffer* buf, at::ScalarType dtype, at::IntArrayRef sizes,
+                              c10::DeviceIndex device);
+
+// Runs the internal copy rule: dst (a tpu tensor, any view) = src (a tpu
+// tensor broadcastable to it), converting dtypes.
+void device_copy(const at::Tensor& dst, const at::Tensor& src);
+// A contiguous host copy of |src| (a tpu tensor), of its dtype.
+at::Tensor to_host(const at::Tensor& src);
+
+// Fallback policy (TORCHTPU_FALLBACK): warn once per op, error, or silent.
+enum class FallbackMode { kWarn, kError, kSilent };
+void set_fallback_mode(FallbackMode mode);
+
+}  // namespace torchtpu

@@ -1,0 +1,50 @@
+"""torchtpu: an XLA device (through PJRT) as the ordinary PyTorch device "tpu".
+
+    import torch, torchtpu
+    x = torch.randn(4, 4, device="tpu")
+
+Environment: TORCHTPU_PLATFORM (cpu | cuda | tpu | path to a plugin),
+TORCHTPU_FALLBACK (warn | error | silent), TORCHTPU_DUMP_DIR (write every
+compiled program's StableHLO there).
+"""
+import os
+
+# XLA logs an INFO line per client at start-up; keep stderr for warnings.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
+import torch  # noqa: E402
+
+from . import _plugin  # noqa: E402
+from . import _C  # noqa: E402
+
+_platform, _plugin_path, _plugin_error = _plugin.resolve()
+_C._configure(_plugin_path, _platform, 1, _plugin_error)
+
+torch.utils.rename_privateuse1_backend("tpu")
+from . import device as _device_module  # noqa: E402
+
+torch._register_device_module("tpu", _device_module)
+torch.utils.generate_methods_for_privateuse1_backend(
+    for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True)
+
+_C._set_fallback_mode(os.environ.get("TORCHTPU_FALLBACK", "warn"))
+if os.environ.get("TORCHTPU_DUMP_DIR"):
+    _C._set_dump_dir(os.environ["TORCHTPU_DUMP_DIR"])
+
+
+def stats():
+    """Counters since start (or reset_stats()): ops, cache_hits, cache_misses,
+    cache_loads, compile_seconds, executions, h2d_bytes, d2h_bytes, fallbacks
+    (op name -> count) and cached_programs."""
+    return _C._stats()
+
+
+def reset_stats():
+    _C._reset_stats()
+
+
+def synchronize(device=None):
+    _device_module.synchronize(device)
+
+
+__all__ = ["stats", "reset_stats", "synchronize"]
