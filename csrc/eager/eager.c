@@ -254,6 +254,10 @@ struct tpu_eager_entry {
   result_dst *results;
   int num_returns;
   tpu_eager_out_meta meta[TPU_EAGER_MAX_RETURNS];
+  /* Runtime checks: the last |num_checks| results are i1 flags. */
+  int num_checks;
+  tpu_code_t check_codes[TPU_LOWER_MAX_CHECKS];
+  const char *check_messages[TPU_LOWER_MAX_CHECKS];
 };
 
 static pthread_mutex_t g_cache_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -534,9 +538,14 @@ tpu_status_t tpu_eager_compile(const tpu_eager_call *call, const tpu_eager_out_m
   }
   TPU_GOTO_IF_ERROR(st, tpu_lower_run(op->rule, &c), fail);
 
-  /* Results: writes through mutated arguments, then new outputs. */
-  result_dst results[2 * TPU_EAGER_MAX_RETURNS + 1];
-  tpu_hlo_value result_values[2 * TPU_EAGER_MAX_RETURNS + 1];
+  /* A failed check keeps every written storage as it was. */
+  tpu_hlo_value all_ok = TPU_HLO_NONE;
+  for (int i = 0; i < c.num_checks; i++)
+    all_ok = all_ok == TPU_HLO_NONE ? c.checks[i].ok : tpu_hlo_binary(s.b, TPU_HLO_AND, all_ok, c.checks[i].ok);
+
+  /* Results: writes through mutated arguments, new outputs, check flags. */
+  result_dst results[2 * TPU_EAGER_MAX_RETURNS + TPU_LOWER_MAX_CHECKS];
+  tpu_hlo_value result_values[2 * TPU_EAGER_MAX_RETURNS + TPU_LOWER_MAX_CHECKS];
   int num_results = 0;
   int written_slots[TPU_EAGER_MAX_RETURNS];
   int num_written = 0;
@@ -548,7 +557,7 @@ tpu_status_t tpu_eager_compile(const tpu_eager_call *call, const tpu_eager_out_m
     if (fi < 0 || ref->storage == NULL || tpu_view_numel(&ref->view) == 0) continue;
     int slot = s.flat.refs[fi].slot;
     tpu_hlo_value cur = s.slot_value[slot];
-    if (cur == TPU_HLO_NONE && !tpu_view_is_whole(&ref->view, ref->storage->nbytes))
+    if (cur == TPU_HLO_NONE && (all_ok != TPU_HLO_NONE || !tpu_view_is_whole(&ref->view, ref->storage->nbytes)))
       cur = slot_storage(&s, slot, ref->view.dtype);
     tpu_hlo_value nv;
     if (cur == TPU_HLO_NONE) { /* whole storage, unread: the value is the storage */
@@ -565,6 +574,10 @@ tpu_status_t tpu_eager_compile(const tpu_eager_call *call, const tpu_eager_out_m
   }
   for (int i = 0; i < num_written; i++) {
     int slot = written_slots[i];
+    if (all_ok != TPU_HLO_NONE) {
+      tpu_hlo_value old = tpu_hlo_storage_as(s.b, s.slot_param[slot], tpu_hlo_dtype(s.b, s.slot_value[slot]));
+      s.slot_value[slot] = tpu_hlo_select(s.b, all_ok, s.slot_value[slot], old);
+    }
     results[num_results] = (result_dst){.ref = slot, .output = -1, .dtype = tpu_hlo_dtype(s.b, s.slot_value[slot])};
     result_values[num_results] = s.slot_value[slot];
     /* Donate the old buffer into its replacement when the types agree. */
@@ -585,6 +598,14 @@ tpu_status_t tpu_eager_compile(const tpu_eager_call *call, const tpu_eager_out_m
     result_values[num_results] = output_storage(s.b, outputs[r], &meta[r]);
     num_results++;
   }
+
+  for (int i = 0; i < c.num_checks; i++) {
+    results[num_results] = (result_dst){.ref = -1, .output = -1, .dtype = TPU_BOOL};
+    result_values[num_results++] = c.checks[i].ok;
+    e->check_codes[i] = c.checks[i].code;
+    e->check_messages[i] = c.checks[i].message;
+  }
+  e->num_checks = c.num_checks;
 
   e->num_results = num_results;
   e->results = malloc((size_t)(num_results ? num_results : 1) * sizeof *e->results);
@@ -786,11 +807,22 @@ tpu_status_t tpu_eager_execute(const tpu_eager_entry *e, const tpu_eager_call *c
   TPU_GOTO_IF_ERROR(st, tpu_executable_execute(g_rt, e->exe, call->device, args, (size_t)e->num_params,
                                                 e->any_donation ? e->donate : NULL, outs),
                     done);
-  for (int i = 0; i < e->num_results; i++) {
+  int first_check = e->num_results - e->num_checks;
+  for (int i = 0; i < first_check; i++) {
     const result_dst *r = &e->results[i];
     tpu_storage *s = r->ref >= 0 ? f.refs[r->ref].ref->storage : new_outputs[r->output];
     if (s == NULL) tpu_buffer_destroy(g_rt, outs[i]);
     else tpu_storage_set(s, outs[i], r->dtype);
+  }
+  /* Data-dependent checks wait for their flags (a sync, like PyTorch's CPU
+   * kernels that raise before returning). */
+  for (int i = 0; i < e->num_checks; i++) {
+    unsigned char ok = 1;
+    tpu_status_t cst = tpu_buffer_to_host(g_rt, outs[first_check + i], &ok, 1);
+    tpu_buffer_destroy(g_rt, outs[first_check + i]);
+    if (st == NULL && cst != NULL) st = cst;
+    else tpu_status_free(cst);
+    if (st == NULL && !ok) st = tpu_status_new(e->check_codes[i], "%s", e->check_messages[i]);
   }
 done:
   tpu_buffer_destroy(g_rt, rng);

@@ -21,6 +21,7 @@ static const rule_table tables[] = {
     {tpu_rules_nn, &tpu_rules_nn_count},
     {tpu_rules_index, &tpu_rules_index_count},
     {tpu_rules_random, &tpu_rules_random_count},
+    {tpu_rules_conv, &tpu_rules_conv_count},
 };
 
 int tpu_lower_rule_count(void) {
@@ -51,6 +52,7 @@ const tpu_lower_rule *tpu_lower_find(const char *name) {
 tpu_status_t tpu_lower_run(const tpu_lower_rule *rule, tpu_lower_ctx *c) {
   for (int i = 0; i < c->num_outputs; i++) c->outputs[i] = TPU_HLO_NONE;
   c->data = rule->data;
+  c->num_checks = 0;
   tpu_status_t st = rule->fn(c);
   if (st != NULL) return st;
   TPU_RETURN_IF_ERROR(tpu_hlo_status(c->b));
@@ -67,6 +69,19 @@ tpu_status_t tpu_lower_error(tpu_lower_ctx *c, tpu_code_t code, const char *fmt,
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   return tpu_status_new(code, "%s", msg);
+}
+
+void tpu_lower_require(tpu_lower_ctx *c, tpu_hlo_value ok, tpu_code_t code, const char *message) {
+  if (c->num_checks == TPU_LOWER_MAX_CHECKS) {
+    tpu_hlo_fail(c->b, TPU_ERR_RUNTIME, "%s: internal: too many runtime checks", c->op);
+    return;
+  }
+  const tpu_hlo_type *t = tpu_hlo_type_of(c->b, ok);
+  if (!tpu_hlo_failed(c->b) && (t->dtype != TPU_BOOL || t->rank != 0)) {
+    tpu_hlo_fail(c->b, TPU_ERR_RUNTIME, "%s: internal: a check must be a boolean scalar", c->op);
+    return;
+  }
+  c->checks[c->num_checks++] = (tpu_lower_check){ok, code, message};
 }
 
 bool tpu_lower_is_none(const tpu_lower_ctx *c, int arg) {
@@ -136,6 +151,52 @@ int tpu_lower_wrap_dim(int64_t dim, int rank) {
 
 tpu_dtype_t tpu_lower_opmath(tpu_dtype_t t) {
   return t == TPU_F16 || t == TPU_BF16 ? TPU_F32 : t;
+}
+
+int tpu_lower_reduce_dims(const tpu_lower_ctx *c, int arg, int rank, int64_t *out_dims) {
+  bool seen[TPU_HLO_MAX_RANK] = {false};
+  const tpu_lower_arg *a = arg < c->num_args ? &c->args[arg] : NULL;
+  if (a == NULL || a->kind == TPU_ARG_NONE || (a->kind == TPU_ARG_INT_LIST && a->n == 0)) {
+    for (int i = 0; i < rank; i++) seen[i] = true;
+  } else if (a->kind == TPU_ARG_INT) {
+    seen[tpu_lower_wrap_dim(a->i, rank)] = true;
+  } else {
+    for (int i = 0; i < a->n; i++) seen[tpu_lower_wrap_dim(a->ints[i], rank)] = true;
+  }
+  int n = 0;
+  for (int i = 0; i < rank; i++)
+    if (seen[i]) out_dims[n++] = i;
+  return n;
+}
+
+tpu_hlo_value tpu_lower_reduce(tpu_hlo_builder *b, tpu_hlo_value x, tpu_hlo_binary_t op,
+                               const int64_t *dims, int n) {
+  tpu_dtype_t t = tpu_hlo_dtype(b, x);
+  tpu_hlo_value init;
+  switch (op) {
+    case TPU_HLO_MUL: init = tpu_hlo_scalar_i64(b, t, 1); break;
+    case TPU_HLO_MAX: init = tpu_hlo_scalar_min(b, t); break;
+    case TPU_HLO_MIN: init = tpu_hlo_scalar_max(b, t); break;
+    case TPU_HLO_AND: init = tpu_hlo_scalar_i64(b, t, t == TPU_BOOL ? 1 : -1); break;
+    default: init = tpu_hlo_scalar_i64(b, t, 0); break; /* ADD, OR, XOR */
+  }
+  return tpu_hlo_reduce_simple(b, x, init, op, dims, n);
+}
+
+tpu_hlo_value tpu_lower_keepdim(tpu_hlo_builder *b, tpu_hlo_value x, int rank, const int64_t *dims,
+                                int n) {
+  const tpu_hlo_type *t = tpu_hlo_type_of(b, x);
+  int64_t shape[TPU_HLO_MAX_RANK];
+  int k = 0, j = 0;
+  for (int i = 0; i < rank; i++) {
+    if (j < n && dims[j] == i) {
+      shape[i] = 1;
+      j++;
+    } else {
+      shape[i] = t->dims[k++];
+    }
+  }
+  return tpu_hlo_reshape(b, x, rank, shape);
 }
 
 void tpu_lower_set_output(tpu_lower_ctx *c, int i, tpu_hlo_value v) {

@@ -66,6 +66,15 @@ typedef struct tpu_lower_arg {
 
 typedef struct tpu_lower_ctx tpu_lower_ctx;
 
+/* A runtime check a rule asks for: |ok| is a rank-0 i1 value; when false the
+ * op raises |code| with |message| (a static string) and writes nothing. */
+typedef struct tpu_lower_check {
+  tpu_hlo_value ok;
+  tpu_code_t code;
+  const char *message;
+} tpu_lower_check;
+#define TPU_LOWER_MAX_CHECKS 4
+
 /* Fetches tensor |arg| (|item| of a list, -1 otherwise) as a value. */
 typedef tpu_hlo_value (*tpu_lower_fetch_fn)(tpu_lower_ctx *c, int arg, int item);
 
@@ -83,6 +92,8 @@ struct tpu_lower_ctx {
   tpu_lower_fetch_fn fetch;
   void *user;    /* the caller's */
   intptr_t data; /* the running rule's |data| */
+  int num_checks;
+  tpu_lower_check checks[TPU_LOWER_MAX_CHECKS];
 };
 
 /* Rule flags. */
@@ -135,6 +146,23 @@ int tpu_lower_wrap_dim(int64_t dim, int rank);
 tpu_dtype_t tpu_lower_opmath(tpu_dtype_t t);
 /* Records |v| (converted to the output's dtype) as output |i|. */
 void tpu_lower_set_output(tpu_lower_ctx *c, int i, tpu_hlo_value v);
+/* --- reduction scaffolding, shared by the reduce and nn families ------------- */
+/* The reduced dims named by argument |arg| (an int, an int list, or None / an
+ * empty list meaning all dims), wrapped and sorted; returns how many. */
+int tpu_lower_reduce_dims(const tpu_lower_ctx *c, int arg, int rank, int64_t *out_dims);
+/* |x| reduced over |dims| with |op| (ADD, MUL, MAX, MIN, AND, OR), starting
+ * from the op's identity. */
+tpu_hlo_value tpu_lower_reduce(tpu_hlo_builder *b, tpu_hlo_value x, tpu_hlo_binary_t op,
+                               const int64_t *dims, int n);
+/* A reduced value with the reduced dims put back as size 1 (keepdim=True);
+ * |rank| is the rank before reducing. */
+tpu_hlo_value tpu_lower_keepdim(tpu_hlo_builder *b, tpu_hlo_value x, int rank, const int64_t *dims,
+                                int n);
+
+/* Adds a runtime check (see tpu_lower_check): data-dependent errors such as
+ * an index out of range. Eager waits for the flag and raises PyTorch's
+ * error; the op's writes are dropped when a check fails. */
+void tpu_lower_require(tpu_lower_ctx *c, tpu_hlo_value ok, tpu_code_t code, const char *message);
 /* A rule's error: a user-facing status of |code| ("aten::x: message"). */
 tpu_status_t tpu_lower_error(tpu_lower_ctx *c, tpu_code_t code, const char *fmt, ...) TPU_PRINTF(3, 4);
 

@@ -16,6 +16,7 @@ TPU_RULE_TABLE(linalg);
 TPU_RULE_TABLE(nn);
 TPU_RULE_TABLE(index);
 TPU_RULE_TABLE(random);
+TPU_RULE_TABLE(conv);
 
 #define TPU_COUNT_RULES(family) \
   const int tpu_rules_##family##_count = (int)(sizeof tpu_rules_##family / sizeof tpu_rules_##family[0])
