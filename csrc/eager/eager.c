@@ -30,19 +30,20 @@ tpu_status_t tpu_eager_set_dump_dir(const char *dir) {
   return g_dump_dir ? NULL : tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
 }
 
-tpu_status_t tpu_eager_op_new(const char *name, const tpu_lower_rule *rule, int num_returns,
-                              const int *return_alias, tpu_eager_op **out_op) {
+tpu_status_t tpu_eager_op_new(const char *name, const tpu_lower_rule *rule, int num_outputs,
+                              int num_returns, const int *output_alias, tpu_eager_op **out_op) {
   *out_op = NULL;
-  if (num_returns > TPU_EAGER_MAX_RETURNS)
-    return tpu_status_new(TPU_ERR_NOT_IMPLEMENTED, "%s has too many returns", name);
+  if (num_outputs > TPU_EAGER_MAX_RETURNS || num_returns > num_outputs)
+    return tpu_status_new(TPU_ERR_NOT_IMPLEMENTED, "%s has too many outputs", name);
   tpu_eager_op *op = calloc(1, sizeof *op);
   if (op == NULL || (op->name = strdup(name)) == NULL) {
     free(op);
     return tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
   }
   op->rule = rule;
+  op->num_outputs = num_outputs;
   op->num_returns = num_returns;
-  for (int i = 0; i < num_returns; i++) op->return_alias[i] = return_alias[i];
+  for (int i = 0; i < num_outputs; i++) op->output_alias[i] = output_alias[i];
   op->id = atomic_fetch_add(&g_next_op_id, 1);
   *out_op = op;
   return NULL;
@@ -252,7 +253,6 @@ struct tpu_eager_entry {
   bool any_donation;
   int num_results;
   result_dst *results;
-  int num_returns;
   tpu_eager_out_meta meta[TPU_EAGER_MAX_RETURNS];
   /* Runtime checks: the last |num_checks| results are i1 flags. */
   int num_checks;
@@ -504,24 +504,26 @@ tpu_status_t tpu_eager_compile(const tpu_eager_call *call, const tpu_eager_out_m
 
   tpu_hlo_type out_types[TPU_EAGER_MAX_RETURNS];
   tpu_hlo_value outputs[TPU_EAGER_MAX_RETURNS];
-  for (int r = 0; r < op->num_returns; r++) {
-    int a = op->return_alias[r];
+  for (int r = 0; r < op->num_outputs; r++) {
+    int a = op->output_alias[r];
     if (a >= 0) {
-      const tpu_view *v = &call->args[a].tensor.view;
-      out_types[r] = tpu_hlo_make_type(v->dtype, v->rank, v->sizes);
+      /* Writes an argument: its type (INVALID when the argument is None). */
+      const tpu_eager_arg *arg = &call->args[a];
+      const tpu_view *v = &arg->tensor.view;
+      out_types[r] = arg->lower.kind == TPU_ARG_TENSOR ? tpu_hlo_make_type(v->dtype, v->rank, v->sizes)
+                                                       : tpu_hlo_make_type(TPU_INVALID, 0, NULL);
     } else {
       out_types[r] = tpu_hlo_make_type(meta[r].dtype, meta[r].rank, meta[r].sizes);
       e->meta[r] = meta[r];
     }
   }
-  e->num_returns = op->num_returns;
 
   tpu_lower_ctx c = {
       .b = s.b,
       .op = op->name,
       .num_args = call->num_args,
       .args = largs,
-      .num_outputs = op->num_returns,
+      .num_outputs = op->num_outputs,
       .out_types = out_types,
       .outputs = outputs,
       .common_dtype = call->common_dtype,
@@ -549,12 +551,12 @@ tpu_status_t tpu_eager_compile(const tpu_eager_call *call, const tpu_eager_out_m
   int num_results = 0;
   int written_slots[TPU_EAGER_MAX_RETURNS];
   int num_written = 0;
-  for (int r = 0; r < op->num_returns; r++) {
-    int a = op->return_alias[r];
+  for (int r = 0; r < op->num_outputs; r++) {
+    int a = op->output_alias[r];
     if (a < 0) continue;
     int fi = flat_index(&s, a, -1);
     const tpu_tensor_ref *ref = &call->args[a].tensor;
-    if (fi < 0 || ref->storage == NULL || tpu_view_numel(&ref->view) == 0) continue;
+    if (fi < 0 || ref->storage == NULL || tpu_view_numel(&ref->view) == 0 || outputs[r] == TPU_HLO_NONE) continue;
     int slot = s.flat.refs[fi].slot;
     tpu_hlo_value cur = s.slot_value[slot];
     if (cur == TPU_HLO_NONE && (all_ok != TPU_HLO_NONE || !tpu_view_is_whole(&ref->view, ref->storage->nbytes)))
@@ -589,8 +591,8 @@ tpu_status_t tpu_eager_compile(const tpu_eager_call *call, const tpu_eager_out_m
     }
     num_results++;
   }
-  for (int r = 0; r < op->num_returns; r++) {
-    if (op->return_alias[r] >= 0) continue;
+  for (int r = 0; r < op->num_outputs; r++) {
+    if (op->output_alias[r] >= 0 || meta[r].dtype == TPU_INVALID) continue;
     int64_t numel = 1;
     for (int d = 0; d < meta[r].rank; d++) numel *= meta[r].sizes[d];
     if (numel == 0) continue;

@@ -56,18 +56,22 @@ typedef struct tpu_eager_arg {
 
 #define TPU_EAGER_MAX_RETURNS 8
 
-/* One dispatcher overload served by a rule; made once, lives forever. */
+/* One dispatcher overload served by a rule; made once, lives forever.
+ * Outputs are the op's returns, then the arguments it writes without
+ * returning them (running statistics of batch norm): the rule computes one
+ * value per output. */
 typedef struct tpu_eager_op {
   const char *name;
   const tpu_lower_rule *rule;
+  int num_outputs;
   int num_returns;
-  int return_alias[TPU_EAGER_MAX_RETURNS]; /* mutated argument a return is, or -1 */
+  int output_alias[TPU_EAGER_MAX_RETURNS]; /* the argument an output writes, or -1 (new) */
   uint32_t id;
 } tpu_eager_op;
 
 /* |name| is copied. */
-tpu_status_t tpu_eager_op_new(const char *name, const tpu_lower_rule *rule, int num_returns,
-                              const int *return_alias, tpu_eager_op **out_op) TPU_MUST_USE;
+tpu_status_t tpu_eager_op_new(const char *name, const tpu_lower_rule *rule, int num_outputs,
+                              int num_returns, const int *output_alias, tpu_eager_op **out_op) TPU_MUST_USE;
 
 typedef struct tpu_eager_call {
   const tpu_eager_op *op;
@@ -79,7 +83,8 @@ typedef struct tpu_eager_call {
   uint64_t rng_seed, rng_offset; /* for TPU_RULE_RNG rules */
 } tpu_eager_call;
 
-/* Metadata of a return that is a new tensor (from the meta functions). */
+/* Metadata of an output that is a new tensor (from the meta functions);
+ * dtype TPU_INVALID for an undefined output (a gradient not asked for). */
 typedef struct tpu_eager_out_meta {
   tpu_dtype_t dtype;
   int rank;
@@ -98,14 +103,15 @@ tpu_status_t tpu_eager_set_dump_dir(const char *dir) TPU_MUST_USE;
 /* The cached program for |call|, or NULL (a miss). */
 tpu_eager_entry *tpu_eager_lookup(const tpu_eager_call *call);
 /* Builds, compiles and caches the program for |call|; |meta| has one entry
- * per return (entries of aliasing returns are ignored). The entry is owned by
- * the cache. */
+ * per output (entries of outputs that write arguments are ignored). The
+ * entry is owned by the cache. */
 tpu_status_t tpu_eager_compile(const tpu_eager_call *call, const tpu_eager_out_meta *meta,
                                tpu_eager_entry **out_entry) TPU_MUST_USE;
-/* Output metadata of return |i| (valid for returns that are new tensors). */
+/* Output metadata of output |i| (valid for outputs that are new tensors). */
 const tpu_eager_out_meta *tpu_eager_entry_meta(const tpu_eager_entry *e, int i);
-/* Runs |e| for |call|. |new_outputs[i]| is the storage of return i when it is
- * a new tensor (NULL for aliasing returns and zero-byte outputs). */
+/* Runs |e| for |call|. |new_outputs[i]| is the storage of output i when it is
+ * a new tensor (NULL for outputs that write arguments, undefined and
+ * zero-byte outputs). */
 tpu_status_t tpu_eager_execute(const tpu_eager_entry *e, const tpu_eager_call *call,
                                tpu_storage *const *new_outputs) TPU_MUST_USE;
 

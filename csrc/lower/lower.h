@@ -83,8 +83,8 @@ struct tpu_lower_ctx {
   const char *op; /* "aten::add.Tensor", for messages */
   int num_args;
   const tpu_lower_arg *args;
-  int num_outputs;
-  const tpu_hlo_type *out_types; /* from PyTorch's meta functions */
+  int num_outputs;               /* the op's returns, then arguments it writes without returning */
+  const tpu_hlo_type *out_types; /* from PyTorch's meta functions; dtype INVALID: not wanted */
   tpu_hlo_value *outputs;        /* written by the rule */
   tpu_dtype_t common_dtype;      /* PyTorch's promoted dtype of the inputs */
   tpu_hlo_precision_t precision; /* float32 matmul/conv precision */
@@ -144,7 +144,8 @@ int tpu_lower_wrap_dim(int64_t dim, int rank);
 /* The type PyTorch computes in for elementwise math: float32 for half types
  * (CPU and CUDA kernels compute f16/bf16 math in float32), else |t|. */
 tpu_dtype_t tpu_lower_opmath(tpu_dtype_t t);
-/* Records |v| (converted to the output's dtype) as output |i|. */
+/* Records |v| (converted to the output's dtype) as output |i|; ignored for an
+ * output whose type is INVALID (undefined, or a None argument). */
 void tpu_lower_set_output(tpu_lower_ctx *c, int i, tpu_hlo_value v);
 /* --- reduction scaffolding, shared by the reduce and nn families ------------- */
 /* The reduced dims named by argument |arg| (an int, an int list, or None / an

@@ -276,6 +276,11 @@ struct MetaMap {
 };
 
 void fill_meta(const at::Tensor& t, tpu_eager_out_meta& m) {
+  if (!t.defined()) {
+    m.dtype = TPU_INVALID;
+    m.rank = 0;
+    return;
+  }
   m.dtype = to_tpu(t.scalar_type());
   TORCH_CHECK(m.dtype != TPU_INVALID, "tpu does not support dtype ", t.scalar_type());
   TORCH_CHECK(t.dim() <= TPU_HLO_MAX_RANK, "tpu supports at most ", TPU_HLO_MAX_RANK, " dimensions");
@@ -310,7 +315,7 @@ std::vector<at::Tensor> run_rule(const OpInfo& info, c10::ArrayRef<c10::IValue> 
     // PyTorch's resize warning) before the call is described.
     std::vector<at::Tensor> metas = run_meta(info, ivs);
     for (int r = 0; r < op->num_returns; r++) {
-      int a = op->return_alias[r];
+      int a = op->output_alias[r];
       if (a < 0 || !metas[r].defined()) continue;
       at::Tensor out = ivs[a].toTensor();
       if (out.sizes() != metas[r].sizes()) at::native::resize_output(out, metas[r].sizes());
@@ -337,21 +342,22 @@ std::vector<at::Tensor> run_rule(const OpInfo& info, c10::ArrayRef<c10::IValue> 
   if (entry == nullptr) {
     tpu_eager_out_meta meta[TPU_EAGER_MAX_RETURNS] = {};
     bool needs_meta = false;
-    for (int r = 0; r < op->num_returns; r++) needs_meta |= op->return_alias[r] < 0;
+    for (int r = 0; r < op->num_outputs; r++) needs_meta |= op->output_alias[r] < 0;
     if (needs_meta) {
       std::vector<at::Tensor> metas = run_meta(info, ivs);
-      for (int r = 0; r < op->num_returns; r++)
-        if (op->return_alias[r] < 0) fill_meta(metas[r], meta[r]);
+      for (int r = 0; r < op->num_outputs; r++)
+        if (op->output_alias[r] < 0) fill_meta(r < static_cast<int>(metas.size()) ? metas[r] : at::Tensor(), meta[r]);
     }
     call.common_dtype = common_dtype(info, ivs);
     tpu_status_t st = tpu_eager_compile(&call, meta, &entry);
     if (st != nullptr) throw_status(st);
   }
-  std::vector<at::Tensor> outs(op->num_returns);
+  std::vector<at::Tensor> outs(op->num_outputs);
   tpu_storage* new_storages[TPU_EAGER_MAX_RETURNS] = {};
-  for (int r = 0; r < op->num_returns; r++) {
-    if (op->return_alias[r] >= 0) continue;
+  for (int r = 0; r < op->num_outputs; r++) {
+    if (op->output_alias[r] >= 0) continue;
     const tpu_eager_out_meta* m = tpu_eager_entry_meta(entry, r);
+    if (m->dtype == TPU_INVALID) continue;
     outs[r] = at::detail::empty_strided_generic(at::IntArrayRef(m->sizes, m->rank), at::IntArrayRef(m->strides, m->rank),
                                                 allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
                                                 to_torch(m->dtype));
@@ -372,7 +378,7 @@ struct RuleKernel final : public c10::OperatorKernel {
     std::vector<at::Tensor> outs = run_rule(info_, ivs);
     c10::SmallVector<c10::IValue, 4> results;
     for (int r = 0; r < info_.op->num_returns; r++) {
-      int a = info_.op->return_alias[r];
+      int a = info_.op->output_alias[r];
       results.push_back(a >= 0 ? ivs[a] : c10::IValue(outs[r]));
     }
     torch::jit::drop(*stack, n);
@@ -416,6 +422,14 @@ ArgType classify(const c10::Argument& arg) {
 
 }  // namespace
 
+// Legacy overloads that write arguments their schema does not mark.
+const std::unordered_map<std::string, std::vector<int>>& hidden_writes() {
+  static const std::unordered_map<std::string, std::vector<int>> table = {
+      {"aten::native_batch_norm", {3, 4}},  // running_mean, running_var in training
+  };
+  return table;
+}
+
 std::optional<OpInfo> make_op_info(const c10::OperatorHandle& handle, const tpu_lower_rule* rule,
                                    std::string* why_not) {
   const c10::FunctionSchema& schema = handle.schema();
@@ -423,7 +437,7 @@ std::optional<OpInfo> make_op_info(const c10::OperatorHandle& handle, const tpu_
   info.handle = handle;
   const auto& args = schema.arguments();
   const auto& rets = schema.returns();
-  int ret_alias[TPU_EAGER_MAX_RETURNS];
+  int out_alias[TPU_EAGER_MAX_RETURNS];
   if (rets.size() > TPU_EAGER_MAX_RETURNS) {
     *why_not = "too many returns";
     return std::nullopt;
@@ -436,38 +450,46 @@ std::optional<OpInfo> make_op_info(const c10::OperatorHandle& handle, const tpu_
     if (written && args[i].kwarg_only()) info.out_variant = true;
     info.promotes.push_back(!written && args[i].name() != "alpha" && args[i].name() != "value");
   }
+  std::string full_name = c10::toString(schema.operator_name());
+  auto hidden = hidden_writes().find(schema.operator_name().name);
+  if (hidden != hidden_writes().end() && schema.overload_name().empty())
+    for (int i : hidden->second) info.mutated[i] = true;
   for (size_t r = 0; r < rets.size(); r++) {
     if (rets[r].type()->kind() != c10::TypeKind::TensorType) {
       *why_not = "a return is not a Tensor";
       return std::nullopt;
     }
-    ret_alias[r] = -1;
+    out_alias[r] = -1;
     const c10::AliasInfo* ri = rets[r].alias_info();
     if (ri == nullptr) continue;
     for (size_t i = 0; i < args.size(); i++) {
       const c10::AliasInfo* ai = args[i].alias_info();
-      if (ai != nullptr && ai->isWrite() && ai->beforeSets() == ri->beforeSets()) ret_alias[r] = static_cast<int>(i);
+      if (ai != nullptr && ai->isWrite() && ai->beforeSets() == ri->beforeSets()) out_alias[r] = static_cast<int>(i);
     }
-    if (ret_alias[r] < 0) {
+    if (out_alias[r] < 0) {
       *why_not = "a return aliases an argument it does not write (a view)";
       return std::nullopt;
     }
   }
+  // Written arguments that are not returned become extra outputs.
+  int num_outputs = static_cast<int>(rets.size());
   for (size_t i = 0; i < args.size(); i++) {
     if (!info.mutated[i]) continue;
-    bool returned = false;
-    for (size_t r = 0; r < rets.size(); r++) returned |= ret_alias[r] == static_cast<int>(i);
-    if (!returned) {
-      *why_not = "it writes an argument it does not return";
-      return std::nullopt;
-    }
     if (info.arg_types[i] != ArgType::kTensor) {
       *why_not = "it writes a list";
       return std::nullopt;
     }
+    bool returned = false;
+    for (size_t r = 0; r < rets.size(); r++) returned |= out_alias[r] == static_cast<int>(i);
+    if (returned) continue;
+    if (num_outputs == TPU_EAGER_MAX_RETURNS) {
+      *why_not = "too many outputs";
+      return std::nullopt;
+    }
+    out_alias[num_outputs++] = static_cast<int>(i);
   }
   tpu_eager_op* op = nullptr;
-  TPU_CHECK(tpu_eager_op_new(schema.operator_name().name.c_str(), rule, static_cast<int>(rets.size()), ret_alias, &op));
+  TPU_CHECK(tpu_eager_op_new(full_name.c_str(), rule, num_outputs, static_cast<int>(rets.size()), out_alias, &op));
   info.op = op;
   return info;
 }
