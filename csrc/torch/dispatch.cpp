@@ -3,6 +3,7 @@
 // constants), asks the eager layer for the cached program, and on a miss runs
 // PyTorch's meta function for the output metadata. Registration walks the C
 // rule registry: adding a rule in csrc/lower is all it takes to add an op.
+#include <ATen/MemoryOverlap.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/TypeProperties.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -340,10 +341,14 @@ std::vector<at::Tensor> run_rule(const OpInfo& info, c10::ArrayRef<c10::IValue> 
   }
   tpu_eager_entry* entry = tpu_eager_lookup(&call);
   if (entry == nullptr) {
+    // A miss validates the call as PyTorch would (shapes, dtypes, written
+    // arguments that overlap themselves) and learns the outputs' metadata.
+    // Everything checked here is part of the key, so hits are valid calls.
+    for (size_t i = 0; i < ivs.size(); i++)
+      if (info.mutated[i] && ivs[i].isTensor() && ivs[i].toTensor().defined())
+        at::assert_no_internal_overlap(ivs[i].toTensor());
     tpu_eager_out_meta meta[TPU_EAGER_MAX_RETURNS] = {};
-    bool needs_meta = false;
-    for (int r = 0; r < op->num_outputs; r++) needs_meta |= op->output_alias[r] < 0;
-    if (needs_meta) {
+    if (info.handle.has_value()) {
       std::vector<at::Tensor> metas = run_meta(info, ivs);
       for (int r = 0; r < op->num_outputs; r++)
         if (op->output_alias[r] < 0) fill_meta(r < static_cast<int>(metas.size()) ? metas[r] : at::Tensor(), meta[r]);
