@@ -374,11 +374,51 @@ std::vector<at::Tensor> run_rule(const OpInfo& info, c10::ArrayRef<c10::IValue> 
 
 namespace {
 
+// A boolean mask in an index list selects data-dependent positions: it is
+// replaced by the long indices of its true elements (one sync), as PyTorch's
+// CPU kernel does, after the same shape check.
+void expand_masks(c10::IValue& list_iv, const at::Tensor& self) {
+  bool any = false;
+  for (const c10::IValue& item : list_iv.toListRef())
+    if (item.isTensor()) {
+      auto t = item.toTensor().scalar_type();
+      any |= t == at::kBool || t == at::kByte;
+    }
+  if (!any) return;
+  c10::List<std::optional<at::Tensor>> out;
+  int64_t dim = 0;
+  for (const c10::IValue& item : list_iv.toListRef()) {
+    if (!item.isTensor()) {
+      out.push_back(std::nullopt);
+      dim++;
+      continue;
+    }
+    at::Tensor t = item.toTensor();
+    if (t.scalar_type() != at::kBool && t.scalar_type() != at::kByte) {
+      out.push_back(t);
+      dim++;
+      continue;
+    }
+    for (int64_t j = 0; j < t.dim(); j++)
+      TORCH_CHECK_INDEX(dim + j < self.dim() && t.size(j) == self.size(dim + j), "The shape of the mask ",
+                        t.sizes(), " at index ", j, " does not match the shape of the indexed tensor ", self.sizes(),
+                        " at index ", dim + j);
+    at::Tensor nz = at::nonzero(t);
+    for (int64_t j = 0; j < t.dim(); j++) out.push_back(nz.select(1, j));
+    dim += t.dim();
+  }
+  list_iv = out;
+}
+
 struct RuleKernel final : public c10::OperatorKernel {
   explicit RuleKernel(OpInfo info) : info_(std::move(info)) {}
 
   void operator()(const c10::OperatorHandle& handle, c10::DispatchKeySet, torch::jit::Stack* stack) {
     const size_t n = info_.arg_types.size();
+    if (info_.mask_list >= 0) {
+      c10::IValue& list = (*stack)[stack->size() - n + info_.mask_list];
+      expand_masks(list, (*stack)[stack->size() - n].toTensor());
+    }
     auto ivs = torch::jit::last(*stack, n);
     std::vector<at::Tensor> outs = run_rule(info_, ivs);
     c10::SmallVector<c10::IValue, 4> results;
@@ -456,6 +496,7 @@ std::optional<OpInfo> make_op_info(const c10::OperatorHandle& handle, const tpu_
     info.promotes.push_back(!written && args[i].name() != "alpha" && args[i].name() != "value");
   }
   std::string full_name = c10::toString(schema.operator_name());
+  if (schema.operator_name().name == "aten::index") info.mask_list = 1;
   auto hidden = hidden_writes().find(schema.operator_name().name);
   if (hidden != hidden_writes().end() && schema.overload_name().empty())
     for (int i : hidden->second) info.mutated[i] = true;
