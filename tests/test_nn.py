@@ -412,6 +412,36 @@ def test_nll_loss_target_out_of_range(no_fallbacks, bad):
     compare(lambda x, t: F.nll_loss(x, t, reduction="sum"), x, t)
 
 
+# --- multi_margin_loss --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("p", [1, 2])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_multi_margin_loss(no_fallbacks, reduction, p, weighted):
+    x = torch.randn(6, 5)
+    t = torch.tensor([0, 4, 2, 2, 1, 3])
+    w = torch.rand(5) + 0.5 if weighted else None
+    # forward only: multi_margin_loss_backward has no meta function to size its result
+    compare(lambda x, t, w: F.multi_margin_loss(x, t, p=p, margin=0.7, weight=w, reduction=reduction), x, t, w)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_multi_margin_loss_unbatched(no_fallbacks, reduction):
+    # (reduction "none" of a 1-d input: PyTorch's meta function says [1] where CPU gives a scalar)
+    x = torch.randn(5)
+    compare(lambda x, t: F.multi_margin_loss(x, t, reduction=reduction), x, torch.tensor(3))
+    compare(lambda x, t: F.multi_margin_loss(x, t, reduction=reduction), x, torch.tensor([1]))
+
+
+def test_multi_margin_loss_target_out_of_range(no_fallbacks):
+    x, t = torch.randn(3, 4), torch.tensor([0, 4, 1])
+    with pytest.raises(RuntimeError) as cpu_err:
+        F.multi_margin_loss(x, t)
+    with pytest.raises(type(cpu_err.value), match=str(cpu_err.value)):
+        F.multi_margin_loss(x.to("tpu"), t.to("tpu"))
+    compare(lambda x, t: F.multi_margin_loss(x, t), x, torch.tensor([0, 3, 1]))
+
+
 # --- cross entropy (log_softmax + nll_loss) -------------------------------------------------
 
 @LOG_SOFTMAX_XFAIL

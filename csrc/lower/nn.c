@@ -1,14 +1,14 @@
 /* Normalization and loss rules: layer, batch and group norm with their
  * backwards; nll_loss (1-d and 2-d), mse, smooth L1, Huber and binary cross
- * entropy with theirs.
+ * entropy with theirs; multi_margin_loss (forward).
  *
  * Statistics and losses are computed in the input's opmath type (float32 for
  * half types) and rounded once, as PyTorch's CPU kernels accumulate. Outputs
  * nobody asked for (an output_mask entry that is false, a None running stat)
- * have type INVALID and are not computed. nll_loss picks each target's class
- * by comparing an iota over the class dim with the target and summing the
- * masked row: no gather, so an out-of-range target reads nothing while its
- * runtime check fails the op. */
+ * have type INVALID and are not computed. The class-index losses pick each
+ * target's class by comparing an iota over the class dim with the target and
+ * summing the masked row: no gather, so an out-of-range target reads nothing
+ * while its runtime check fails the op. */
 #include <stdio.h>
 
 #include "lower/rules.h"
@@ -151,8 +151,8 @@ static tpu_status_t layer_norm_rule(tpu_lower_ctx *c) {
   return NULL;
 }
 
-/* A saved statistic (argument |i|, |m| elements per the leading |axis| dims
- * of |xt|) broadcast to |xt|, whatever trailing 1s it carries. */
+/* A saved statistic (argument |i|: one value per position of |xt|'s leading
+ * |axis| dims, with or without trailing 1s) broadcast to |xt|. */
 static tpu_hlo_value saved_stat(tpu_lower_ctx *c, int i, const tpu_hlo_type *xt, int axis) {
   int64_t dims[MAXR];
   for (int d = 0; d < xt->rank; d++) dims[d] = d < axis ? xt->dims[d] : 1;
@@ -193,6 +193,8 @@ static tpu_hlo_value grouped_channel(tpu_lower_ctx *c, int i, const tpu_hlo_type
   return tpu_hlo_broadcast_in_dim(B, v, gt, dims);
 }
 
+/* The grouped type of input |in|; the N, C, HxW, group arguments start at
+ * |first_size|. */
 static tpu_hlo_type group_type(const tpu_lower_ctx *c, int in, int first_size) {
   int64_t n = tpu_lower_int(c, first_size, 0), ch = tpu_lower_int(c, first_size + 1, 0);
   int64_t hxw = tpu_lower_int(c, first_size + 2, 0), g = tpu_lower_int(c, first_size + 3, 1);
@@ -370,23 +372,61 @@ static tpu_status_t batch_norm_backward_rule(tpu_lower_ctx *c) {
   return NULL;
 }
 
-/* --- nll_loss ------------------------------------------------------------------- */
+/* --- losses --------------------------------------------------------------------------- */
 
-/* The nll_loss selection for input type |xt| (class dim |cd|): true where the
- * class index equals the target (argument |ti|) and the target is not
- * |ignore|. Adds PyTorch's bounds check on the targets. */
-static tpu_hlo_value nll_selection(tpu_lower_ctx *c, int ti, int64_t ignore, const tpu_hlo_type *xt, int cd) {
-  tpu_hlo_value t = arg(c, ti, TPU_S64);
-  tpu_hlo_value ignored = cmp(c, TPU_HLO_EQ, t, k(c, t, (double)ignore));
-  tpu_hlo_value in_range = and_(c, cmp(c, TPU_HLO_GE, t, k(c, t, 0.0)), cmp(c, TPU_HLO_LT, t, k(c, t, (double)xt->dims[cd])));
-  tpu_lower_require(c, all(c, tpu_hlo_binary(B, TPU_HLO_OR, ignored, in_range)), TPU_ERR_INDEX,
-                    "Target is out of bounds.");
+/* Output 0: the per-element |loss| reduced as |reduction| asks. */
+static tpu_status_t reduced(tpu_lower_ctx *c, tpu_hlo_value loss, int64_t reduction) {
+  if (reduction != REDUCTION_NONE) {
+    tpu_hlo_type t = *tpu_hlo_type_of(B, loss);
+    loss = sum_all(c, loss);
+    if (reduction == REDUCTION_MEAN) loss = dvd(c, loss, k(c, loss, (double)tpu_hlo_type_numel(&t)));
+  }
+  tpu_lower_set_output(c, 0, loss);
+  return NULL;
+}
+
+/* Class-index losses (nll_loss, multi_margin_loss). */
+
+/* Where each target (argument |ti|, one per position of |xt| without its
+ * class dim |cd|) picks its class in |xt|: an i1 value of |xt|'s shape.
+ * Targets equal to *|ignore| (if given) pick nothing; any other target
+ * outside [0, C) fails the op with |code| and |message|, as PyTorch. */
+static tpu_hlo_value class_hit(tpu_lower_ctx *c, int ti, const tpu_hlo_type *xt, int cd, const int64_t *ignore,
+                               tpu_code_t code, const char *message) {
+  int64_t cdim = cd, dims[MAXR];
+  int n = 0;
+  for (int i = 0; i < xt->rank; i++)
+    if (i != cd) dims[n++] = xt->dims[i];
+  tpu_hlo_value t = tpu_hlo_reshape(B, arg(c, ti, TPU_S64), n, dims); /* a [1] target of a [C] input: rank 0 */
+  tpu_hlo_value ok = and_(c, cmp(c, TPU_HLO_GE, t, k(c, t, 0.0)), cmp(c, TPU_HLO_LT, t, k(c, t, (double)xt->dims[cd])));
+  tpu_hlo_value kept = TPU_HLO_NONE;
+  if (ignore != NULL) {
+    kept = cmp(c, TPU_HLO_NE, t, k(c, t, (double)*ignore));
+    ok = tpu_hlo_binary(B, TPU_HLO_OR, ok, tpu_hlo_unary(B, TPU_HLO_NOT, kept));
+  }
+  tpu_lower_require(c, all(c, ok), code, message);
   tpu_hlo_type it = *xt;
   it.dtype = TPU_S64;
+  tpu_hlo_value hit = cmp(c, TPU_HLO_EQ, tpu_hlo_iota(B, &it, cd), expand(c, t, &it, &cdim, 1));
+  if (ignore != NULL) {
+    it.dtype = TPU_BOOL;
+    hit = and_(c, hit, expand(c, kept, &it, &cdim, 1));
+  }
+  return hit;
+}
+
+static tpu_hlo_value nll_hit(tpu_lower_ctx *c, int ti, int ignore_arg, const tpu_hlo_type *xt, int cd) {
+  int64_t ignore = tpu_lower_int(c, ignore_arg, -100);
+  return class_hit(c, ti, xt, cd, &ignore, TPU_ERR_INDEX, "Target is out of bounds.");
+}
+
+/* A per-target (reduction none) or single upstream gradient, broadcast to
+ * |xt| (class dim |cd|). */
+static tpu_hlo_value per_target_grad(tpu_lower_ctx *c, tpu_hlo_value g, const tpu_hlo_type *xt, int cd) {
   int64_t cdim = cd;
-  tpu_hlo_value tb = expand(c, t, &it, &cdim, 1);
-  tpu_hlo_value hit = cmp(c, TPU_HLO_EQ, tpu_hlo_iota(B, &it, cd), tb);
-  return and_(c, hit, cmp(c, TPU_HLO_NE, tb, k(c, tb, (double)ignore)));
+  if (tpu_hlo_type_numel(tpu_hlo_type_of(B, g)) == 1 && tpu_hlo_type_numel(xt) != 1)
+    g = tpu_hlo_reshape(B, g, 0, NULL);
+  return tpu_hlo_rank(B, g) == 0 ? tpu_hlo_broadcast_to(B, g, xt) : expand(c, g, xt, &cdim, 1);
 }
 
 /* nll_loss_forward / nll_loss2d_forward(self, target, weight?, reduction,
@@ -396,7 +436,7 @@ static tpu_status_t nll_loss_rule(tpu_lower_ctx *c) {
   tpu_hlo_type xt = arg_type(c, 0, tpu_lower_opmath(c->out_types[0].dtype));
   int cd = in->rank == 1 ? 0 : 1;
   int64_t cdim = cd, reduction = tpu_lower_int(c, 3, REDUCTION_MEAN);
-  tpu_hlo_value hit = nll_selection(c, 1, tpu_lower_int(c, 4, -100), &xt, cd);
+  tpu_hlo_value hit = nll_hit(c, 1, 4, &xt, cd);
   tpu_hlo_value x = arg(c, 0, xt.dtype), zero = tpu_hlo_const_f64(B, &xt, 0.0);
   tpu_hlo_value w = tpu_lower_is_none(c, 2) ? tpu_hlo_const_f64(B, &xt, 1.0) : along(c, arg(c, 2, xt.dtype), &xt, cd);
   /* per target: -x[t] * w[t] and w[t], 0 where ignored */
@@ -421,19 +461,40 @@ static tpu_status_t nll_loss_backward_rule(tpu_lower_ctx *c) {
   const tpu_lower_arg *in = &c->args[1];
   tpu_hlo_type xt = arg_type(c, 1, tpu_lower_opmath(c->out_types[0].dtype));
   int cd = in->rank == 1 ? 0 : 1;
-  int64_t cdim = cd, reduction = tpu_lower_int(c, 4, REDUCTION_MEAN);
-  tpu_hlo_value hit = nll_selection(c, 2, tpu_lower_int(c, 5, -100), &xt, cd);
+  int64_t reduction = tpu_lower_int(c, 4, REDUCTION_MEAN);
+  tpu_hlo_value hit = nll_hit(c, 2, 5, &xt, cd);
   tpu_hlo_value g = arg(c, 0, xt.dtype);
   if (reduction == REDUCTION_MEAN) g = dvd(c, g, arg(c, 6, xt.dtype));
-  /* per target (reduction none) or one value */
-  g = tpu_hlo_rank(B, g) == 0 ? tpu_hlo_broadcast_to(B, g, &xt) : expand(c, g, &xt, &cdim, 1);
-  tpu_hlo_value grad = neg(c, g);
+  tpu_hlo_value grad = neg(c, per_target_grad(c, g, &xt, cd));
   if (!tpu_lower_is_none(c, 3)) grad = mul(c, along(c, arg(c, 3, xt.dtype), &xt, cd), grad);
   tpu_lower_set_output(c, 0, sel(c, hit, grad, tpu_hlo_const_f64(B, &xt, 0.0)));
   return NULL;
 }
 
-/* --- pointwise losses ------------------------------------------------------------ */
+/* multi_margin_loss(self, target, p, margin, weight?, reduction): per sample
+ * ([C] or [N, C] input), the sum over classes j != y with z = margin - x[y]
+ * + x[j] > 0 of z^p * w[y], over C; p is 1 or 2 (the meta function checks).
+ * Its backward has no meta function in PyTorch to size the result, so it is
+ * not served here. */
+static tpu_status_t multi_margin_loss_rule(tpu_lower_ctx *c) {
+  tpu_hlo_type xt = arg_type(c, 0, tpu_lower_opmath(c->out_types[0].dtype));
+  int cd = xt.rank - 1;
+  int64_t cdim = cd;
+  tpu_hlo_value hit = class_hit(c, 1, &xt, cd, NULL, TPU_ERR_RUNTIME, "target out of range");
+  tpu_hlo_value x = arg(c, 0, xt.dtype), zero = tpu_hlo_const_f64(B, &xt, 0.0);
+  tpu_hlo_value xy = expand(c, sum(c, sel(c, hit, x, zero), &cdim, 1), &xt, &cdim, 1);
+  tpu_hlo_value z = add(c, sub(c, tpu_hlo_const_f64(B, &xt, tpu_lower_float(c, 3, 1.0)), xy), x);
+  tpu_hlo_value h = tpu_lower_float(c, 2, 1.0) == 1.0 ? z : mul(c, z, z);
+  if (!tpu_lower_is_none(c, 4)) {
+    tpu_hlo_value w = along(c, arg(c, 4, xt.dtype), &xt, cd);
+    h = mul(c, h, expand(c, sum(c, sel(c, hit, w, zero), &cdim, 1), &xt, &cdim, 1));
+  }
+  tpu_hlo_value counted = and_(c, cmp(c, TPU_HLO_GT, z, zero), tpu_hlo_unary(B, TPU_HLO_NOT, hit));
+  tpu_hlo_value loss = sum(c, sel(c, counted, h, zero), &cdim, 1);
+  return reduced(c, dvd(c, loss, k(c, loss, (double)xt.dims[cd])), tpu_lower_int(c, 5, REDUCTION_MEAN));
+}
+
+/* Pointwise losses. */
 
 /* Arguments |a| and |b| broadcast together, in |dtype|. */
 static tpu_hlo_type pair_type(const tpu_lower_ctx *c, int a, int b, tpu_dtype_t dtype) {
@@ -446,17 +507,6 @@ static tpu_hlo_type pair_type(const tpu_lower_ctx *c, int a, int b, tpu_dtype_t 
     dims[i] = dx == 1 ? dy : dx;
   }
   return tpu_hlo_make_type(dtype, rank, dims);
-}
-
-/* Output 0: the elementwise |loss| reduced as |reduction| asks. */
-static tpu_status_t reduced(tpu_lower_ctx *c, tpu_hlo_value loss, int64_t reduction) {
-  if (reduction != REDUCTION_NONE) {
-    tpu_hlo_type t = *tpu_hlo_type_of(B, loss);
-    loss = sum_all(c, loss);
-    if (reduction == REDUCTION_MEAN) loss = dvd(c, loss, k(c, loss, (double)tpu_hlo_type_numel(&t)));
-  }
-  tpu_lower_set_output(c, 0, loss);
-  return NULL;
 }
 
 /* The loss's input - target (args 0 and 1) in the loss's compute type. */
@@ -587,6 +637,7 @@ const tpu_lower_rule tpu_rules_nn[] = {
      nll_loss_rule, 0, 0},
     {{"nll_loss_backward", "nll_loss_backward.grad_input", "nll_loss2d_backward", "nll_loss2d_backward.grad_input"},
      nll_loss_backward_rule, 0, 0},
+    {{"multi_margin_loss", "multi_margin_loss.out"}, multi_margin_loss_rule, TPU_RULE_CONST_SCALARS, 0},
     {{"mse_loss", "mse_loss.out"}, mse_loss_rule, 0, 0},
     {{"mse_loss_backward", "mse_loss_backward.grad_input"}, mse_loss_backward_rule, 0, 0},
     {{"smooth_l1_loss", "smooth_l1_loss.out"}, smooth_l1_loss_rule, 0, 0},
