@@ -470,7 +470,7 @@ ArgType classify(const c10::Argument& arg) {
 // Legacy overloads that write arguments their schema does not mark.
 const std::unordered_map<std::string, std::vector<int>>& hidden_writes() {
   static const std::unordered_map<std::string, std::vector<int>> table = {
-      {"aten::native_batch_norm", {3, 4}},  // running_mean, running_var in training
+      {"aten::native_batch_norm", {3, 4}},  // running_mean, running_var in training (also .out)
   };
   return table;
 }
@@ -498,7 +498,7 @@ std::optional<OpInfo> make_op_info(const c10::OperatorHandle& handle, const tpu_
   std::string full_name = c10::toString(schema.operator_name());
   if (schema.operator_name().name == "aten::index") info.mask_list = 1;
   auto hidden = hidden_writes().find(schema.operator_name().name);
-  if (hidden != hidden_writes().end() && schema.overload_name().empty())
+  if (hidden != hidden_writes().end() && (schema.overload_name().empty() || schema.overload_name() == "out"))
     for (int i : hidden->second) info.mutated[i] = true;
   for (size_t r = 0; r < rets.size(); r++) {
     if (rets[r].type()->kind() != c10::TypeKind::TensorType) {
