@@ -5,7 +5,9 @@
 
 Environment: TORCHTPU_PLATFORM (cpu | cuda | tpu | path to a plugin),
 TORCHTPU_FALLBACK (warn | error | silent), TORCHTPU_DUMP_DIR (write every
-compiled program's StableHLO there).
+compiled program's StableHLO there), TORCHTPU_CACHE_DIR (the persistent
+compile cache; default ~/.cache/torchtpu, "off" disables it),
+TORCHTPU_CACHE_MAX_MB (its size cap, default 2048).
 """
 import os
 
@@ -17,8 +19,17 @@ import torch  # noqa: E402
 from . import _plugin  # noqa: E402
 from . import _C  # noqa: E402
 
+def _cache_dir():
+    setting = os.environ.get("TORCHTPU_CACHE_DIR")
+    if setting is not None:
+        return "" if setting.lower() in ("", "0", "off", "none") else os.path.expanduser(setting)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "torchtpu")
+
+
 _platform, _plugin_path, _plugin_error = _plugin.resolve()
-_C._configure(_plugin_path, _platform, 1, _plugin_error)
+_C._configure(_plugin_path, _platform, 1, _plugin_error, _cache_dir(),
+              int(float(os.environ.get("TORCHTPU_CACHE_MAX_MB", "2048")) * 2**20))
 
 torch.utils.rename_privateuse1_backend("tpu")
 from . import device as _device_module  # noqa: E402

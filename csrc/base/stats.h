@@ -12,9 +12,9 @@ extern "C" {
 
 typedef enum tpu_counter {
   TPU_STAT_OPS = 0,          /* eager ops dispatched to a lowering */
-  TPU_STAT_CACHE_HITS,       /* executable found in memory */
-  TPU_STAT_CACHE_MISSES,     /* executable compiled from scratch */
-  TPU_STAT_CACHE_LOADS,      /* executable loaded from the on-disk cache */
+  TPU_STAT_CACHE_HITS,       /* eager executable found in memory */
+  TPU_STAT_CACHE_MISSES,     /* program compiled from scratch (eager or graph) */
+  TPU_STAT_CACHE_LOADS,      /* program loaded from the on-disk cache instead */
   TPU_STAT_COMPILE_NS,       /* time spent in XLA compiles */
   TPU_STAT_EXECUTIONS,       /* programs launched */
   TPU_STAT_H2D_BYTES,        /* host to device bytes */

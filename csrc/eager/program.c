@@ -11,6 +11,7 @@
 #include "base/stats.h"
 #include "base/strbuf.h"
 #include "eager/internal.h"
+#include "runtime/compile_cache.h"
 
 /* --- the flat view of a call ------------------------------------------------- */
 
@@ -498,11 +499,13 @@ tpu_status_t tpu_program_finish(tpu_program *p, tpu_eager_entry **out_entry) {
   if (n > 0) {
     TPU_GOTO_IF_ERROR(st, tpu_hlo_finish(b, values, n, &text), fail);
     dump_program(p->name, tpu_hash64(text, strlen(text), 0), text);
-    st = tpu_executable_compile(tpu_eager_runtime(), text, strlen(text), &e->exe);
+    bool loaded = false;
+    st = tpu_compile_cached(tpu_eager_runtime(), text, strlen(text), &e->exe, &loaded);
     if (st != NULL) {
       st = tpu_status_annotate(st, "%s: compiling its program", p->name);
       goto fail;
     }
+    tpu_stats_add(loaded ? TPU_STAT_CACHE_LOADS : TPU_STAT_CACHE_MISSES, 1);
   } else {
     TPU_GOTO_IF_ERROR(st, tpu_hlo_status(b), fail);
   }

@@ -9,10 +9,15 @@
 
 extern "C" {
 #include "base/stats.h"
+#include "runtime/compile_cache.h"
 }
 
 namespace py = pybind11;
 using namespace torchtpu;
+
+namespace torchtpu {
+void bind_graph(py::module& m);  // graph.cpp
+}
 
 namespace {
 
@@ -53,7 +58,13 @@ py::dict stats() {
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torchtpu native extension";
   m.def("_configure", [](const std::string& plugin, const std::string& platform, int cpu_devices,
-                         const std::string& error) { configure(plugin, platform, cpu_devices, error); });
+                         const std::string& error, const std::string& cache_dir, int64_t cache_max_bytes) {
+    configure(plugin, platform, cpu_devices, error, cache_dir, cache_max_bytes);
+  });
+  m.def("_cache_dir", []() {
+    runtime();
+    return std::string(tpu_compile_cache_dir());
+  });
   m.def("_start", []() { runtime(); });
   m.def("_device_count", []() { return device_count_or_zero(); });
   m.def("_current_device", []() { return static_cast<int>(current_device()); });
@@ -86,4 +97,5 @@ PYBIND11_MODULE(_C, m) {
     return names;
   });
   m.def("_unregistered_rules", []() { return unregistered_rule_names(); });
+  bind_graph(m);
 }

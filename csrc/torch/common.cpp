@@ -8,6 +8,7 @@
 
 extern "C" {
 #include "base/stats.h"
+#include "runtime/compile_cache.h"
 }
 
 namespace torchtpu {
@@ -24,16 +25,20 @@ namespace {
 std::string g_plugin_path;
 std::string g_platform;
 int g_cpu_devices = 1;
+std::string g_cache_dir;
+int64_t g_cache_max_bytes = 0;
 }  // namespace
 
 void configure(const std::string& plugin_path, const std::string& platform, int cpu_devices,
-               const std::string& error) {
+               const std::string& error, const std::string& cache_dir, int64_t cache_max_bytes) {
   std::lock_guard<std::mutex> lock(g_runtime_mutex);
   TORCH_CHECK(g_runtime == nullptr, "the tpu runtime has already started; configure it before first use");
   g_plugin_path = plugin_path;
   g_platform = platform;
   g_cpu_devices = cpu_devices;
   g_runtime_error = error;
+  g_cache_dir = cache_dir;
+  g_cache_max_bytes = cache_max_bytes;
 }
 
 void throw_status(tpu_status_t st, const char* context) {
@@ -77,6 +82,11 @@ tpu_runtime* runtime() {
     TORCH_CHECK(false, g_runtime_error);
   }
   tpu_eager_init(rt);
+  st = tpu_compile_cache_configure(rt, g_cache_dir.c_str(), g_cache_max_bytes);
+  if (st != nullptr) {  // the cache is an optimization: warn and go on without it
+    TORCH_WARN("torchtpu: ", tpu_status_message(st), "; compiled programs will not be cached on disk");
+    tpu_status_free(st);
+  }
   g_runtime = rt;
   return rt;
 }

@@ -1,0 +1,210 @@
+/* The persistent compile cache (see compile_cache.h). */
+#include "runtime/compile_cache.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <utime.h>
+
+#include "base/stats.h"
+#include "base/strbuf.h"
+
+#define DEFAULT_MAX_BYTES ((int64_t)2 << 30)
+static const char kMagic[8] = {'T', 'P', 'U', 'X', 'E', 'X', 'E', '1'};
+
+typedef struct header {
+  char magic[8];
+  uint64_t payload_size;
+  uint64_t checksum;
+} header;
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static char g_dir[PATH_MAX];
+static int64_t g_max_bytes;
+static int64_t g_total = -1; /* bytes in the directory, -1: not counted yet */
+static _Atomic unsigned g_tmp_counter;
+
+const char *tpu_compile_cache_dir(void) { return g_dir; }
+
+static int make_dirs(const char *path) {
+  char tmp[PATH_MAX];
+  snprintf(tmp, sizeof tmp, "%s", path);
+  for (char *p = tmp + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = '\0';
+    if (mkdir(tmp, 0777) != 0 && errno != EEXIST) return -1;
+    *p = '/';
+  }
+  return mkdir(tmp, 0777) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+tpu_status_t tpu_compile_cache_configure(tpu_runtime *rt, const char *dir, int64_t max_bytes) {
+  pthread_mutex_lock(&g_lock);
+  g_dir[0] = '\0';
+  g_total = -1;
+  g_max_bytes = max_bytes > 0 ? max_bytes : DEFAULT_MAX_BYTES;
+  tpu_status_t st = NULL;
+  if (dir != NULL && *dir != '\0') {
+    /* One subdirectory per plugin build: executables are not portable
+     * across XLA versions. */
+    struct stat sb = {0};
+    stat(tpu_runtime_plugin_path(rt), &sb);
+    int major = 0, minor = 0;
+    tpu_runtime_api_version(rt, &major, &minor);
+    tpu_strbuf id = TPU_STRBUF_INIT;
+    tpu_strbuf_printf(&id, "%s|%s|%d.%d|%lld|%lld", tpu_runtime_platform_name(rt), tpu_runtime_platform_version(rt),
+                      major, minor, (long long)sb.st_size, (long long)sb.st_mtime);
+    uint64_t h = tpu_hash64(id.data, id.len, 17);
+    tpu_strbuf_release(&id);
+    snprintf(g_dir, sizeof g_dir, "%s/%s-%016llx", dir, tpu_runtime_platform_name(rt), (unsigned long long)h);
+    if (make_dirs(g_dir) != 0) {
+      st = tpu_status_new(TPU_ERR_RUNTIME, "cannot create the compile cache directory '%s': %s", g_dir,
+                          strerror(errno));
+      g_dir[0] = '\0';
+    }
+  }
+  pthread_mutex_unlock(&g_lock);
+  return st;
+}
+
+static void entry_path(char *out, size_t cap, const char *dir, const char *mlir, size_t size) {
+  uint64_t a = tpu_hash64(mlir, size, 0x5bd1e995), b = tpu_hash64(mlir, size, 0x27d4eb2f165667c5ULL);
+  snprintf(out, cap, "%s/%016llx%016llx.xla", dir, (unsigned long long)a, (unsigned long long)b);
+}
+
+/* Reads and checks an entry; NULL (and the file removed) if it is unusable. */
+static char *read_entry(const char *path, size_t *out_size) {
+  FILE *f = fopen(path, "rb");
+  if (f == NULL) return NULL;
+  header h;
+  char *payload = NULL;
+  struct stat sb;
+  bool ok = fstat(fileno(f), &sb) == 0 && fread(&h, sizeof h, 1, f) == 1 &&
+            memcmp(h.magic, kMagic, sizeof kMagic) == 0 &&
+            (uint64_t)sb.st_size == sizeof h + h.payload_size && h.payload_size > 0 &&
+            (payload = malloc(h.payload_size)) != NULL && fread(payload, 1, h.payload_size, f) == h.payload_size &&
+            tpu_hash64(payload, h.payload_size, 0) == h.checksum;
+  fclose(f);
+  if (!ok) {
+    free(payload);
+    unlink(path); /* corrupt or truncated: a miss, rewritten below */
+    return NULL;
+  }
+  *out_size = h.payload_size;
+  utime(path, NULL); /* recently used: evicted last */
+  return payload;
+}
+
+typedef struct file_age {
+  char name[300];
+  time_t mtime;
+  int64_t size;
+} file_age;
+
+static int by_age(const void *a, const void *b) {
+  const file_age *x = a, *y = b;
+  return x->mtime < y->mtime ? -1 : x->mtime > y->mtime;
+}
+
+/* Sums the directory; with |evict|, deletes the oldest entries until it is
+ * under 90% of the cap. Lock held. */
+static void scan_locked(bool evict) {
+  DIR *d = opendir(g_dir);
+  if (d == NULL) return;
+  file_age *files = NULL;
+  size_t n = 0, cap = 0;
+  int64_t total = 0;
+  struct dirent *de;
+  char path[PATH_MAX + 300];
+  while ((de = readdir(d)) != NULL) {
+    size_t len = strlen(de->d_name);
+    if (len < 5 || strcmp(de->d_name + len - 4, ".xla") != 0 || len >= sizeof files->name) continue;
+    snprintf(path, sizeof path, "%s/%s", g_dir, de->d_name);
+    struct stat sb;
+    if (stat(path, &sb) != 0) continue;
+    total += sb.st_size;
+    if (n == cap) {
+      cap = cap ? 2 * cap : 64;
+      file_age *nf = realloc(files, cap * sizeof *nf);
+      if (nf == NULL) break;
+      files = nf;
+    }
+    snprintf(files[n].name, sizeof files[n].name, "%s", de->d_name);
+    files[n].mtime = sb.st_mtime;
+    files[n].size = sb.st_size;
+    n++;
+  }
+  closedir(d);
+  if (evict && total > g_max_bytes && files != NULL) {
+    qsort(files, n, sizeof *files, by_age);
+    for (size_t i = 0; i < n && total > g_max_bytes * 9 / 10; i++) {
+      snprintf(path, sizeof path, "%s/%s", g_dir, files[i].name);
+      if (unlink(path) == 0) total -= files[i].size;
+    }
+  }
+  free(files);
+  g_total = total;
+}
+
+/* Writes an entry atomically; failures only cost the cache a file. */
+static void write_entry(const char *path, const char *bytes, size_t size) {
+  char tmp[PATH_MAX + 128];
+  snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&g_tmp_counter, 1));
+  FILE *f = fopen(tmp, "wb");
+  if (f == NULL) return;
+  header h;
+  memcpy(h.magic, kMagic, sizeof kMagic);
+  h.payload_size = size;
+  h.checksum = tpu_hash64(bytes, size, 0);
+  bool ok = fwrite(&h, sizeof h, 1, f) == 1 && fwrite(bytes, 1, size, f) == size;
+  ok = fclose(f) == 0 && ok;
+  if (!ok || rename(tmp, path) != 0) {
+    unlink(tmp);
+    return;
+  }
+  pthread_mutex_lock(&g_lock);
+  if (g_total < 0) scan_locked(false);
+  else g_total += (int64_t)(sizeof h + size);
+  if (g_total > g_max_bytes) scan_locked(true);
+  pthread_mutex_unlock(&g_lock);
+}
+
+tpu_status_t tpu_compile_cached(tpu_runtime *rt, const char *mlir, size_t size, tpu_executable **out_exe,
+                                bool *out_loaded) {
+  *out_exe = NULL;
+  *out_loaded = false;
+  char dir[PATH_MAX];
+  pthread_mutex_lock(&g_lock);
+  snprintf(dir, sizeof dir, "%s", g_dir);
+  pthread_mutex_unlock(&g_lock);
+  if (dir[0] == '\0') return tpu_executable_compile(rt, mlir, size, out_exe);
+
+  char path[PATH_MAX + 48];
+  entry_path(path, sizeof path, dir, mlir, size);
+  size_t n = 0;
+  char *bytes = read_entry(path, &n);
+  if (bytes != NULL) {
+    tpu_status_t st = tpu_executable_deserialize(rt, bytes, n, out_exe);
+    free(bytes);
+    if (st == NULL) {
+      *out_loaded = true;
+      return NULL;
+    }
+    tpu_status_free(st); /* unloadable (another build, another CPU): recompile and replace */
+    unlink(path);
+  }
+  TPU_RETURN_IF_ERROR(tpu_executable_compile(rt, mlir, size, out_exe));
+  char *ser = NULL;
+  tpu_status_t st = tpu_executable_serialize(rt, *out_exe, &ser, &n);
+  if (st == NULL) write_entry(path, ser, n);
+  else tpu_status_free(st); /* a plugin that cannot serialize: no disk cache */
+  free(ser);
+  return NULL;
+}

@@ -1,0 +1,43 @@
+/* The persistent compile cache: serialized executables on disk, shared by
+ * eager and compiled programs and across processes.
+ *
+ * A policy layer over tpu_executable_compile. Entries are keyed by a 128-bit
+ * hash of the program text, the compile options, and the plugin's identity
+ * (platform name and version, PJRT API version, the plugin file's size and
+ * modification time), so an executable from another XLA build is never
+ * loaded. Files are written to a temporary name and renamed (atomic), carry a
+ * checksum, and a corrupt, truncated or unloadable entry is a miss that gets
+ * replaced, never an error. The directory is capped in size; the oldest
+ * entries go first. */
+#ifndef TPU_RUNTIME_COMPILE_CACHE_H_
+#define TPU_RUNTIME_COMPILE_CACHE_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/runtime.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Points the cache at |dir| (created if needed; NULL or "" turns it off) with
+ * a size cap in bytes (0: the default, 2 GiB). Entries go into a
+ * subdirectory per plugin identity. */
+tpu_status_t tpu_compile_cache_configure(tpu_runtime *rt, const char *dir, int64_t max_bytes) TPU_MUST_USE;
+/* The directory entries of this plugin go to ("" when off); valid until the
+ * next configure. */
+const char *tpu_compile_cache_dir(void);
+
+/* Compiles |mlir|, or loads the executable a previous compile of the same
+ * text stored. |*out_loaded| says which happened (stats count compiles as
+ * cache misses and loads apart). */
+tpu_status_t tpu_compile_cached(tpu_runtime *rt, const char *mlir, size_t size, tpu_executable **out_exe,
+                                bool *out_loaded) TPU_MUST_USE;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TPU_RUNTIME_COMPILE_CACHE_H_ */

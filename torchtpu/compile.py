@@ -1,0 +1,300 @@
+"""torch.compile(backend="tpu"): each graph becomes one XLA program.
+
+AOTAutograd (with PyTorch's core-ATen decompositions for ops torchtpu has no
+rule for) hands over functional forward and backward graphs. Each graph is
+lowered node by node through the same C rules eager uses, into one StableHLO
+program (csrc/torch/graph.cpp), compiled by XLA and cached per input
+signature. Graph inputs stay in their storages (parameters are never copied);
+input mutations are written back through the storage model, as eager in-place
+ops are. Nodes without a rule split the graph: the partitioner fuses the
+supported regions into programs and the rest runs op by op in eager mode,
+where torchtpu.stats()["fallbacks"] counts what falls back to the CPU.
+"""
+import operator
+import warnings
+
+import torch
+import torch.fx
+from torch._dynamo.backends.common import aot_autograd
+from torch._prims_common import (ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes,
+                                 is_non_overlapping_and_dense_or_false)
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupport
+
+from . import _C
+
+_warned_dynamic = False
+
+
+def rule_name(target):
+    """The rule serving an aten OpOverload ("add.Tensor"), or None."""
+    if not isinstance(target, torch._ops.OpOverload) or target.namespace != "aten":
+        return None
+    schema = target._schema
+    base = schema.name.split("::", 1)[1]
+    name = f"{base}.{schema.overload_name}" if schema.overload_name else base
+    if _C._has_rule(name):
+        return name
+    # Functional variants (what functionalization makes of ops that write
+    # arguments) return the written arguments after the outputs, which is how
+    # the rules of the originals order their outputs too.
+    if base.endswith("_functional"):
+        plain = base[: -len("_functional")]
+        plain = f"{plain}.{schema.overload_name}" if schema.overload_name else plain
+        if _C._has_rule(plain):
+            return plain
+    return None
+
+
+def _host_side(node):
+    """Nodes the host evaluates: tuple indexing and integer arithmetic."""
+    if node.target is operator.getitem:
+        return True
+    if isinstance(node.target, torch._ops.OpOverload):
+        return node.target.namespace == "aten" and node.target.__name__.startswith("sym_")
+    return getattr(node.target, "__module__", None) in ("_operator", "operator", "math", "builtins")
+
+
+class _Support(OperatorSupport):
+    def is_node_supported(self, submodules, node):
+        return node.op == "call_function" and (rule_name(node.target) is not None or _host_side(node))
+
+
+def _decompositions():
+    from torch._decomp import core_aten_decompositions
+    table = core_aten_decompositions()
+    items = table.items() if hasattr(table, "items") else dict(table).items()
+    return {op: fn for op, fn in items if rule_name(op) is None}
+
+
+def _meta_specs(val):
+    """(dtype, sizes) per output of a node's meta value; None for non-tensors."""
+    if isinstance(val, torch.Tensor):
+        return [(val.dtype, [int(s) for s in val.shape])]
+    if isinstance(val, (list, tuple)):
+        return [(v.dtype, [int(s) for s in v.shape]) if isinstance(v, torch.Tensor) else None for v in val]
+    return []
+
+
+def _dense_strides(t):
+    if is_non_overlapping_and_dense_or_false(t):
+        return [int(s) for s in t.stride()]
+    strides, acc = [], 1
+    for s in reversed(t.shape):
+        strides.append(acc)
+        acc *= max(int(s), 1)
+    return list(reversed(strides))
+
+
+class _Program:
+    """One fused graph compiled for one input signature."""
+
+    def __init__(self, gm, inputs, name):
+        self.name = name
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        output = next(n for n in gm.graph.nodes if n.op == "output")
+        index = {n: i for i, n in enumerate(placeholders)}
+        # Concrete metadata for these inputs (graphs may be symbolic).
+        _propagate(gm, inputs)
+        writes = {}
+        for node in gm.graph.nodes:
+            if node.op == "call_function" and node.target is torch.ops.aten.copy_.default \
+                    and node.args[0] in index:
+                writes[node] = index[node.args[0]]
+        mutated = [False] * len(inputs)
+        for i in writes.values():
+            mutated[i] = True
+        b = _C.GraphBuilder(name, [t if isinstance(t, torch.Tensor) else None for t in inputs], mutated)
+        env = {}
+        for node, value in zip(placeholders, inputs):
+            env[node] = b.input(index[node]) if isinstance(value, torch.Tensor) else value
+        for node in gm.graph.nodes:
+            if node.op != "call_function":
+                continue
+            if node.target is operator.getitem:
+                env[node] = env[node.args[0]][node.args[1]]
+            elif _host_side(node):
+                env[node] = node.meta["val"]
+            elif node in writes:  # an input mutation: the value goes back into the input's storage
+                dst = node.args[0]
+                value = b.apply("copy", [("t", env[dst]), ("t", env[node.args[1]])], _meta_specs(dst.meta["val"]),
+                                None)[0]
+                b.write(writes[node], value)
+                env[node] = value
+            else:
+                env[node] = self._apply(b, node, env)
+        self.outputs = []  # per graph output: ("new", k) | ("input", i) | ("value", v)
+        for k, out in enumerate(output.args[0]):
+            if isinstance(out, torch.fx.Node) and out in index:
+                self.outputs.append(("input", index[out]))
+            elif isinstance(out, torch.fx.Node) and isinstance(out.meta.get("val"), torch.Tensor):
+                val = out.meta["val"]
+                b.output(k, env[out], val.dtype, [int(s) for s in val.shape], _dense_strides(val))
+                self.outputs.append(("new", k))
+            else:
+                self.outputs.append(("value", env.get(out, out) if isinstance(out, torch.fx.Node) else out))
+        self.program = b.finish()
+
+    @staticmethod
+    def _apply(b, node, env):
+        target = node.target
+        schema = target._schema
+        args = []
+        promote = []
+        for i, arg in enumerate(schema.arguments):
+            if i < len(node.args):
+                v = node.args[i]
+            elif arg.name in node.kwargs:
+                v = node.kwargs[arg.name]
+            else:
+                v = arg.default_value if arg.has_default_value() else None
+            args.append(_encode(v, arg.type, env))
+            if (arg.alias_info is None or not arg.alias_info.is_write) and arg.name not in ("alpha", "value"):
+                promote.append(v)
+        vals = b.apply(rule_name(target), args, _meta_specs(node.meta.get("val")), _common_dtype(promote))
+        return vals if isinstance(node.meta.get("val"), (list, tuple)) else vals[0]
+
+    def __call__(self, inputs):
+        outs = self.program.run([t if isinstance(t, torch.Tensor) else None for t in inputs], len(self.outputs))
+        result = []
+        for kind, v in self.outputs:
+            result.append(outs[v] if kind == "new" else inputs[v] if kind == "input" else v)
+        return result
+
+
+def _concrete(v):
+    if isinstance(v, torch.fx.Node):
+        return v.meta["val"]
+    return v
+
+
+def _encode(v, ty, env):
+    """One node argument as GraphBuilder.apply takes it."""
+    if v is None:
+        return ("none",)
+    kind = str(ty)
+    if isinstance(v, torch.fx.Node):
+        if isinstance(v.meta.get("val"), torch.Tensor):
+            return ("t", env[v])
+        v = env.get(v, v.meta.get("val"))
+    if isinstance(v, (list, tuple)):
+        if "Tensor" in kind:
+            return ("tl", [None if x is None else env[x] for x in v])
+        items = [int(_concrete(x)) if "int" in kind or "SymInt" in kind else _concrete(x) for x in v]
+        if "bool" in kind:
+            return ("bl", [bool(x) for x in items])
+        if "float" in kind:
+            return ("fl", [float(x) for x in items])
+        return ("il", [int(x) for x in items])
+    if isinstance(v, torch.dtype):
+        return ("dtype", v)
+    if isinstance(v, str):
+        return ("s", v)
+    if "number" in kind or ("Tensor" in kind and isinstance(v, (bool, int, float))):
+        # A Python number, also where the schema says Tensor (a wrapped number)
+        return ("scalar", v.item() if isinstance(v, torch.Tensor) else v)
+    if isinstance(v, bool):
+        return ("b", v)
+    if isinstance(v, (int, torch.SymInt)):
+        return ("i", int(v))
+    if isinstance(v, (float, torch.SymFloat)):
+        return ("f", float(v))
+    return ("other",)
+
+
+def _common_dtype(values):
+    operands = []
+    for v in values:
+        if isinstance(v, torch.fx.Node):
+            v = v.meta.get("val")
+        if isinstance(v, torch.Tensor) or (isinstance(v, (int, float, bool, complex)) and not isinstance(v, type(None))):
+            operands.append(v)
+    if not any(isinstance(v, torch.Tensor) for v in operands):
+        return None
+    try:
+        return elementwise_dtypes(*operands, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)[1]
+    except Exception:  # noqa: BLE001 - ops that are not elementwise need no common dtype
+        return None
+
+
+def _propagate(gm, inputs):
+    """Refreshes every node's meta['val'] for these concrete inputs."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    fakes = [mode.from_tensor(t, static_shapes=True) if isinstance(t, torch.Tensor) else t for t in inputs]
+    with mode:
+        FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
+
+
+class _Runner:
+    """A fused graph: a program per input signature, built on first use."""
+
+    def __init__(self, gm, name):
+        self.gm = gm
+        self.name = name
+        self.programs = {}
+
+    def run(self, inputs):
+        sig = (_C._graph_signature([t if isinstance(t, torch.Tensor) else None for t in inputs]),
+               tuple(v for v in inputs if not isinstance(v, torch.Tensor)))
+        program = self.programs.get(sig)
+        if program is None:
+            program = self.programs[sig] = _Program(self.gm, list(inputs), self.name)
+        return program(inputs)
+
+
+class _Fused(torch.nn.Module):
+    """Stands in for a fused submodule of a split graph."""
+
+    def __init__(self, runner):
+        super().__init__()
+        self.runner = runner
+
+    def forward(self, *args):
+        out = self.runner.run(list(args))
+        return out[0] if len(out) == 1 else tuple(out)
+
+
+_counter = [0]
+
+
+def _compile_graph(gm, example_inputs):
+    global _warned_dynamic
+    if not _warned_dynamic and any(isinstance(s, torch.SymInt) for t in example_inputs
+                                   if isinstance(t, torch.Tensor) for s in t.shape):
+        _warned_dynamic = True
+        warnings.warn("torchtpu: dynamic shapes are specialized: each new input shape compiles its own XLA "
+                      "program (once per shape, then cached)")
+    _counter[0] += 1
+    name = f"graph{_counter[0]}"
+    supported = all(_Support().is_node_supported(None, n) for n in gm.graph.nodes if n.op == "call_function")
+    if supported:
+        runner = _Runner(gm, name)
+
+        def run(args):
+            return runner.run(args)
+    else:
+        partitioner = CapabilityBasedPartitioner(gm, _Support(), allows_single_node_partition=True)
+        fused = partitioner.fuse_partitions(partitioner.propose_partitions())
+        for sub_name, sub in list(fused.named_children()):
+            setattr(fused, sub_name, _Fused(_Runner(sub, f"{name}_{sub_name}")))
+
+        def run(args):
+            out = fused(*args)
+            return list(out) if isinstance(out, (list, tuple)) else [out]
+    run._boxed_call = True
+    return run
+
+
+_aot = None
+
+
+def tpu_backend(gm, example_inputs, **kwargs):
+    """The dynamo backend registered as "tpu" (an entry point of the package,
+    so `import torchtpu` does not import dynamo)."""
+    global _aot
+    if _aot is None:
+        _aot = aot_autograd(fw_compiler=_compile_graph, bw_compiler=_compile_graph,
+                            decompositions=_decompositions(), keep_inference_input_mutations=True)
+    return _aot(gm, example_inputs, **kwargs)
