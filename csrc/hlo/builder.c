@@ -178,6 +178,7 @@ static void put_i64_list(tpu_strbuf *sb, const int64_t *v, int n) {
 /* --- value allocation ------------------------------------------------------------ */
 
 static tpu_hlo_value new_value(tpu_hlo_builder *b, const tpu_hlo_type *t, int ssa, int index) {
+  tpu_hlo_type type = *t; /* |t| may point into b->values, which the realloc moves */
   if (b->num_values == b->cap_values) {
     int cap = b->cap_values ? b->cap_values * 2 : 64;
     value_info *v = realloc(b->values, (size_t)cap * sizeof *v);
@@ -186,7 +187,7 @@ static tpu_hlo_value new_value(tpu_hlo_builder *b, const tpu_hlo_type *t, int ss
     b->cap_values = cap;
   }
   value_info *vi = &b->values[b->num_values];
-  vi->type = *t;
+  vi->type = type;
   vi->ssa = ssa;
   vi->index = index;
   return b->num_values++;

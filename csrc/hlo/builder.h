@@ -65,6 +65,8 @@ tpu_status_t tpu_hlo_finish(tpu_hlo_builder *b, const tpu_hlo_value *results, in
                             char **out_text) TPU_MUST_USE;
 
 /* --- types ------------------------------------------------------------------ */
+/* |v|'s type; the pointer is valid until the next value is added (copy the
+ * type to keep it across builder calls). */
 const tpu_hlo_type *tpu_hlo_type_of(const tpu_hlo_builder *b, tpu_hlo_value v);
 tpu_dtype_t tpu_hlo_dtype(const tpu_hlo_builder *b, tpu_hlo_value v);
 int tpu_hlo_rank(const tpu_hlo_builder *b, tpu_hlo_value v);

@@ -271,6 +271,19 @@ static void test_reinterpret(void) {
   tpu_buffer_destroy(rt, buf);
 }
 
+/* A type from tpu_hlo_type_of may be passed to a builder call that adds a
+ * value, which can move the builder's value table. */
+static void test_type_of_across_growth(void) {
+  tpu_hlo_builder *b = NULL;
+  CHECK_OK(tpu_hlo_builder_create(&b));
+  int64_t dims[2] = {2, 3};
+  tpu_hlo_type t = tpu_hlo_make_type(TPU_F32, 2, dims);
+  tpu_hlo_value v = tpu_hlo_const_f64(b, &t, 1.0);
+  for (int i = 0; i < 300; i++) v = tpu_hlo_const_f64(b, tpu_hlo_type_of(b, v), 1.0);
+  CHECK(tpu_hlo_type_equal(tpu_hlo_type_of(b, v), &t));
+  tpu_hlo_builder_destroy(b);
+}
+
 int main(void) {
   tpu_runtime_options o;
   tpu_runtime_options_init(&o);
@@ -286,6 +299,7 @@ int main(void) {
   RUN(test_reduce_sort_dot);
   RUN(test_views);
   RUN(test_reinterpret);
+  RUN(test_type_of_across_growth);
   tpu_runtime_destroy(rt);
   return check_failures ? 1 : 0;
 }
