@@ -74,4 +74,4 @@ class GPT(nn.Module):
         logits = self.head(self.ln(x))
         if targets is None:
             return logits
-        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+        return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
