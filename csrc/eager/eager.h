@@ -107,7 +107,12 @@ tpu_eager_entry *tpu_eager_lookup(const tpu_eager_call *call);
  * entry is owned by the cache. */
 tpu_status_t tpu_eager_compile(const tpu_eager_call *call, const tpu_eager_out_meta *meta,
                                tpu_eager_entry **out_entry) TPU_MUST_USE;
-/* Output metadata of output |i| (valid for outputs that are new tensors). */
+/* Frees an entry not owned by the eager cache (a compiled graph's). */
+void tpu_eager_entry_free(tpu_eager_entry *e);
+/* True when running |e| draws random numbers (needs rng_seed/rng_offset). */
+bool tpu_eager_entry_uses_rng(const tpu_eager_entry *e);
+/* Output metadata of output |i| (dtype INVALID for outputs that are not new
+ * tensors). */
 const tpu_eager_out_meta *tpu_eager_entry_meta(const tpu_eager_entry *e, int i);
 /* Runs |e| for |call|. |new_outputs[i]| is the storage of output i when it is
  * a new tensor (NULL for outputs that write arguments, undefined and

@@ -22,6 +22,7 @@ static const rule_table tables[] = {
     {tpu_rules_index, &tpu_rules_index_count},
     {tpu_rules_random, &tpu_rules_random_count},
     {tpu_rules_conv, &tpu_rules_conv_count},
+    {tpu_rules_view, &tpu_rules_view_count},
 };
 
 int tpu_lower_rule_count(void) {

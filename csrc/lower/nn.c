@@ -1,11 +1,650 @@
-/* nn rules. */
+/* Normalization and loss rules: layer, batch and group norm with their
+ * backwards; nll_loss (1-d and 2-d), mse, smooth L1, Huber and binary cross
+ * entropy with theirs; multi_margin_loss (forward).
+ *
+ * Statistics and losses are computed in the input's opmath type (float32 for
+ * half types) and rounded once, as PyTorch's CPU kernels accumulate. Outputs
+ * nobody asked for (an output_mask entry that is false, a None running stat)
+ * have type INVALID and are not computed. The class-index losses pick each
+ * target's class by comparing an iota over the class dim with the target and
+ * summing the masked row: no gather, so an out-of-range target reads nothing
+ * while its runtime check fails the op. */
+#include <stdio.h>
+
 #include "lower/rules.h"
 
-static tpu_status_t placeholder_rule(tpu_lower_ctx *c) {
-  return tpu_lower_error(c, TPU_ERR_NOT_IMPLEMENTED, "%s: no lowering yet", c->op);
+#define B (c->b)
+#define MAXR TPU_HLO_MAX_RANK
+
+enum { REDUCTION_NONE, REDUCTION_MEAN, REDUCTION_SUM }; /* at::Reduction */
+
+static tpu_hlo_value add(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_binary(B, TPU_HLO_ADD, x, y); }
+static tpu_hlo_value sub(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_binary(B, TPU_HLO_SUB, x, y); }
+static tpu_hlo_value mul(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_binary(B, TPU_HLO_MUL, x, y); }
+static tpu_hlo_value dvd(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_binary(B, TPU_HLO_DIV, x, y); }
+static tpu_hlo_value neg(tpu_lower_ctx *c, tpu_hlo_value x) { return tpu_hlo_unary(B, TPU_HLO_NEG, x); }
+static tpu_hlo_value cmp(tpu_lower_ctx *c, tpu_hlo_cmp_t d, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_compare(B, d, x, y); }
+static tpu_hlo_value sel(tpu_lower_ctx *c, tpu_hlo_value p, tpu_hlo_value t, tpu_hlo_value f) { return tpu_hlo_select(B, p, t, f); }
+static tpu_hlo_value and_(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_binary(B, TPU_HLO_AND, x, y); }
+
+/* A constant of |x|'s type. */
+static tpu_hlo_value k(tpu_lower_ctx *c, tpu_hlo_value x, double v) {
+  tpu_hlo_type t = *tpu_hlo_type_of(B, x);
+  return tpu_dtype_is_float(t.dtype) ? tpu_hlo_const_f64(B, &t, v) : tpu_hlo_const_i64(B, &t, (int64_t)v);
 }
 
+/* Tensor argument |i| as |dtype|. */
+static tpu_hlo_value arg(tpu_lower_ctx *c, int i, tpu_dtype_t dtype) {
+  return tpu_hlo_convert(B, tpu_lower_tensor(c, i), dtype);
+}
+
+/* Tensor argument |i|'s shape with element type |dtype|. */
+static tpu_hlo_type arg_type(const tpu_lower_ctx *c, int i, tpu_dtype_t dtype) {
+  return tpu_hlo_make_type(dtype, c->args[i].rank, c->args[i].sizes);
+}
+
+static bool wanted(const tpu_lower_ctx *c, int out) { return c->out_types[out].dtype != TPU_INVALID; }
+
+static tpu_hlo_value sum(tpu_lower_ctx *c, tpu_hlo_value x, const int64_t *dims, int n) {
+  return tpu_lower_reduce(B, x, TPU_HLO_ADD, dims, n);
+}
+
+static tpu_hlo_value sum_all(tpu_lower_ctx *c, tpu_hlo_value x) {
+  int64_t dims[MAXR];
+  int n = tpu_hlo_rank(B, x);
+  for (int i = 0; i < n; i++) dims[i] = i;
+  return sum(c, x, dims, n);
+}
+
+/* True when every element of the i1 value |ok| is. */
+static tpu_hlo_value all(tpu_lower_ctx *c, tpu_hlo_value ok) {
+  int64_t dims[MAXR];
+  int n = tpu_hlo_rank(B, ok);
+  for (int i = 0; i < n; i++) dims[i] = i;
+  return tpu_lower_reduce(B, ok, TPU_HLO_AND, dims, n);
+}
+
+/* |r|, a value of |to|'s shape reduced over |dims|, broadcast back to it. */
+static tpu_hlo_value expand(tpu_lower_ctx *c, tpu_hlo_value r, const tpu_hlo_type *to, const int64_t *dims, int n) {
+  int64_t kept[MAXR];
+  int m = 0;
+  for (int i = 0, j = 0; i < to->rank; i++) {
+    if (j < n && dims[j] == i) j++;
+    else kept[m++] = i;
+  }
+  return tpu_hlo_broadcast_in_dim(B, r, to, kept);
+}
+
+/* A per-channel vector broadcast along dim |dim| of |to|. */
+static tpu_hlo_value along(tpu_lower_ctx *c, tpu_hlo_value v, const tpu_hlo_type *to, int dim) {
+  int64_t d = dim;
+  return tpu_hlo_broadcast_in_dim(B, v, to, &d);
+}
+
+/* Dims [from, to) into |dims|; returns how many. */
+static int dim_range(int64_t *dims, int from, int to) {
+  int n = 0;
+  for (int i = from; i < to; i++) dims[n++] = i;
+  return n;
+}
+
+static int64_t count_of(const tpu_hlo_type *t, const int64_t *dims, int n) {
+  int64_t count = 1;
+  for (int i = 0; i < n; i++) count *= t->dims[dims[i]];
+  return count;
+}
+
+/* Sets an output PyTorch leaves empty or unread (eval-mode save_mean, the
+ * reserve) to zeros. */
+static void set_zeros(tpu_lower_ctx *c, int out) {
+  if (wanted(c, out)) tpu_lower_set_output(c, out, tpu_hlo_const_f64(B, &c->out_types[out], 0.0));
+}
+
+/* --- layer and group norm ----------------------------------------------------- */
+
+/* Mean and biased variance of |x| over |dims| (reduced). As PyTorch's CPU
+ * kernels, an empty row has mean 0 (and variance NaN). */
+static void moments(tpu_lower_ctx *c, tpu_hlo_value x, const int64_t *dims, int n, tpu_hlo_value *out_mean,
+                    tpu_hlo_value *out_var) {
+  tpu_hlo_type xt = *tpu_hlo_type_of(B, x);
+  int64_t count = count_of(&xt, dims, n);
+  tpu_hlo_value s = sum(c, x, dims, n);
+  tpu_hlo_value mean = count == 0 ? k(c, s, 0.0) : dvd(c, s, k(c, s, (double)count));
+  tpu_hlo_value xc = sub(c, x, expand(c, mean, &xt, dims, n));
+  *out_mean = mean;
+  *out_var = dvd(c, sum(c, mul(c, xc, xc), dims, n), k(c, s, (double)count));
+}
+
+/* 1 / sqrt(var + eps) */
+static tpu_hlo_value inv_std(tpu_lower_ctx *c, tpu_hlo_value var, double eps) {
+  return dvd(c, k(c, var, 1.0), tpu_hlo_unary(B, TPU_HLO_SQRT, add(c, var, k(c, var, eps))));
+}
+
+/* The input gradient of a normalization over |dims| given the upstream
+ * gradient times the weight |gw|, the normalized input |xhat| and rstd (all
+ * full-shaped): rstd * (gw - mean(gw) - xhat * mean(gw * xhat)). */
+static tpu_hlo_value norm_input_grad(tpu_lower_ctx *c, tpu_hlo_value gw, tpu_hlo_value xhat, tpu_hlo_value rstd,
+                                     const int64_t *dims, int n) {
+  tpu_hlo_type t = *tpu_hlo_type_of(B, gw);
+  tpu_hlo_value count = tpu_hlo_const_f64(B, &t, (double)count_of(&t, dims, n));
+  tpu_hlo_value mean_gw = dvd(c, expand(c, sum(c, gw, dims, n), &t, dims, n), count);
+  tpu_hlo_value mean_gwx = dvd(c, expand(c, sum(c, mul(c, gw, xhat), dims, n), &t, dims, n), count);
+  return mul(c, rstd, sub(c, sub(c, gw, mean_gw), mul(c, xhat, mean_gwx)));
+}
+
+/* native_layer_norm(input, normalized_shape, weight?, bias?, eps) -> (out, mean, rstd) */
+static tpu_status_t layer_norm_rule(tpu_lower_ctx *c) {
+  const tpu_lower_arg *in = &c->args[0];
+  tpu_hlo_type xt = arg_type(c, 0, tpu_lower_opmath(in->dtype));
+  int64_t dims[MAXR];
+  int n = dim_range(dims, in->rank - c->args[1].n, in->rank);
+  tpu_hlo_value x = arg(c, 0, xt.dtype), mean, var;
+  moments(c, x, dims, n, &mean, &var);
+  tpu_hlo_value rstd = inv_std(c, var, tpu_lower_float(c, 4, 1e-5));
+  tpu_hlo_value y = mul(c, sub(c, x, expand(c, mean, &xt, dims, n)), expand(c, rstd, &xt, dims, n));
+  /* weight and bias have the normalized (trailing) shape */
+  if (!tpu_lower_is_none(c, 2)) y = mul(c, y, tpu_lower_operand(c, 2, xt.dtype, &xt));
+  if (!tpu_lower_is_none(c, 3)) y = add(c, y, tpu_lower_operand(c, 3, xt.dtype, &xt));
+  tpu_lower_set_output(c, 0, y);
+  tpu_lower_set_output(c, 1, mean); /* reshaped to input.shape[:axis] + [1] * len(normalized_shape) */
+  tpu_lower_set_output(c, 2, rstd);
+  return NULL;
+}
+
+/* A saved statistic (argument |i|: one value per position of |xt|'s leading
+ * |axis| dims, with or without trailing 1s) broadcast to |xt|. */
+static tpu_hlo_value saved_stat(tpu_lower_ctx *c, int i, const tpu_hlo_type *xt, int axis) {
+  int64_t dims[MAXR];
+  for (int d = 0; d < xt->rank; d++) dims[d] = d < axis ? xt->dims[d] : 1;
+  tpu_hlo_value v = tpu_hlo_reshape(B, arg(c, i, xt->dtype), xt->rank, dims);
+  return tpu_hlo_broadcast_to(B, v, xt);
+}
+
+/* native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd,
+ *                            weight?, bias?, output_mask) */
+static tpu_status_t layer_norm_backward_rule(tpu_lower_ctx *c) {
+  const tpu_lower_arg *in = &c->args[1];
+  tpu_hlo_type xt = arg_type(c, 1, tpu_lower_opmath(in->dtype));
+  int axis = in->rank - c->args[2].n;
+  int64_t norm_dims[MAXR], batch_dims[MAXR];
+  int n = dim_range(norm_dims, axis, in->rank), m = dim_range(batch_dims, 0, axis);
+  tpu_hlo_value g = arg(c, 0, xt.dtype);
+  tpu_hlo_value rstd = saved_stat(c, 4, &xt, axis);
+  tpu_hlo_value xhat = mul(c, sub(c, arg(c, 1, xt.dtype), saved_stat(c, 3, &xt, axis)), rstd);
+  if (wanted(c, 0)) {
+    tpu_hlo_value gw = tpu_lower_is_none(c, 5) ? g : mul(c, g, tpu_lower_operand(c, 5, xt.dtype, &xt));
+    tpu_lower_set_output(c, 0, norm_input_grad(c, gw, xhat, rstd, norm_dims, n));
+  }
+  if (wanted(c, 1)) tpu_lower_set_output(c, 1, sum(c, mul(c, g, xhat), batch_dims, m));
+  if (wanted(c, 2)) tpu_lower_set_output(c, 2, sum(c, g, batch_dims, m));
+  return NULL;
+}
+
+/* The [N, G, C/G, HxW] view group norm computes on; |i| is the input or
+ * its gradient (shaped like the input). */
+static tpu_hlo_value grouped(tpu_lower_ctx *c, int i, const tpu_hlo_type *gt) {
+  return tpu_hlo_reshape(B, arg(c, i, gt->dtype), gt->rank, gt->dims);
+}
+
+/* A [C] weight or bias as [G, C/G], broadcast to the grouped shape. */
+static tpu_hlo_value grouped_channel(tpu_lower_ctx *c, int i, const tpu_hlo_type *gt) {
+  static const int64_t dims[2] = {1, 2};
+  tpu_hlo_value v = tpu_hlo_reshape(B, arg(c, i, gt->dtype), 2, &gt->dims[1]);
+  return tpu_hlo_broadcast_in_dim(B, v, gt, dims);
+}
+
+/* The grouped type of input |in|; the N, C, HxW, group arguments start at
+ * |first_size|. */
+static tpu_hlo_type group_type(const tpu_lower_ctx *c, int in, int first_size) {
+  int64_t n = tpu_lower_int(c, first_size, 0), ch = tpu_lower_int(c, first_size + 1, 0);
+  int64_t hxw = tpu_lower_int(c, first_size + 2, 0), g = tpu_lower_int(c, first_size + 3, 1);
+  int64_t dims[4] = {n, g, g > 0 ? ch / g : 0, hxw};
+  return tpu_hlo_make_type(tpu_lower_opmath(c->args[in].dtype), 4, dims);
+}
+
+/* native_group_norm(input, weight?, bias?, N, C, HxW, group, eps) -> (out, mean, rstd) */
+static tpu_status_t group_norm_rule(tpu_lower_ctx *c) {
+  static const int64_t dims[2] = {2, 3};
+  tpu_hlo_type gt = group_type(c, 0, 3);
+  tpu_hlo_value x = grouped(c, 0, &gt), mean, var;
+  moments(c, x, dims, 2, &mean, &var);
+  tpu_hlo_value rstd = inv_std(c, var, tpu_lower_float(c, 7, 1e-5));
+  tpu_hlo_value y = mul(c, sub(c, x, expand(c, mean, &gt, dims, 2)), expand(c, rstd, &gt, dims, 2));
+  if (!tpu_lower_is_none(c, 1)) y = mul(c, y, grouped_channel(c, 1, &gt));
+  if (!tpu_lower_is_none(c, 2)) y = add(c, y, grouped_channel(c, 2, &gt));
+  tpu_lower_set_output(c, 0, tpu_hlo_reshape(B, y, c->args[0].rank, c->args[0].sizes));
+  tpu_lower_set_output(c, 1, mean);
+  tpu_lower_set_output(c, 2, rstd);
+  return NULL;
+}
+
+/* native_group_norm_backward(grad_out, input, mean, rstd, weight?, N, C, HxW,
+ *                            group, output_mask) */
+static tpu_status_t group_norm_backward_rule(tpu_lower_ctx *c) {
+  static const int64_t group_dims[2] = {2, 3}, channel_sum_dims[2] = {0, 3};
+  tpu_hlo_type gt = group_type(c, 1, 5);
+  tpu_hlo_value g = grouped(c, 0, &gt), x = grouped(c, 1, &gt);
+  /* mean and rstd are [N, G] */
+  tpu_hlo_value mean = expand(c, tpu_hlo_reshape(B, arg(c, 2, gt.dtype), 2, gt.dims), &gt, group_dims, 2);
+  tpu_hlo_value rstd = expand(c, tpu_hlo_reshape(B, arg(c, 3, gt.dtype), 2, gt.dims), &gt, group_dims, 2);
+  tpu_hlo_value xhat = mul(c, sub(c, x, mean), rstd);
+  if (wanted(c, 0)) {
+    tpu_hlo_value gw = tpu_lower_is_none(c, 4) ? g : mul(c, g, grouped_channel(c, 4, &gt));
+    tpu_hlo_value dx = norm_input_grad(c, gw, xhat, rstd, group_dims, 2);
+    tpu_lower_set_output(c, 0, tpu_hlo_reshape(B, dx, c->args[1].rank, c->args[1].sizes));
+  }
+  /* [G, C/G] sums, reshaped to [C] by set_output */
+  if (wanted(c, 1)) tpu_lower_set_output(c, 1, sum(c, mul(c, g, xhat), channel_sum_dims, 2));
+  if (wanted(c, 2)) tpu_lower_set_output(c, 2, sum(c, g, channel_sum_dims, 2));
+  return NULL;
+}
+
+/* --- batch norm ------------------------------------------------------------------ */
+
+/* Where each batch-norm variant keeps its arguments (-1: it has none). The
+ * running stats are also written, as the outputs after the returns. */
+typedef struct bn_layout {
+  int running_mean, running_var;
+  int training; /* a bool argument, or -1: |train| */
+  bool train;
+  int momentum, eps;
+  int stats_out;  /* the output index of the updated running mean, -1 if not written */
+  int reserve;    /* an always-empty output (_batch_norm_with_update), -1 if none */
+} bn_layout;
+
+enum { BN_NATIVE, BN_NO_STATS, BN_NO_TRAINING, BN_WITH_UPDATE };
+static const bn_layout bn_layouts[] = {
+    [BN_NATIVE] = {3, 4, 5, false, 6, 7, 3, -1},
+    [BN_NO_STATS] = {-1, -1, 3, false, 4, 5, -1, -1},
+    [BN_NO_TRAINING] = {3, 4, -1, false, 5, 6, -1, -1},
+    [BN_WITH_UPDATE] = {3, 4, -1, true, 5, 6, 4, 3},
+};
+
+/* All dims but the channel dim (1), and how many elements each channel has. */
+static int non_channel_dims(const tpu_lower_arg *in, int64_t *dims, int64_t *out_count) {
+  int n = 0;
+  *out_count = 1;
+  for (int i = 0; i < in->rank; i++) {
+    if (i == 1) continue;
+    dims[n++] = i;
+    *out_count *= in->sizes[i];
+  }
+  return n;
+}
+
+static tpu_status_t batch_norm_rule(tpu_lower_ctx *c) {
+  const bn_layout *a = &bn_layouts[c->data];
+  const tpu_lower_arg *in = &c->args[0];
+  tpu_hlo_type xt = arg_type(c, 0, tpu_lower_opmath(in->dtype));
+  int64_t dims[MAXR], count;
+  int n = non_channel_dims(in, dims, &count);
+  bool train = a->training >= 0 ? tpu_lower_bool(c, a->training, false) : a->train;
+  bool has_stats = a->running_mean >= 0 && !tpu_lower_is_none(c, a->running_mean) && !tpu_lower_is_none(c, a->running_var);
+  double eps = tpu_lower_float(c, a->eps, 1e-5);
+  if (train && tpu_hlo_type_numel(&xt) == 0) {
+    char sizes[256];
+    int len = 0;
+    for (int i = 0; i < in->rank && len < (int)sizeof sizes - 24; i++)
+      len += snprintf(sizes + len, sizeof sizes - (size_t)len, i ? ", %lld" : "%lld", (long long)in->sizes[i]);
+    sizes[len] = '\0';
+    return tpu_lower_error(c, TPU_ERR_RUNTIME,
+                           "input tensor must have at least one element, but got input_sizes = [%s]", sizes);
+  }
+  if (!train && !has_stats)
+    return tpu_lower_error(c, TPU_ERR_RUNTIME, "running_mean and running_var must be defined in evaluation mode");
+  tpu_hlo_value x = arg(c, 0, xt.dtype), mean, invstd;
+  if (train) {
+    tpu_hlo_value var;
+    moments(c, x, dims, n, &mean, &var);
+    invstd = inv_std(c, var, eps);
+    if (eps == 0.0) /* PyTorch's InvStd: 0, not inf, for a constant channel */
+      invstd = sel(c, cmp(c, TPU_HLO_EQ, var, k(c, var, 0.0)), k(c, var, 0.0), invstd);
+    tpu_lower_set_output(c, 1, mean);
+    tpu_lower_set_output(c, 2, invstd);
+    if (a->stats_out >= 0 && has_stats) {
+      /* momentum * batch + (1 - momentum) * running; the variance unbiased */
+      double m = tpu_lower_float(c, a->momentum, 0.1);
+      tpu_hlo_value unbiased = mul(c, var, k(c, var, (double)count / (double)(count - 1)));
+      tpu_hlo_value rm = arg(c, a->running_mean, xt.dtype), rv = arg(c, a->running_var, xt.dtype);
+      tpu_lower_set_output(c, a->stats_out, add(c, mul(c, k(c, mean, m), mean), mul(c, k(c, rm, 1.0 - m), rm)));
+      tpu_lower_set_output(c, a->stats_out + 1,
+                           add(c, mul(c, k(c, unbiased, m), unbiased), mul(c, k(c, rv, 1.0 - m), rv)));
+    }
+  } else {
+    mean = arg(c, a->running_mean, xt.dtype);
+    invstd = inv_std(c, arg(c, a->running_var, xt.dtype), eps);
+    /* The saved stats: empty on CPU; where the meta function sizes them [C],
+     * the running mean and its invstd, as on CUDA. */
+    for (int i = 1; i <= 2; i++) {
+      if (tpu_hlo_type_numel(&c->out_types[i]) == 0) set_zeros(c, i);
+      else tpu_lower_set_output(c, i, i == 1 ? mean : invstd);
+    }
+    if (a->stats_out >= 0) { /* written back unchanged */
+      tpu_lower_set_output(c, a->stats_out, tpu_lower_tensor(c, a->running_mean));
+      tpu_lower_set_output(c, a->stats_out + 1, tpu_lower_tensor(c, a->running_var));
+    }
+  }
+  if (a->reserve >= 0) set_zeros(c, a->reserve);
+  /* out = x * alpha + beta with per-channel alpha = invstd * weight and
+   * beta = bias - mean * alpha, as PyTorch's CPU kernel */
+  tpu_hlo_value alpha = tpu_lower_is_none(c, 1) ? invstd : mul(c, invstd, arg(c, 1, xt.dtype));
+  tpu_hlo_value beta = neg(c, mul(c, mean, alpha));
+  if (!tpu_lower_is_none(c, 2)) beta = add(c, arg(c, 2, xt.dtype), beta);
+  tpu_lower_set_output(c, 0, add(c, mul(c, x, along(c, alpha, &xt, 1)), along(c, beta, &xt, 1)));
+  return NULL;
+}
+
+/* native_batch_norm_backward(grad_out, input, weight?, running_mean?,
+ * running_var?, save_mean?, save_invstd?, train, eps, output_mask);
+ * batch_norm_backward adds a reserve (unused) and calls |train| "update". */
+static tpu_status_t batch_norm_backward_rule(tpu_lower_ctx *c) {
+  const tpu_lower_arg *in = &c->args[1];
+  tpu_hlo_type xt = arg_type(c, 1, tpu_lower_opmath(in->dtype));
+  int64_t dims[MAXR], count;
+  int n = non_channel_dims(in, dims, &count);
+  bool train = tpu_lower_bool(c, 7, true);
+  int mean_arg = train ? 5 : 3, var_arg = train ? 6 : 4;
+  if (tpu_lower_is_none(c, mean_arg) || tpu_lower_is_none(c, var_arg))
+    return tpu_lower_error(c, TPU_ERR_RUNTIME, train ? "save_mean and save_invstd must be defined in training mode"
+                                                     : "running_mean and running_var must be defined in evaluation mode");
+  tpu_hlo_value g = arg(c, 0, xt.dtype), x = arg(c, 1, xt.dtype);
+  tpu_hlo_value mean = arg(c, mean_arg, xt.dtype);
+  tpu_hlo_value invstd = train ? arg(c, 6, xt.dtype) : inv_std(c, arg(c, 4, xt.dtype), tpu_lower_float(c, 8, 1e-5));
+  tpu_hlo_value xc = sub(c, x, along(c, mean, &xt, 1));
+  tpu_hlo_value gsum = sum(c, g, dims, n);
+  tpu_hlo_value dotp = sum(c, mul(c, xc, g), dims, n);
+  /* PyTorch's meta function defines grad_input even when output_mask
+   * excludes it; nobody reads it then, so it is left zero. */
+  if (c->args[9].kind == TPU_ARG_BOOL_LIST && !c->args[9].bools[0]) {
+    set_zeros(c, 0);
+  } else if (wanted(c, 0)) {
+    tpu_hlo_value scale = tpu_lower_is_none(c, 2) ? invstd : mul(c, invstd, arg(c, 2, xt.dtype));
+    tpu_hlo_value dy = g;
+    if (train) { /* PyTorch's CPU formula */
+      tpu_hlo_value kk = dvd(c, mul(c, mul(c, dotp, invstd), invstd), k(c, dotp, (double)count));
+      tpu_hlo_value grad_mean = dvd(c, gsum, k(c, gsum, (double)count));
+      dy = sub(c, sub(c, g, along(c, grad_mean, &xt, 1)), mul(c, xc, along(c, kk, &xt, 1)));
+    }
+    tpu_lower_set_output(c, 0, mul(c, dy, along(c, scale, &xt, 1)));
+  }
+  if (wanted(c, 1)) tpu_lower_set_output(c, 1, mul(c, dotp, invstd));
+  if (wanted(c, 2)) tpu_lower_set_output(c, 2, gsum);
+  return NULL;
+}
+
+/* --- losses --------------------------------------------------------------------------- */
+
+/* Output 0: the per-element |loss| reduced as |reduction| asks. */
+static tpu_status_t reduced(tpu_lower_ctx *c, tpu_hlo_value loss, int64_t reduction) {
+  if (reduction != REDUCTION_NONE) {
+    tpu_hlo_type t = *tpu_hlo_type_of(B, loss);
+    loss = sum_all(c, loss);
+    if (reduction == REDUCTION_MEAN) loss = dvd(c, loss, k(c, loss, (double)tpu_hlo_type_numel(&t)));
+  }
+  tpu_lower_set_output(c, 0, loss);
+  return NULL;
+}
+
+/* Class-index losses (nll_loss, multi_margin_loss). */
+
+/* Where each target (argument |ti|, one per position of |xt| without its
+ * class dim |cd|) picks its class in |xt|: an i1 value of |xt|'s shape.
+ * Targets equal to *|ignore| (if given) pick nothing; any other target
+ * outside [0, C) fails the op with |code| and |message|, as PyTorch. */
+static tpu_hlo_value class_hit(tpu_lower_ctx *c, int ti, const tpu_hlo_type *xt, int cd, const int64_t *ignore,
+                               tpu_code_t code, const char *message) {
+  int64_t cdim = cd, dims[MAXR];
+  int n = 0;
+  for (int i = 0; i < xt->rank; i++)
+    if (i != cd) dims[n++] = xt->dims[i];
+  tpu_hlo_value t = tpu_hlo_reshape(B, arg(c, ti, TPU_S64), n, dims); /* a [1] target of a [C] input: rank 0 */
+  tpu_hlo_value ok = and_(c, cmp(c, TPU_HLO_GE, t, k(c, t, 0.0)), cmp(c, TPU_HLO_LT, t, k(c, t, (double)xt->dims[cd])));
+  tpu_hlo_value kept = TPU_HLO_NONE;
+  if (ignore != NULL) {
+    kept = cmp(c, TPU_HLO_NE, t, k(c, t, (double)*ignore));
+    ok = tpu_hlo_binary(B, TPU_HLO_OR, ok, tpu_hlo_unary(B, TPU_HLO_NOT, kept));
+  }
+  tpu_lower_require(c, all(c, ok), code, message);
+  tpu_hlo_type it = *xt;
+  it.dtype = TPU_S64;
+  tpu_hlo_value hit = cmp(c, TPU_HLO_EQ, tpu_hlo_iota(B, &it, cd), expand(c, t, &it, &cdim, 1));
+  if (ignore != NULL) {
+    it.dtype = TPU_BOOL;
+    hit = and_(c, hit, expand(c, kept, &it, &cdim, 1));
+  }
+  return hit;
+}
+
+static tpu_hlo_value nll_hit(tpu_lower_ctx *c, int ti, int ignore_arg, const tpu_hlo_type *xt, int cd) {
+  int64_t ignore = tpu_lower_int(c, ignore_arg, -100);
+  return class_hit(c, ti, xt, cd, &ignore, TPU_ERR_INDEX, "Target is out of bounds.");
+}
+
+/* A per-target (reduction none) or single upstream gradient, broadcast to
+ * |xt| (class dim |cd|). */
+static tpu_hlo_value per_target_grad(tpu_lower_ctx *c, tpu_hlo_value g, const tpu_hlo_type *xt, int cd) {
+  int64_t cdim = cd;
+  if (tpu_hlo_type_numel(tpu_hlo_type_of(B, g)) == 1 && tpu_hlo_type_numel(xt) != 1)
+    g = tpu_hlo_reshape(B, g, 0, NULL);
+  return tpu_hlo_rank(B, g) == 0 ? tpu_hlo_broadcast_to(B, g, xt) : expand(c, g, xt, &cdim, 1);
+}
+
+/* nll_loss_forward / nll_loss2d_forward(self, target, weight?, reduction,
+ * ignore_index) -> (output, total_weight) */
+static tpu_status_t nll_loss_rule(tpu_lower_ctx *c) {
+  const tpu_lower_arg *in = &c->args[0];
+  tpu_hlo_type xt = arg_type(c, 0, tpu_lower_opmath(c->out_types[0].dtype));
+  int cd = in->rank == 1 ? 0 : 1;
+  int64_t cdim = cd, reduction = tpu_lower_int(c, 3, REDUCTION_MEAN);
+  tpu_hlo_value hit = nll_hit(c, 1, 4, &xt, cd);
+  tpu_hlo_value x = arg(c, 0, xt.dtype), zero = tpu_hlo_const_f64(B, &xt, 0.0);
+  tpu_hlo_value w = tpu_lower_is_none(c, 2) ? tpu_hlo_const_f64(B, &xt, 1.0) : along(c, arg(c, 2, xt.dtype), &xt, cd);
+  /* per target: -x[t] * w[t] and w[t], 0 where ignored */
+  tpu_hlo_value loss = sum(c, sel(c, hit, mul(c, neg(c, x), w), zero), &cdim, 1);
+  tpu_hlo_value weight = sum(c, sel(c, hit, w, zero), &cdim, 1);
+  tpu_hlo_value total = sum_all(c, weight);
+  if (reduction == REDUCTION_NONE) {
+    tpu_lower_set_output(c, 0, loss);
+    /* PyTorch's batched kernel leaves total_weight 0 */
+    tpu_lower_set_output(c, 1, in->rank == 1 ? total : k(c, total, 0.0));
+    return NULL;
+  }
+  loss = sum_all(c, loss);
+  tpu_lower_set_output(c, 0, reduction == REDUCTION_MEAN ? dvd(c, loss, total) : loss);
+  tpu_lower_set_output(c, 1, total);
+  return NULL;
+}
+
+/* nll_loss_backward / nll_loss2d_backward(grad_output, self, target, weight?,
+ * reduction, ignore_index, total_weight) */
+static tpu_status_t nll_loss_backward_rule(tpu_lower_ctx *c) {
+  const tpu_lower_arg *in = &c->args[1];
+  tpu_hlo_type xt = arg_type(c, 1, tpu_lower_opmath(c->out_types[0].dtype));
+  int cd = in->rank == 1 ? 0 : 1;
+  int64_t reduction = tpu_lower_int(c, 4, REDUCTION_MEAN);
+  tpu_hlo_value hit = nll_hit(c, 2, 5, &xt, cd);
+  tpu_hlo_value g = arg(c, 0, xt.dtype);
+  if (reduction == REDUCTION_MEAN) g = dvd(c, g, arg(c, 6, xt.dtype));
+  tpu_hlo_value grad = neg(c, per_target_grad(c, g, &xt, cd));
+  if (!tpu_lower_is_none(c, 3)) grad = mul(c, along(c, arg(c, 3, xt.dtype), &xt, cd), grad);
+  tpu_lower_set_output(c, 0, sel(c, hit, grad, tpu_hlo_const_f64(B, &xt, 0.0)));
+  return NULL;
+}
+
+/* multi_margin_loss(self, target, p, margin, weight?, reduction): per sample
+ * ([C] or [N, C] input), the sum over classes j != y with z = margin - x[y]
+ * + x[j] > 0 of z^p * w[y], over C; p is 1 or 2 (the meta function checks).
+ * Its backward has no meta function in PyTorch to size the result, so it is
+ * not served here. */
+static tpu_status_t multi_margin_loss_rule(tpu_lower_ctx *c) {
+  tpu_hlo_type xt = arg_type(c, 0, tpu_lower_opmath(c->out_types[0].dtype));
+  int cd = xt.rank - 1;
+  int64_t cdim = cd;
+  tpu_hlo_value hit = class_hit(c, 1, &xt, cd, NULL, TPU_ERR_RUNTIME, "target out of range");
+  tpu_hlo_value x = arg(c, 0, xt.dtype), zero = tpu_hlo_const_f64(B, &xt, 0.0);
+  tpu_hlo_value xy = expand(c, sum(c, sel(c, hit, x, zero), &cdim, 1), &xt, &cdim, 1);
+  tpu_hlo_value z = add(c, sub(c, tpu_hlo_const_f64(B, &xt, tpu_lower_float(c, 3, 1.0)), xy), x);
+  tpu_hlo_value h = tpu_lower_float(c, 2, 1.0) == 1.0 ? z : mul(c, z, z);
+  if (!tpu_lower_is_none(c, 4)) {
+    tpu_hlo_value w = along(c, arg(c, 4, xt.dtype), &xt, cd);
+    h = mul(c, h, expand(c, sum(c, sel(c, hit, w, zero), &cdim, 1), &xt, &cdim, 1));
+  }
+  tpu_hlo_value counted = and_(c, cmp(c, TPU_HLO_GT, z, zero), tpu_hlo_unary(B, TPU_HLO_NOT, hit));
+  tpu_hlo_value loss = sum(c, sel(c, counted, h, zero), &cdim, 1);
+  return reduced(c, dvd(c, loss, k(c, loss, (double)xt.dims[cd])), tpu_lower_int(c, 5, REDUCTION_MEAN));
+}
+
+/* Pointwise losses. */
+
+/* Arguments |a| and |b| broadcast together, in |dtype|. */
+static tpu_hlo_type pair_type(const tpu_lower_ctx *c, int a, int b, tpu_dtype_t dtype) {
+  const tpu_lower_arg *x = &c->args[a], *y = &c->args[b];
+  int rank = x->rank > y->rank ? x->rank : y->rank;
+  int64_t dims[MAXR];
+  for (int i = 0; i < rank; i++) {
+    int ix = i - (rank - x->rank), iy = i - (rank - y->rank);
+    int64_t dx = ix >= 0 ? x->sizes[ix] : 1, dy = iy >= 0 ? y->sizes[iy] : 1;
+    dims[i] = dx == 1 ? dy : dx;
+  }
+  return tpu_hlo_make_type(dtype, rank, dims);
+}
+
+/* The loss's input - target (args 0 and 1) in the loss's compute type. */
+static tpu_hlo_value loss_diff(tpu_lower_ctx *c, tpu_hlo_type *out_t) {
+  *out_t = pair_type(c, 0, 1, tpu_lower_opmath(c->out_types[0].dtype));
+  return sub(c, tpu_lower_operand(c, 0, out_t->dtype, out_t), tpu_lower_operand(c, 1, out_t->dtype, out_t));
+}
+
+/* The backward's norm * grad_output (grad_output is arg 0, self arg 1,
+ * |reduction| as given), broadcast to the gradient's shape |t|. */
+static tpu_hlo_value scaled_grad(tpu_lower_ctx *c, const tpu_hlo_type *t, int64_t reduction, double norm) {
+  if (reduction == REDUCTION_MEAN) {
+    tpu_hlo_type st = arg_type(c, 1, t->dtype);
+    norm /= (double)tpu_hlo_type_numel(&st);
+  }
+  tpu_hlo_value g = tpu_lower_operand(c, 0, t->dtype, t);
+  return mul(c, tpu_hlo_const_f64(B, t, norm), g);
+}
+
+/* Backward inputs: self - target (args 1 and 2), shaped like the gradient. */
+static tpu_hlo_value grad_diff(tpu_lower_ctx *c, tpu_hlo_type *out_t) {
+  *out_t = c->out_types[0];
+  out_t->dtype = tpu_lower_opmath(out_t->dtype);
+  return sub(c, tpu_lower_operand(c, 1, out_t->dtype, out_t), tpu_lower_operand(c, 2, out_t->dtype, out_t));
+}
+
+/* mse_loss(self, target, reduction) */
+static tpu_status_t mse_loss_rule(tpu_lower_ctx *c) {
+  tpu_hlo_type t;
+  tpu_hlo_value d = loss_diff(c, &t);
+  return reduced(c, mul(c, d, d), tpu_lower_int(c, 2, REDUCTION_MEAN));
+}
+
+/* mse_loss_backward(grad_output, self, target, reduction) */
+static tpu_status_t mse_loss_backward_rule(tpu_lower_ctx *c) {
+  tpu_hlo_type t;
+  tpu_hlo_value d = grad_diff(c, &t);
+  tpu_lower_set_output(c, 0, mul(c, scaled_grad(c, &t, tpu_lower_int(c, 3, REDUCTION_MEAN), 2.0), d));
+  return NULL;
+}
+
+/* smooth_l1_loss(self, target, reduction, beta): |d| < beta ? 0.5 d^2 / beta
+ * : |d| - beta / 2 (plain L1 for beta 0). */
+static tpu_status_t smooth_l1_loss_rule(tpu_lower_ctx *c) {
+  tpu_hlo_type t;
+  tpu_hlo_value z = tpu_hlo_unary(B, TPU_HLO_ABS, loss_diff(c, &t));
+  double beta = tpu_lower_float(c, 3, 1.0);
+  tpu_hlo_value quad = dvd(c, mul(c, mul(c, k(c, z, 0.5), z), z), k(c, z, beta));
+  tpu_hlo_value loss = sel(c, cmp(c, TPU_HLO_LT, z, k(c, z, beta)), quad, sub(c, z, k(c, z, 0.5 * beta)));
+  return reduced(c, loss, tpu_lower_int(c, 2, REDUCTION_MEAN));
+}
+
+/* huber_loss(self, target, reduction, delta): |d| < delta ? 0.5 d^2
+ * : delta * (|d| - delta / 2). */
+static tpu_status_t huber_loss_rule(tpu_lower_ctx *c) {
+  tpu_hlo_type t;
+  tpu_hlo_value z = tpu_hlo_unary(B, TPU_HLO_ABS, loss_diff(c, &t));
+  double delta = tpu_lower_float(c, 3, 1.0);
+  tpu_hlo_value quad = mul(c, mul(c, k(c, z, 0.5), z), z);
+  tpu_hlo_value lin = mul(c, k(c, z, delta), sub(c, z, k(c, z, 0.5 * delta)));
+  return reduced(c, sel(c, cmp(c, TPU_HLO_LT, z, k(c, z, delta)), quad, lin), tpu_lower_int(c, 2, REDUCTION_MEAN));
+}
+
+/* smooth_l1_loss_backward / huber_loss_backward(grad_output, self, target,
+ * reduction, beta|delta): ±g outside [-beta, beta], inside d * g / beta for
+ * smooth L1 (data 0) and d * g for Huber (data 1), whose outside is ±g * delta. */
+static tpu_status_t smooth_l1_backward_rule(tpu_lower_ctx *c) {
+  tpu_hlo_type t;
+  tpu_hlo_value d = grad_diff(c, &t);
+  double beta = tpu_lower_float(c, 4, 1.0);
+  bool huber = c->data == 1;
+  tpu_hlo_value g = scaled_grad(c, &t, tpu_lower_int(c, 3, REDUCTION_MEAN), 1.0);
+  tpu_hlo_value outside = huber ? mul(c, g, k(c, g, beta)) : g;
+  tpu_hlo_value inside = huber ? mul(c, d, g) : dvd(c, mul(c, d, g), k(c, g, beta));
+  tpu_hlo_value r = sel(c, cmp(c, TPU_HLO_GE, d, k(c, d, beta)), outside, inside);
+  tpu_lower_set_output(c, 0, sel(c, cmp(c, TPU_HLO_LE, d, k(c, d, -beta)), neg(c, outside), r));
+  return NULL;
+}
+
+/* binary_cross_entropy(self, target, weight?, reduction):
+ * (t - 1) * max(log1p(-x), -100) - t * max(log(x), -100), times weight. */
+static tpu_status_t bce_rule(tpu_lower_ctx *c) {
+  tpu_hlo_type t = pair_type(c, 0, 1, tpu_lower_opmath(c->out_types[0].dtype));
+  tpu_hlo_value x = tpu_lower_operand(c, 0, t.dtype, &t), y = tpu_lower_operand(c, 1, t.dtype, &t);
+  tpu_hlo_value zero = k(c, x, 0.0), one = k(c, x, 1.0), floor = k(c, x, -100.0);
+  tpu_lower_require(c, all(c, and_(c, cmp(c, TPU_HLO_GE, x, zero), cmp(c, TPU_HLO_LE, x, one))), TPU_ERR_RUNTIME,
+                    "all elements of input should be between 0 and 1");
+  tpu_lower_require(c, all(c, and_(c, cmp(c, TPU_HLO_GE, y, zero), cmp(c, TPU_HLO_LE, y, one))), TPU_ERR_RUNTIME,
+                    "all elements of target should be between 0 and 1");
+  tpu_hlo_value log1m = tpu_hlo_binary(B, TPU_HLO_MAX, tpu_hlo_unary(B, TPU_HLO_LOG1P, neg(c, x)), floor);
+  tpu_hlo_value logx = tpu_hlo_binary(B, TPU_HLO_MAX, tpu_hlo_unary(B, TPU_HLO_LOG, x), floor);
+  tpu_hlo_value loss = sub(c, mul(c, sub(c, y, one), log1m), mul(c, y, logx));
+  if (!tpu_lower_is_none(c, 2)) loss = mul(c, loss, tpu_lower_operand(c, 2, t.dtype, &t));
+  return reduced(c, loss, tpu_lower_int(c, 3, REDUCTION_MEAN));
+}
+
+/* binary_cross_entropy_backward(grad_output, self, target, weight?, reduction):
+ * g * (x - t) / max((1 - x) * x, 1e-12), times weight. */
+static tpu_status_t bce_backward_rule(tpu_lower_ctx *c) {
+  tpu_hlo_type t;
+  tpu_hlo_value d = grad_diff(c, &t);
+  tpu_hlo_value x = tpu_lower_operand(c, 1, t.dtype, &t);
+  tpu_hlo_value g = scaled_grad(c, &t, tpu_lower_int(c, 4, REDUCTION_MEAN), 1.0);
+  tpu_hlo_value denom = tpu_hlo_binary(B, TPU_HLO_MAX, mul(c, sub(c, k(c, x, 1.0), x), x), k(c, x, 1e-12));
+  tpu_hlo_value grad = dvd(c, mul(c, g, d), denom);
+  if (!tpu_lower_is_none(c, 3)) grad = mul(c, grad, tpu_lower_operand(c, 3, t.dtype, &t));
+  tpu_lower_set_output(c, 0, grad);
+  return NULL;
+}
+
+/* --- the table --------------------------------------------------------------------- */
+
 const tpu_lower_rule tpu_rules_nn[] = {
-    {{"tpu_placeholder_nn"}, placeholder_rule, TPU_RULE_INTERNAL, 0},
+    {{"native_layer_norm", "native_layer_norm.out"}, layer_norm_rule, 0, 0},
+    {{"native_layer_norm_backward", "native_layer_norm_backward.out"}, layer_norm_backward_rule, 0, 0},
+    {{"native_group_norm", "native_group_norm.out"}, group_norm_rule, 0, 0},
+    {{"native_group_norm_backward", "native_group_norm_backward.out"}, group_norm_backward_rule, 0, 0},
+    /* _native_batch_norm_legit.out, .no_stats_out and _batch_norm_with_update.out
+     * have no meta function in PyTorch to size their outputs: not served. */
+    {{"native_batch_norm", "native_batch_norm.out", "_native_batch_norm_legit"}, batch_norm_rule, 0, BN_NATIVE},
+    {{"_native_batch_norm_legit.no_stats"}, batch_norm_rule, 0, BN_NO_STATS},
+    {{"_native_batch_norm_legit_no_training", "_native_batch_norm_legit_no_training.out"},
+     batch_norm_rule, 0, BN_NO_TRAINING},
+    {{"_batch_norm_with_update"}, batch_norm_rule, 0, BN_WITH_UPDATE},
+    {{"native_batch_norm_backward", "native_batch_norm_backward.out", "batch_norm_backward"},
+     batch_norm_backward_rule, 0, 0},
+    {{"nll_loss_forward", "nll_loss_forward.output", "nll_loss2d_forward", "nll_loss2d_forward.output"},
+     nll_loss_rule, 0, 0},
+    {{"nll_loss_backward", "nll_loss_backward.grad_input", "nll_loss2d_backward", "nll_loss2d_backward.grad_input"},
+     nll_loss_backward_rule, 0, 0},
+    {{"multi_margin_loss", "multi_margin_loss.out"}, multi_margin_loss_rule, TPU_RULE_CONST_SCALARS, 0},
+    {{"mse_loss", "mse_loss.out"}, mse_loss_rule, 0, 0},
+    {{"mse_loss_backward", "mse_loss_backward.grad_input"}, mse_loss_backward_rule, 0, 0},
+    {{"smooth_l1_loss", "smooth_l1_loss.out"}, smooth_l1_loss_rule, 0, 0},
+    {{"smooth_l1_loss_backward", "smooth_l1_loss_backward.grad_input"}, smooth_l1_backward_rule, 0, 0},
+    {{"huber_loss", "huber_loss.out"}, huber_loss_rule, 0, 0},
+    {{"huber_loss_backward", "huber_loss_backward.out"}, smooth_l1_backward_rule, 0, 1},
+    {{"binary_cross_entropy", "binary_cross_entropy.out"}, bce_rule, 0, 0},
+    {{"binary_cross_entropy_backward", "binary_cross_entropy_backward.grad_input"}, bce_backward_rule, 0, 0},
 };
 TPU_COUNT_RULES(nn);

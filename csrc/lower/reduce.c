@@ -1,30 +1,449 @@
 /* Reductions: sum, mean, prod, amax/amin, max/min with indices, argmax/argmin,
- * var/std, logsumexp, norms, softmax/log_softmax and their backwards. */
+ * var/std, logsumexp, vector norms, all/any, count_nonzero, softmax and
+ * log_softmax with their backwards, cumulative sums and products.
+ *
+ * Sums accumulate in the output's opmath type (float32 for half types) and
+ * round once, as PyTorch's CPU kernels do; integer and bool sums accumulate
+ * in the output type PyTorch's meta chose (int64). Keepdim needs no code:
+ * tpu_lower_set_output reshapes a reduced value to the output's shape. */
+#include <math.h>
+
 #include "lower/rules.h"
 
 #define B (c->b)
 #define OUT (&c->out_types[0])
 
-/* sum.dim_IntList(self, dim?, keepdim, *, dtype?) */
-static tpu_status_t sum_rule(tpu_lower_ctx *c) {
-  tpu_hlo_value x = tpu_lower_tensor(c, 0);
-  int rank = c->args[0].rank;
-  tpu_dtype_t acc = tpu_lower_opmath(OUT->dtype);
-  if (acc == TPU_BOOL) acc = TPU_S64;
-  x = tpu_hlo_convert(B, x, acc);
-  int64_t dims[TPU_HLO_MAX_RANK];
-  int nd = 0;
-  if (tpu_lower_is_none(c, 1) || (c->args[1].kind == TPU_ARG_INT_LIST && c->args[1].n == 0)) {
-    for (int i = 0; i < rank; i++) dims[nd++] = i;
-  } else {
-    for (int i = 0; i < c->args[1].n; i++) dims[nd++] = tpu_lower_wrap_dim(c->args[1].ints[i], rank);
+static tpu_hlo_value add(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_binary(B, TPU_HLO_ADD, x, y); }
+static tpu_hlo_value sub(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_binary(B, TPU_HLO_SUB, x, y); }
+static tpu_hlo_value mul(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_binary(B, TPU_HLO_MUL, x, y); }
+static tpu_hlo_value dvd(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_binary(B, TPU_HLO_DIV, x, y); }
+static tpu_hlo_value and_(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_binary(B, TPU_HLO_AND, x, y); }
+static tpu_hlo_value or_(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_binary(B, TPU_HLO_OR, x, y); }
+static tpu_hlo_value un(tpu_lower_ctx *c, tpu_hlo_unary_t op, tpu_hlo_value x) { return tpu_hlo_unary(B, op, x); }
+static tpu_hlo_value cmp(tpu_lower_ctx *c, tpu_hlo_cmp_t d, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_compare(B, d, x, y); }
+static tpu_hlo_value is_nan(tpu_lower_ctx *c, tpu_hlo_value x) { return cmp(c, TPU_HLO_NE, x, x); }
+
+/* A constant shaped and typed like |like|. */
+static tpu_hlo_value k(tpu_lower_ctx *c, tpu_hlo_value like, double v) {
+  tpu_hlo_type t = *tpu_hlo_type_of(B, like);
+  return tpu_hlo_const_f64(B, &t, v);
+}
+
+/* The type sums accumulate in: opmath, and int64 for a bool result (a sum
+ * cast to bool is "any element nonzero"). */
+static tpu_dtype_t acc_of(tpu_dtype_t t) { return t == TPU_BOOL ? TPU_S64 : tpu_lower_opmath(t); }
+
+/* Input 0 converted to |dtype|. */
+static tpu_hlo_value input(tpu_lower_ctx *c, tpu_dtype_t dtype) { return tpu_hlo_convert(B, tpu_lower_tensor(c, 0), dtype); }
+
+/* Input 0 as PyTorch's sums and products see it: cast to the result's dtype
+ * (the dtype argument, or the out= tensor's), then widened to accumulate. */
+static tpu_hlo_value acc_input(tpu_lower_ctx *c) {
+  return tpu_hlo_convert(B, input(c, OUT->dtype), acc_of(OUT->dtype));
+}
+
+/* The dims argument |arg| reduces over input 0 (None or [] = all). An
+ * argument that is not a dim (the dtype of the full-reduction overloads)
+ * means all dims. */
+static int dims_arg(const tpu_lower_ctx *c, int arg, int64_t *dims) {
+  tpu_arg_kind_t kind = arg < c->num_args ? c->args[arg].kind : TPU_ARG_NONE;
+  if (kind != TPU_ARG_INT && kind != TPU_ARG_INT_LIST) arg = c->num_args;
+  return tpu_lower_reduce_dims(c, arg, c->args[0].rank, dims);
+}
+
+/* How many elements of input 0 each output element reduces. */
+static int64_t count_of(const tpu_lower_ctx *c, const int64_t *dims, int n) {
+  int64_t count = 1;
+  for (int i = 0; i < n; i++) count *= c->args[0].sizes[dims[i]];
+  return count;
+}
+
+static int64_t numel_of(const tpu_lower_ctx *c, int arg) {
+  int64_t numel = 1;
+  for (int i = 0; i < c->args[arg].rank; i++) numel *= c->args[arg].sizes[i];
+  return numel;
+}
+
+/* |r|, a reduction of |x| over |dims|, broadcast back to |x|'s shape. */
+static tpu_hlo_value unreduce(tpu_lower_ctx *c, tpu_hlo_value r, tpu_hlo_value x, const int64_t *dims, int n) {
+  tpu_hlo_type to = *tpu_hlo_type_of(B, x);
+  to.dtype = tpu_hlo_dtype(B, r);
+  int64_t kept[TPU_HLO_MAX_RANK];
+  int nk = 0;
+  for (int i = 0, j = 0; i < to.rank; i++) {
+    if (j < n && dims[j] == i) j++;
+    else kept[nk++] = i;
   }
-  tpu_hlo_value r = tpu_hlo_reduce_simple(B, x, tpu_hlo_scalar_f64(B, acc, 0.0), TPU_HLO_ADD, dims, nd);
+  return tpu_hlo_broadcast_in_dim(B, r, &to, kept);
+}
+
+/* max (min) of |x| over |dims|; NaN wins, as in PyTorch's max/min/amax. */
+static tpu_hlo_value extreme(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_binary_t op, const int64_t *dims, int n) {
+  tpu_dtype_t t = tpu_hlo_dtype(B, x);
+  if (t == TPU_BOOL) return tpu_lower_reduce(B, x, op == TPU_HLO_MAX ? TPU_HLO_OR : TPU_HLO_AND, dims, n);
+  tpu_hlo_value r = tpu_lower_reduce(B, x, op, dims, n);
+  if (!tpu_dtype_is_float(t)) return r;
+  tpu_hlo_value any_nan = tpu_lower_reduce(B, is_nan(c, x), TPU_HLO_OR, dims, n);
+  return tpu_hlo_select(B, any_nan, k(c, r, NAN), r);
+}
+
+/* A reduce body over (value, index) pairs that keeps the larger (smaller)
+ * value and, among equal values, the lower index; NaN ranks beyond every
+ * number. The order is total, so the first occurrence wins however XLA
+ * associates the reduction. */
+static void arg_body(tpu_lower_ctx *c, tpu_dtype_t t, bool is_max, tpu_hlo_region *out) {
+  tpu_hlo_type v = tpu_hlo_make_type(t, 0, NULL), i = tpu_hlo_make_type(TPU_S64, 0, NULL);
+  tpu_hlo_type types[4] = {v, i, v, i};
+  tpu_hlo_value a[4];
+  tpu_hlo_region_begin(B, 4, types, a);
+  tpu_hlo_value better = cmp(c, is_max ? TPU_HLO_GT : TPU_HLO_LT, a[0], a[2]);
+  tpu_hlo_value same = cmp(c, TPU_HLO_EQ, a[0], a[2]);
+  if (tpu_dtype_is_float(t)) {
+    tpu_hlo_value an = is_nan(c, a[0]), bn = is_nan(c, a[2]);
+    better = or_(c, better, and_(c, an, un(c, TPU_HLO_NOT, bn)));
+    same = or_(c, same, and_(c, an, bn));
+  }
+  tpu_hlo_value pick = or_(c, better, and_(c, same, cmp(c, TPU_HLO_LT, a[1], a[3])));
+  tpu_hlo_value r[2] = {tpu_hlo_select(B, pick, a[0], a[2]), tpu_hlo_select(B, pick, a[1], a[3])};
+  tpu_hlo_region_end(B, r, 2, out);
+}
+
+/* The max (min) of |x| along |dim| and its first index. */
+static void arg_extreme(tpu_lower_ctx *c, tpu_hlo_value x, bool is_max, int dim, tpu_hlo_value *out_value,
+                        tpu_hlo_value *out_index) {
+  if (tpu_hlo_dtype(B, x) == TPU_BOOL) x = tpu_hlo_convert(B, x, TPU_U8); /* compares as a number */
+  tpu_dtype_t t = tpu_hlo_dtype(B, x);
+  tpu_hlo_type it = *tpu_hlo_type_of(B, x);
+  it.dtype = TPU_S64;
+  tpu_hlo_value xs[2] = {x, tpu_hlo_iota(B, &it, dim)};
+  /* (lowest, INT64_MAX) is the body's identity: every element beats it. */
+  tpu_hlo_value inits[2] = {is_max ? tpu_hlo_scalar_min(B, t) : tpu_hlo_scalar_max(B, t),
+                            tpu_hlo_scalar_i64(B, TPU_S64, INT64_MAX)};
+  tpu_hlo_region body;
+  arg_body(c, t, is_max, &body);
+  int64_t dims[1] = {dim};
+  tpu_hlo_value out[2];
+  tpu_hlo_reduce(B, xs, inits, 2, dims, 1, &body, out);
+  *out_value = out[0];
+  *out_index = out[1];
+}
+
+/* --- sums and products ------------------------------------------------------ */
+
+enum { SUM, NANSUM, MEAN };
+
+/* sum / nansum / mean (data), full or over dims: (self, [dim, keepdim,] *, dtype). */
+static tpu_status_t sum_rule(tpu_lower_ctx *c) {
+  int64_t dims[TPU_HLO_MAX_RANK];
+  int n = dims_arg(c, 1, dims);
+  tpu_hlo_value x = acc_input(c);
+  if (c->data == NANSUM && tpu_dtype_is_float(tpu_hlo_dtype(B, x)))
+    x = tpu_hlo_select(B, is_nan(c, x), k(c, x, 0.0), x);
+  tpu_hlo_value r = tpu_lower_reduce(B, x, TPU_HLO_ADD, dims, n);
+  /* mean of no elements is 0/0 = NaN, as in PyTorch */
+  if (c->data == MEAN) r = dvd(c, r, k(c, r, (double)count_of(c, dims, n)));
   tpu_lower_set_output(c, 0, r);
   return NULL;
 }
 
+/* prod(self, [dim, keepdim,] *, dtype) */
+static tpu_status_t prod_rule(tpu_lower_ctx *c) {
+  int64_t dims[TPU_HLO_MAX_RANK];
+  int n = dims_arg(c, 1, dims);
+  tpu_lower_set_output(c, 0, tpu_lower_reduce(B, acc_input(c), TPU_HLO_MUL, dims, n));
+  return NULL;
+}
+
+/* --- max and min ------------------------------------------------------------- */
+
+static const char *minmax_name(tpu_lower_ctx *c) { return c->data == TPU_HLO_MAX ? "max" : "min"; }
+
+/* amax/amin(self, dim[], keepdim); data: MAX or MIN. PyTorch's meta function
+ * refuses to reduce an empty dim. */
+static tpu_status_t amax_rule(tpu_lower_ctx *c) {
+  int64_t dims[TPU_HLO_MAX_RANK];
+  int n = dims_arg(c, 1, dims);
+  tpu_lower_set_output(c, 0, extreme(c, tpu_lower_tensor(c, 0), (tpu_hlo_binary_t)c->data, dims, n));
+  return NULL;
+}
+
+/* max()/min(self): all dims. Empty input has no max, an error; the out=
+ * overload (self, out) returns the identity instead, as PyTorch's CPU kernel
+ * does. */
+static tpu_status_t max_all_rule(tpu_lower_ctx *c) {
+  if (numel_of(c, 0) == 0 && c->num_args == 1)
+    return tpu_lower_error(c, TPU_ERR_RUNTIME,
+                           "%s(): Expected reduction dim to be specified for input.numel() == 0. Specify the "
+                           "reduction dim with the 'dim' argument.", minmax_name(c));
+  return amax_rule(c);
+}
+
+/* max.dim/min.dim(self, dim, keepdim) -> (values, indices); data: MAX or MIN. */
+static tpu_status_t max_dim_rule(tpu_lower_ctx *c) {
+  int rank = c->args[0].rank;
+  int dim = tpu_lower_wrap_dim(tpu_lower_int(c, 1, 0), rank);
+  if (rank > 0 && c->args[0].sizes[dim] == 0)
+    return tpu_lower_error(c, TPU_ERR_INDEX, "%s(): Expected reduction dim %d to have non-zero size.",
+                           minmax_name(c), dim);
+  tpu_hlo_value x = tpu_lower_tensor(c, 0);
+  if (rank == 0) x = tpu_hlo_reshape(B, x, 1, (int64_t[]){1}); /* reduces as a 1-element vector */
+  tpu_hlo_value value, index;
+  arg_extreme(c, x, c->data == TPU_HLO_MAX, dim, &value, &index);
+  tpu_lower_set_output(c, 0, value);
+  tpu_lower_set_output(c, 1, index);
+  return NULL;
+}
+
+/* argmax/argmin(self, dim?, keepdim); dim None means the flattened input. */
+static tpu_status_t argmax_rule(tpu_lower_ctx *c) {
+  const char *name = c->data == TPU_HLO_MAX ? "argmax" : "argmin";
+  if (c->args[0].dtype == TPU_BOOL)
+    return tpu_lower_error(c, TPU_ERR_RUNTIME, "%s(): does not support bool input", name);
+  int rank = c->args[0].rank;
+  tpu_hlo_value x = tpu_lower_tensor(c, 0);
+  int dim = 0;
+  if (tpu_lower_is_none(c, 1) || rank == 0) {
+    int64_t numel = numel_of(c, 0);
+    x = tpu_hlo_reshape(B, x, 1, &numel);
+  } else {
+    dim = tpu_lower_wrap_dim(c->args[1].i, rank);
+  }
+  tpu_hlo_value value, index;
+  arg_extreme(c, x, c->data == TPU_HLO_MAX, dim, &value, &index);
+  tpu_lower_set_output(c, 0, index);
+  return NULL;
+}
+
+/* --- statistics ------------------------------------------------------------------ */
+
+enum { VAR = 0, STD = 1, WITH_MEAN = 2 };
+
+/* var/std/var_mean/std_mean.correction(self, dim?, *, correction?, keepdim);
+ * data: STD and WITH_MEAN bits. Two passes (mean, then the sum of squared
+ * deviations) in opmath; the divisor max(N - correction, 0) gives inf or NaN
+ * when it reaches 0, as in PyTorch. */
+static tpu_status_t var_rule(tpu_lower_ctx *c) {
+  tpu_dtype_t t = c->args[0].dtype;
+  if (!tpu_dtype_is_float(t) && !tpu_dtype_is_complex(t)) {
+    const char *name = c->data & WITH_MEAN ? (c->data & STD ? "std_mean" : "var_mean") : "std and var";
+    return tpu_lower_error(c, TPU_ERR_RUNTIME, "%s only support floating point and complex dtypes", name);
+  }
+  int64_t dims[TPU_HLO_MAX_RANK];
+  int n = dims_arg(c, 1, dims);
+  double count = (double)count_of(c, dims, n);
+  tpu_hlo_value x = input(c, tpu_lower_opmath(t));
+  tpu_hlo_value sum = tpu_lower_reduce(B, x, TPU_HLO_ADD, dims, n);
+  tpu_hlo_value mean = dvd(c, sum, k(c, sum, count));
+  tpu_hlo_value d = sub(c, x, unreduce(c, mean, x, dims, n));
+  if (tpu_dtype_is_complex(t)) d = un(c, TPU_HLO_ABS, d);
+  tpu_hlo_value m2 = tpu_lower_reduce(B, mul(c, d, d), TPU_HLO_ADD, dims, n);
+  double divisor = fmax(count - tpu_lower_float(c, 2, 1.0), 0.0);
+  tpu_hlo_value var = dvd(c, m2, k(c, m2, divisor));
+  tpu_lower_set_output(c, 0, c->data & STD ? un(c, TPU_HLO_SQRT, var) : var);
+  if (c->data & WITH_MEAN) tpu_lower_set_output(c, 1, mean);
+  return NULL;
+}
+
+/* logsumexp(self, dim[], keepdim): log(sum(exp(x - m))) + m with m the max,
+ * taken as 0 where it is infinite (PyTorch's formula: an all -inf row gives
+ * -inf, a +inf element gives +inf, not NaN). */
+static tpu_status_t logsumexp_rule(tpu_lower_ctx *c) {
+  int64_t dims[TPU_HLO_MAX_RANK];
+  int n = dims_arg(c, 1, dims);
+  tpu_hlo_value x = input(c, tpu_lower_opmath(OUT->dtype));
+  tpu_hlo_value m = tpu_lower_reduce(B, x, TPU_HLO_MAX, dims, n);
+  m = tpu_hlo_select(B, cmp(c, TPU_HLO_EQ, un(c, TPU_HLO_ABS, m), k(c, m, INFINITY)), k(c, m, 0.0), m);
+  tpu_hlo_value e = un(c, TPU_HLO_EXP, sub(c, x, unreduce(c, m, x, dims, n)));
+  tpu_hlo_value s = tpu_lower_reduce(B, e, TPU_HLO_ADD, dims, n);
+  tpu_lower_set_output(c, 0, add(c, un(c, TPU_HLO_LOG, s), m));
+  return NULL;
+}
+
+/* linalg_vector_norm(self, ord, dim?, keepdim, *, dtype?); ord is a
+ * constant. Computed on |x| in the result's opmath type. */
+static tpu_status_t norm_rule(tpu_lower_ctx *c) {
+  int64_t dims[TPU_HLO_MAX_RANK];
+  int n = dims_arg(c, 2, dims);
+  double ord = tpu_lower_float(c, 1, 2.0);
+  tpu_hlo_value x = tpu_lower_tensor(c, 0);
+  if (tpu_dtype_is_complex(tpu_hlo_dtype(B, x))) x = un(c, TPU_HLO_ABS, x);
+  x = un(c, TPU_HLO_ABS, tpu_hlo_convert(B, x, tpu_lower_opmath(OUT->dtype)));
+  tpu_hlo_value r;
+  if (isinf(ord)) {
+    r = extreme(c, x, ord > 0 ? TPU_HLO_MAX : TPU_HLO_MIN, dims, n);
+  } else if (ord == 0) {
+    tpu_hlo_value nonzero = tpu_hlo_convert(B, cmp(c, TPU_HLO_NE, x, k(c, x, 0.0)), tpu_hlo_dtype(B, x));
+    r = tpu_lower_reduce(B, nonzero, TPU_HLO_ADD, dims, n);
+  } else if (ord == 1) {
+    r = tpu_lower_reduce(B, x, TPU_HLO_ADD, dims, n);
+  } else if (ord == 2) {
+    r = un(c, TPU_HLO_SQRT, tpu_lower_reduce(B, mul(c, x, x), TPU_HLO_ADD, dims, n));
+  } else {
+    tpu_hlo_value s = tpu_lower_reduce(B, tpu_hlo_binary(B, TPU_HLO_POW, x, k(c, x, ord)), TPU_HLO_ADD, dims, n);
+    r = tpu_hlo_binary(B, TPU_HLO_POW, s, k(c, s, 1.0 / ord));
+  }
+  tpu_lower_set_output(c, 0, r);
+  return NULL;
+}
+
+/* --- logical ------------------------------------------------------------------------ */
+
+/* all/any(self, [dim | dim[]?, keepdim]); data: AND or OR. Any input counts
+ * as "nonzero"; an empty dim list reduces nothing (unlike sum's). */
+static tpu_status_t all_any_rule(tpu_lower_ctx *c) {
+  int64_t dims[TPU_HLO_MAX_RANK];
+  bool none = c->num_args > 1 && c->args[1].kind == TPU_ARG_INT_LIST && c->args[1].n == 0;
+  int n = none ? 0 : dims_arg(c, 1, dims);
+  tpu_hlo_value x = tpu_lower_tensor(c, 0);
+  x = cmp(c, TPU_HLO_NE, x, k(c, x, 0.0));
+  tpu_lower_set_output(c, 0, tpu_lower_reduce(B, x, (tpu_hlo_binary_t)c->data, dims, n));
+  return NULL;
+}
+
+/* count_nonzero(self, dim? | dim[]) */
+static tpu_status_t count_nonzero_rule(tpu_lower_ctx *c) {
+  int64_t dims[TPU_HLO_MAX_RANK];
+  int n = dims_arg(c, 1, dims);
+  tpu_hlo_value x = tpu_lower_tensor(c, 0);
+  x = tpu_hlo_convert(B, cmp(c, TPU_HLO_NE, x, k(c, x, 0.0)), TPU_S64);
+  tpu_lower_set_output(c, 0, tpu_lower_reduce(B, x, TPU_HLO_ADD, dims, n));
+  return NULL;
+}
+
+/* --- softmax ------------------------------------------------------------------------ */
+
+/* PyTorch's name for an integer dtype in "not implemented for" errors. */
+static const char *torch_int_name(tpu_dtype_t t) {
+  switch (t) {
+    case TPU_BOOL: return "Bool";
+    case TPU_S8: return "Char";
+    case TPU_S16: return "Short";
+    case TPU_S32: return "Int";
+    case TPU_S64: return "Long";
+    case TPU_U8: return "Byte";
+    default: return tpu_dtype_name(t);
+  }
+}
+
+/* The softmax dim of argument |arg| as a dims list: none for a 0-dim input. */
+static int softmax_dims(const tpu_lower_ctx *c, int arg, int rank, int64_t *dims) {
+  dims[0] = tpu_lower_wrap_dim(tpu_lower_int(c, arg, 0), rank);
+  return rank > 0 ? 1 : 0;
+}
+
+/* _softmax/_log_softmax(self, dim, half_to_float); data: 1 for log. The
+ * output type (float32 with half_to_float) comes from the meta function;
+ * half inputs compute in float32 either way. */
+static tpu_status_t softmax_rule(tpu_lower_ctx *c) {
+  tpu_dtype_t t = c->args[0].dtype;
+  int rank = c->args[0].rank;
+  int64_t dims[1];
+  int n = softmax_dims(c, 1, rank, dims);
+  if (!tpu_dtype_is_float(t))
+    return tpu_lower_error(c, TPU_ERR_NOT_IMPLEMENTED, "\"%ssoftmax_%skernel_impl\" not implemented for '%s'",
+                           c->data ? "log_" : "", n == 0 || dims[0] == rank - 1 ? "lastdim_" : "", torch_int_name(t));
+  tpu_hlo_value x = input(c, tpu_lower_opmath(OUT->dtype));
+  tpu_hlo_value m = tpu_lower_reduce(B, x, TPU_HLO_MAX, dims, n);
+  tpu_hlo_value shifted = sub(c, x, unreduce(c, m, x, dims, n));
+  tpu_hlo_value e = un(c, TPU_HLO_EXP, shifted);
+  tpu_hlo_value s = unreduce(c, tpu_lower_reduce(B, e, TPU_HLO_ADD, dims, n), x, dims, n);
+  tpu_lower_set_output(c, 0, c->data ? sub(c, shifted, un(c, TPU_HLO_LOG, s)) : dvd(c, e, s));
+  return NULL;
+}
+
+/* _softmax/_log_softmax_backward_data(grad_output, output, dim, input_dtype);
+ * data: 1 for log.
+ *   softmax:     y * (g - sum(g * y))
+ *   log_softmax: g - exp(y) * sum(g) */
+static tpu_status_t softmax_backward_rule(tpu_lower_ctx *c) {
+  int rank = c->args[1].rank;
+  int64_t dims[1];
+  int n = softmax_dims(c, 2, rank, dims);
+  tpu_dtype_t t = tpu_lower_opmath(OUT->dtype);
+  tpu_hlo_value g = tpu_hlo_convert(B, tpu_lower_tensor(c, 0), t);
+  tpu_hlo_value y = tpu_hlo_convert(B, tpu_lower_tensor(c, 1), t);
+  tpu_hlo_value r;
+  if (c->data) {
+    tpu_hlo_value s = unreduce(c, tpu_lower_reduce(B, g, TPU_HLO_ADD, dims, n), g, dims, n);
+    r = sub(c, g, mul(c, un(c, TPU_HLO_EXP, y), s));
+  } else {
+    tpu_hlo_value s = unreduce(c, tpu_lower_reduce(B, mul(c, g, y), TPU_HLO_ADD, dims, n), g, dims, n);
+    r = mul(c, y, sub(c, g, s));
+  }
+  tpu_lower_set_output(c, 0, r);
+  return NULL;
+}
+
+/* --- cumulative --------------------------------------------------------------------- */
+
+/* cumsum/cumprod(self, dim, *, dtype); data: ADD or MUL. A reduce_window
+ * whose window spans the whole dim, padded by size - 1 identities in front,
+ * gives every prefix. */
+static tpu_status_t cumulative_rule(tpu_lower_ctx *c) {
+  int rank = c->args[0].rank;
+  tpu_hlo_value x = acc_input(c);
+  int dim = tpu_lower_wrap_dim(tpu_lower_int(c, 1, 0), rank);
+  int64_t size = rank > 0 ? c->args[0].sizes[dim] : 1;
+  if (size <= 1) { /* nothing to accumulate (0-dim, empty or single) */
+    tpu_lower_set_output(c, 0, x);
+    return NULL;
+  }
+  tpu_hlo_binary_t op = (tpu_hlo_binary_t)c->data;
+  tpu_hlo_window w;
+  tpu_hlo_window_init(&w, rank);
+  w.dims[dim] = size;
+  w.pad_lo[dim] = size - 1;
+  tpu_hlo_value init = tpu_hlo_scalar_i64(B, tpu_hlo_dtype(B, x), op == TPU_HLO_MUL ? 1 : 0);
+  tpu_hlo_region body;
+  tpu_hlo_region_binary(B, op, tpu_hlo_dtype(B, x), &body);
+  tpu_hlo_value r;
+  tpu_hlo_reduce_window(B, &x, &init, 1, &w, &body, &r);
+  tpu_lower_set_output(c, 0, r);
+  return NULL;
+}
+
+/* --- the table ------------------------------------------------------------------------ */
+
 const tpu_lower_rule tpu_rules_reduce[] = {
-    {{"sum.dim_IntList", "sum.IntList_out"}, sum_rule, 0, 0},
+    {{"sum", "sum.out"}, sum_rule, 0, SUM},
+    {{"sum.dim_IntList", "sum.IntList_out"}, sum_rule, 0, SUM},
+    {{"nansum", "nansum.out"}, sum_rule, 0, NANSUM},
+    {{"mean", "mean.dtype_out"}, sum_rule, 0, MEAN},
+    {{"mean.dim", "mean.out"}, sum_rule, 0, MEAN},
+    {{"prod", "prod.out"}, prod_rule, 0, 0},
+    {{"prod.dim_int", "prod.int_out"}, prod_rule, 0, 0},
+
+    {{"amax", "amax.out"}, amax_rule, 0, TPU_HLO_MAX},
+    {{"amin", "amin.out"}, amax_rule, 0, TPU_HLO_MIN},
+    {{"max", "max.unary_out"}, max_all_rule, 0, TPU_HLO_MAX},
+    {{"min", "min.unary_out"}, max_all_rule, 0, TPU_HLO_MIN},
+    {{"max.dim", "max.dim_max"}, max_dim_rule, 0, TPU_HLO_MAX},
+    {{"min.dim", "min.dim_min"}, max_dim_rule, 0, TPU_HLO_MIN},
+    {{"argmax", "argmax.out"}, argmax_rule, 0, TPU_HLO_MAX},
+    {{"argmin", "argmin.out"}, argmax_rule, 0, TPU_HLO_MIN},
+
+    {{"var.correction", "var.correction_out"}, var_rule, TPU_RULE_CONST_SCALARS, VAR},
+    {{"std.correction", "std.correction_out"}, var_rule, TPU_RULE_CONST_SCALARS, STD},
+    {{"var_mean.correction", "var_mean.correction_out"}, var_rule, TPU_RULE_CONST_SCALARS, VAR | WITH_MEAN},
+    {{"std_mean.correction", "std_mean.correction_out"}, var_rule, TPU_RULE_CONST_SCALARS, STD | WITH_MEAN},
+    {{"logsumexp", "logsumexp.out"}, logsumexp_rule, 0, 0},
+    {{"linalg_vector_norm", "linalg_vector_norm.out"}, norm_rule, TPU_RULE_CONST_SCALARS, 0},
+
+    {{"all", "all.all_out"}, all_any_rule, 0, TPU_HLO_AND},
+    {{"all.dim", "all.out"}, all_any_rule, 0, TPU_HLO_AND},
+    {{"all.dims", "all.dims_out"}, all_any_rule, 0, TPU_HLO_AND},
+    {{"any", "any.all_out"}, all_any_rule, 0, TPU_HLO_OR},
+    {{"any.dim", "any.out"}, all_any_rule, 0, TPU_HLO_OR},
+    {{"any.dims", "any.dims_out"}, all_any_rule, 0, TPU_HLO_OR},
+    {{"count_nonzero", "count_nonzero.out"}, count_nonzero_rule, 0, 0},
+    {{"count_nonzero.dim_IntList", "count_nonzero.dim_IntList_out"}, count_nonzero_rule, 0, 0},
+
+    {{"_softmax", "_softmax.out"}, softmax_rule, 0, 0},
+    {{"_log_softmax", "_log_softmax.out"}, softmax_rule, 0, 1},
+    {{"_softmax_backward_data", "_softmax_backward_data.out"}, softmax_backward_rule, 0, 0},
+    {{"_log_softmax_backward_data", "_log_softmax_backward_data.out"}, softmax_backward_rule, 0, 1},
+
+    {{"cumsum", "cumsum_", "cumsum.out"}, cumulative_rule, 0, TPU_HLO_ADD},
+    {{"cumprod", "cumprod_", "cumprod.out"}, cumulative_rule, 0, TPU_HLO_MUL},
 };
 TPU_COUNT_RULES(reduce);

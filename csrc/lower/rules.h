@@ -17,6 +17,7 @@ TPU_RULE_TABLE(nn);
 TPU_RULE_TABLE(index);
 TPU_RULE_TABLE(random);
 TPU_RULE_TABLE(conv);
+TPU_RULE_TABLE(view);
 
 #define TPU_COUNT_RULES(family) \
   const int tpu_rules_##family##_count = (int)(sizeof tpu_rules_##family / sizeof tpu_rules_##family[0])

@@ -3,6 +3,7 @@
 // constants), asks the eager layer for the cached program, and on a miss runs
 // PyTorch's meta function for the output metadata. Registration walks the C
 // rule registry: adding a rule in csrc/lower is all it takes to add an op.
+#include <ATen/MemoryOverlap.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/TypeProperties.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -340,10 +341,14 @@ std::vector<at::Tensor> run_rule(const OpInfo& info, c10::ArrayRef<c10::IValue> 
   }
   tpu_eager_entry* entry = tpu_eager_lookup(&call);
   if (entry == nullptr) {
+    // A miss validates the call as PyTorch would (shapes, dtypes, written
+    // arguments that overlap themselves) and learns the outputs' metadata.
+    // Everything checked here is part of the key, so hits are valid calls.
+    for (size_t i = 0; i < ivs.size(); i++)
+      if (info.mutated[i] && ivs[i].isTensor() && ivs[i].toTensor().defined())
+        at::assert_no_internal_overlap(ivs[i].toTensor());
     tpu_eager_out_meta meta[TPU_EAGER_MAX_RETURNS] = {};
-    bool needs_meta = false;
-    for (int r = 0; r < op->num_outputs; r++) needs_meta |= op->output_alias[r] < 0;
-    if (needs_meta) {
+    if (info.handle.has_value()) {
       std::vector<at::Tensor> metas = run_meta(info, ivs);
       for (int r = 0; r < op->num_outputs; r++)
         if (op->output_alias[r] < 0) fill_meta(r < static_cast<int>(metas.size()) ? metas[r] : at::Tensor(), meta[r]);
@@ -369,11 +374,51 @@ std::vector<at::Tensor> run_rule(const OpInfo& info, c10::ArrayRef<c10::IValue> 
 
 namespace {
 
+// A boolean mask in an index list selects data-dependent positions: it is
+// replaced by the long indices of its true elements (one sync), as PyTorch's
+// CPU kernel does, after the same shape check.
+void expand_masks(c10::IValue& list_iv, const at::Tensor& self) {
+  bool any = false;
+  for (const c10::IValue& item : list_iv.toListRef())
+    if (item.isTensor()) {
+      auto t = item.toTensor().scalar_type();
+      any |= t == at::kBool || t == at::kByte;
+    }
+  if (!any) return;
+  c10::List<std::optional<at::Tensor>> out;
+  int64_t dim = 0;
+  for (const c10::IValue& item : list_iv.toListRef()) {
+    if (!item.isTensor()) {
+      out.push_back(std::nullopt);
+      dim++;
+      continue;
+    }
+    at::Tensor t = item.toTensor();
+    if (t.scalar_type() != at::kBool && t.scalar_type() != at::kByte) {
+      out.push_back(t);
+      dim++;
+      continue;
+    }
+    for (int64_t j = 0; j < t.dim(); j++)
+      TORCH_CHECK_INDEX(dim + j < self.dim() && t.size(j) == self.size(dim + j), "The shape of the mask ",
+                        t.sizes(), " at index ", j, " does not match the shape of the indexed tensor ", self.sizes(),
+                        " at index ", dim + j);
+    at::Tensor nz = at::nonzero(t);
+    for (int64_t j = 0; j < t.dim(); j++) out.push_back(nz.select(1, j));
+    dim += t.dim();
+  }
+  list_iv = out;
+}
+
 struct RuleKernel final : public c10::OperatorKernel {
   explicit RuleKernel(OpInfo info) : info_(std::move(info)) {}
 
   void operator()(const c10::OperatorHandle& handle, c10::DispatchKeySet, torch::jit::Stack* stack) {
     const size_t n = info_.arg_types.size();
+    if (info_.mask_list >= 0) {
+      c10::IValue& list = (*stack)[stack->size() - n + info_.mask_list];
+      expand_masks(list, (*stack)[stack->size() - n].toTensor());
+    }
     auto ivs = torch::jit::last(*stack, n);
     std::vector<at::Tensor> outs = run_rule(info_, ivs);
     c10::SmallVector<c10::IValue, 4> results;
@@ -425,7 +470,7 @@ ArgType classify(const c10::Argument& arg) {
 // Legacy overloads that write arguments their schema does not mark.
 const std::unordered_map<std::string, std::vector<int>>& hidden_writes() {
   static const std::unordered_map<std::string, std::vector<int>> table = {
-      {"aten::native_batch_norm", {3, 4}},  // running_mean, running_var in training
+      {"aten::native_batch_norm", {3, 4}},  // running_mean, running_var in training (also .out)
   };
   return table;
 }
@@ -451,8 +496,9 @@ std::optional<OpInfo> make_op_info(const c10::OperatorHandle& handle, const tpu_
     info.promotes.push_back(!written && args[i].name() != "alpha" && args[i].name() != "value");
   }
   std::string full_name = c10::toString(schema.operator_name());
+  if (schema.operator_name().name == "aten::index") info.mask_list = 1;
   auto hidden = hidden_writes().find(schema.operator_name().name);
-  if (hidden != hidden_writes().end() && schema.overload_name().empty())
+  if (hidden != hidden_writes().end() && (schema.overload_name().empty() || schema.overload_name() == "out"))
     for (int i : hidden->second) info.mutated[i] = true;
   for (size_t r = 0; r < rets.size(); r++) {
     if (rets[r].type()->kind() != c10::TypeKind::TensorType) {

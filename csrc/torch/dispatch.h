@@ -21,6 +21,7 @@ struct OpInfo {
   std::vector<bool> mutated;   // per argument: written by the op
   std::vector<bool> promotes;  // per argument: takes part in type promotion
   bool out_variant = false;    // has out= arguments (resized from the meta shapes)
+  int mask_list = -1;          // a Tensor?[] index argument whose boolean masks become long indices
   std::optional<c10::OperatorHandle> handle;
 };
 

@@ -1,0 +1,648 @@
+/* Programs over storages (see program.h) and running them: parameters per
+ * storage actually read, view reads and writes, rule application, results,
+ * runtime checks; execution swaps result buffers into storage boxes. */
+#include "eager/program.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/stats.h"
+#include "base/strbuf.h"
+#include "eager/internal.h"
+
+/* --- the flat view of a call ------------------------------------------------- */
+
+bool tpu_ref_is_none(const tpu_tensor_ref *r) {
+  return r->storage == NULL && r->host_scalar == NULL && r->view.dtype == TPU_INVALID;
+}
+
+tpu_dtype_t tpu_storage_read_dtype(const tpu_storage *s, tpu_dtype_t reader) {
+  return s->buf != NULL ? s->dtype : reader;
+}
+
+void tpu_flat_release(flat_call *f) {
+  if (f->refs != f->small) free(f->refs);
+}
+
+int tpu_flat_index(const flat_call *f, int arg, int item) {
+  for (int i = 0; i < f->n; i++)
+    if (f->refs[i].arg == arg && f->refs[i].item == item) return i;
+  return -1;
+}
+
+tpu_status_t tpu_flatten_call(const tpu_eager_call *call, flat_call *f) {
+  int total = 0;
+  for (int a = 0; a < call->num_args; a++) {
+    const tpu_eager_arg *arg = &call->args[a];
+    if (arg->lower.kind == TPU_ARG_TENSOR) total++;
+    else if (arg->lower.kind == TPU_ARG_TENSOR_LIST) total += arg->lower.n;
+  }
+  f->n = 0;
+  f->refs = total <= 32 ? f->small : malloc((size_t)total * sizeof *f->refs);
+  if (f->refs == NULL) return tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+  for (int a = 0; a < call->num_args; a++) {
+    const tpu_eager_arg *arg = &call->args[a];
+    int count = arg->lower.kind == TPU_ARG_TENSOR ? 1 : arg->lower.kind == TPU_ARG_TENSOR_LIST ? arg->lower.n : 0;
+    for (int i = 0; i < count; i++) {
+      ref_slot *r = &f->refs[f->n];
+      r->arg = a;
+      r->item = arg->lower.kind == TPU_ARG_TENSOR ? -1 : i;
+      r->ref = arg->lower.kind == TPU_ARG_TENSOR ? &arg->tensor : &arg->items[i];
+      r->slot = -1;
+      if (r->ref->storage != NULL) {
+        for (int j = 0; j < f->n; j++)
+          if (f->refs[j].ref->storage == r->ref->storage) {
+            r->slot = f->refs[j].slot;
+            break;
+          }
+        if (r->slot < 0) r->slot = f->n;
+      }
+      f->n++;
+    }
+  }
+  return NULL;
+}
+
+/* --- entries --------------------------------------------------------------------- */
+
+typedef enum { SRC_STORAGE, SRC_HOST_SCALAR, SRC_SCALAR, SRC_RNG } src_kind;
+
+typedef struct param_src {
+  src_kind kind;
+  int ref;       /* flat ref index (STORAGE: the slot; HOST_SCALAR) */
+  int arg;       /* SCALAR */
+  int rng_index; /* RNG: which random op of the program */
+  tpu_dtype_t dtype;
+  bool donate;
+} param_src;
+
+typedef struct result_dst {
+  int ref;    /* >= 0: the storage of this flat ref gets the result */
+  int output; /* >= 0: the new output's storage gets it */
+  tpu_dtype_t dtype;
+} result_dst;
+
+struct tpu_eager_entry {
+  struct tpu_eager_entry *next; /* the eager cache's chain */
+  uint64_t hash;
+  char *key;
+  size_t key_len;
+  tpu_executable *exe;
+  int num_params;
+  param_src *params;
+  bool *donate; /* per param, as execute wants it */
+  bool any_donation;
+  int num_results;
+  result_dst *results;
+  int num_meta;
+  tpu_eager_out_meta *meta; /* per output index */
+  /* Runtime checks: the last |num_checks| results are i1 flags. */
+  int num_checks;
+  tpu_code_t check_codes[TPU_LOWER_MAX_CHECKS];
+  const char *check_messages[TPU_LOWER_MAX_CHECKS];
+};
+
+void tpu_eager_entry_free(tpu_eager_entry *e) {
+  if (e == NULL) return;
+  tpu_executable_destroy(tpu_eager_runtime(), e->exe);
+  free(e->key);
+  free(e->params);
+  free(e->donate);
+  free(e->results);
+  free(e->meta);
+  free(e);
+}
+
+const tpu_eager_out_meta *tpu_eager_entry_meta(const tpu_eager_entry *e, int i) {
+  static const tpu_eager_out_meta none = {.dtype = TPU_INVALID};
+  return i < e->num_meta ? &e->meta[i] : &none;
+}
+
+tpu_eager_entry **tpu_eager_entry_chain(tpu_eager_entry *e) { return &e->next; }
+
+void tpu_eager_entry_set_key(tpu_eager_entry *e, char *key, size_t len, uint64_t hash) {
+  free(e->key);
+  e->key = key;
+  e->key_len = len;
+  e->hash = hash;
+}
+
+bool tpu_eager_entry_has_key(const tpu_eager_entry *e, const char *key, size_t len, uint64_t hash) {
+  return e->hash == hash && e->key_len == len && memcmp(e->key, key, len) == 0;
+}
+
+uint64_t tpu_eager_entry_hash(const tpu_eager_entry *e) { return e->hash; }
+
+bool tpu_eager_entry_uses_rng(const tpu_eager_entry *e) {
+  for (int i = 0; i < e->num_params; i++)
+    if (e->params[i].kind == SRC_RNG) return true;
+  return false;
+}
+
+/* --- building ---------------------------------------------------------------------- */
+
+#define MAX_CHECKS_PER_PROGRAM 16
+
+struct tpu_program {
+  const tpu_eager_call *call;
+  char *name;
+  flat_call flat;
+  tpu_hlo_builder *b;
+  tpu_hlo_value *fetched;    /* per flat ref */
+  tpu_hlo_value *slot_param; /* per flat ref (used at slot indices) */
+  int *slot_param_index;
+  tpu_hlo_value *slot_value; /* current storage value after writes */
+  bool *slot_written;
+  int *written;              /* slots in order of first write */
+  int num_written;
+  tpu_hlo_value *scalar_value; /* per arg */
+  param_src *params;
+  int num_params, cap_params;
+  int num_rng;
+  tpu_hlo_value rng_param;
+  /* new outputs */
+  tpu_hlo_value *out_values;
+  tpu_eager_out_meta *out_meta;
+  int num_outputs; /* highest index + 1 */
+  /* checks */
+  int num_checks;
+  tpu_lower_check checks[MAX_CHECKS_PER_PROGRAM];
+};
+
+tpu_hlo_builder *tpu_program_builder(tpu_program *p) { return p->b; }
+
+void tpu_program_free(tpu_program *p) {
+  if (p == NULL) return;
+  tpu_hlo_builder_destroy(p->b);
+  tpu_flat_release(&p->flat);
+  free(p->name);
+  free(p->fetched);
+  free(p->slot_param);
+  free(p->slot_param_index);
+  free(p->slot_value);
+  free(p->slot_written);
+  free(p->written);
+  free(p->scalar_value);
+  free(p->params);
+  free(p->out_values);
+  free(p->out_meta);
+  free(p);
+}
+
+tpu_status_t tpu_program_new(const tpu_eager_call *call, const char *name, tpu_program **out_p) {
+  *out_p = NULL;
+  tpu_program *p = calloc(1, sizeof *p);
+  if (p == NULL) return tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+  p->call = call;
+  p->rng_param = TPU_HLO_NONE;
+  tpu_status_t st = tpu_flatten_call(call, &p->flat);
+  if (st != NULL) {
+    free(p);
+    return st;
+  }
+  int n = p->flat.n > 0 ? p->flat.n : 1;
+  p->name = strdup(name);
+  p->fetched = malloc((size_t)n * sizeof *p->fetched);
+  p->slot_param = malloc((size_t)n * sizeof *p->slot_param);
+  p->slot_param_index = malloc((size_t)n * sizeof *p->slot_param_index);
+  p->slot_value = malloc((size_t)n * sizeof *p->slot_value);
+  p->slot_written = calloc((size_t)n, sizeof *p->slot_written);
+  p->written = malloc((size_t)n * sizeof *p->written);
+  p->scalar_value = malloc((size_t)(call->num_args + 1) * sizeof *p->scalar_value);
+  if (!p->name || !p->fetched || !p->slot_param || !p->slot_param_index || !p->slot_value || !p->slot_written ||
+      !p->written || !p->scalar_value) {
+    tpu_program_free(p);
+    return tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+  }
+  for (int i = 0; i < n; i++) p->fetched[i] = p->slot_param[i] = p->slot_value[i] = TPU_HLO_NONE;
+  for (int i = 0; i <= call->num_args; i++) p->scalar_value[i] = TPU_HLO_NONE;
+  st = tpu_hlo_builder_create(&p->b);
+  if (st != NULL) {
+    tpu_program_free(p);
+    return st;
+  }
+  *out_p = p;
+  return NULL;
+}
+
+static tpu_hlo_value add_param(tpu_program *p, const tpu_hlo_type *t, param_src src) {
+  if (p->num_params == p->cap_params) {
+    int cap = p->cap_params ? p->cap_params * 2 : 16;
+    param_src *np = realloc(p->params, (size_t)cap * sizeof *np);
+    if (np == NULL) return tpu_hlo_fail(p->b, TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+    p->params = np;
+    p->cap_params = cap;
+  }
+  p->params[p->num_params++] = src;
+  return tpu_hlo_param(p->b, t, -1);
+}
+
+/* The storage param of |slot|, created on first use. */
+static tpu_hlo_value slot_storage(tpu_program *p, int slot, tpu_dtype_t reader) {
+  if (p->slot_param[slot] != TPU_HLO_NONE) return p->slot_param[slot];
+  const tpu_storage *st = p->flat.refs[slot].ref->storage;
+  tpu_dtype_t dt = tpu_storage_read_dtype(st, reader);
+  int64_t elems = st->nbytes / (int64_t)tpu_dtype_size(dt);
+  tpu_hlo_type t = tpu_hlo_make_type(dt, 1, &elems);
+  p->slot_param_index[slot] = p->num_params;
+  param_src src = {.kind = SRC_STORAGE, .ref = slot, .dtype = dt};
+  p->slot_param[slot] = add_param(p, &t, src);
+  if (p->slot_value[slot] == TPU_HLO_NONE) p->slot_value[slot] = p->slot_param[slot];
+  return p->slot_param[slot];
+}
+
+tpu_hlo_value tpu_program_scalar(tpu_program *p, int arg) {
+  if (p->scalar_value[arg] == TPU_HLO_NONE) {
+    tpu_dtype_t dt = p->call->args[arg].lower.dtype;
+    tpu_hlo_type t = tpu_hlo_make_type(dt, 0, NULL);
+    param_src src = {.kind = SRC_SCALAR, .arg = arg, .dtype = dt};
+    p->scalar_value[arg] = add_param(p, &t, src);
+  }
+  return p->scalar_value[arg];
+}
+
+tpu_hlo_value tpu_program_tensor(tpu_program *p, int arg, int item) {
+  int fi = tpu_flat_index(&p->flat, arg, item);
+  if (fi < 0) return tpu_hlo_fail(p->b, TPU_ERR_RUNTIME, "%s: internal: no tensor at argument %d", p->name, arg);
+  if (p->fetched[fi] != TPU_HLO_NONE) return p->fetched[fi];
+  const tpu_tensor_ref *r = p->flat.refs[fi].ref;
+  tpu_hlo_value v;
+  if (tpu_ref_is_none(r)) {
+    return tpu_hlo_fail(p->b, TPU_ERR_RUNTIME, "%s: internal: argument %d is None", p->name, arg);
+  } else if (r->host_scalar != NULL) {
+    tpu_hlo_type t = tpu_hlo_make_type(r->view.dtype, 0, NULL);
+    param_src src = {.kind = SRC_HOST_SCALAR, .ref = fi, .dtype = r->view.dtype};
+    v = add_param(p, &t, src);
+    if (r->view.rank != 0) v = tpu_hlo_reshape(p->b, v, r->view.rank, r->view.sizes);
+  } else if (r->storage == NULL || tpu_view_numel(&r->view) == 0) {
+    tpu_hlo_type t = tpu_hlo_make_type(r->view.dtype, r->view.rank, r->view.sizes);
+    v = tpu_hlo_const_i64(p->b, &t, 0);
+  } else {
+    /* Reads see the storage as it was before the program's writes. */
+    v = tpu_hlo_view_read(p->b, slot_storage(p, p->flat.refs[fi].slot, r->view.dtype), &r->view);
+  }
+  p->fetched[fi] = v;
+  return v;
+}
+
+tpu_hlo_value tpu_program_fetch_call(tpu_lower_ctx *c, int arg, int item) {
+  tpu_program *p = c->user;
+  if (p->call->args[arg].lower.kind == TPU_ARG_SCALAR) return tpu_program_scalar(p, arg);
+  return tpu_program_tensor(p, arg, item);
+}
+
+/* A random state of its own for the next random op: the program's state
+ * parameter mixed with the op's index. */
+static tpu_hlo_value next_rng_state(tpu_program *p) {
+  int64_t two = 2;
+  if (p->rng_param == TPU_HLO_NONE) {
+    tpu_hlo_type t = tpu_hlo_make_type(TPU_U64, 1, &two);
+    param_src src = {.kind = SRC_RNG, .dtype = TPU_U64};
+    p->rng_param = add_param(p, &t, src);
+  }
+  int index = p->num_rng++;
+  if (index == 0) return p->rng_param;
+  int64_t mix[2] = {(int64_t)(0x9e3779b97f4a7c15ULL * (uint64_t)index), 0};
+  tpu_hlo_type t = tpu_hlo_make_type(TPU_S64, 1, &two);
+  tpu_hlo_value k = tpu_hlo_const_i64_list(p->b, mix, 2);
+  tpu_hlo_type ut = tpu_hlo_make_type(TPU_U64, 1, &two);
+  (void)t;
+  return tpu_hlo_binary(p->b, TPU_HLO_XOR, p->rng_param, tpu_hlo_bitcast(p->b, k, &ut));
+}
+
+tpu_status_t tpu_program_apply(tpu_program *p, const tpu_lower_rule *rule, const char *op, int num_args,
+                               const tpu_lower_arg *args, tpu_lower_fetch_fn fetch, void *user,
+                               tpu_dtype_t common_dtype, tpu_hlo_precision_t precision, int num_outputs,
+                               const tpu_hlo_type *out_types, tpu_hlo_value *out_values) {
+  tpu_lower_ctx c = {
+      .b = p->b,
+      .op = op,
+      .num_args = num_args,
+      .args = args,
+      .num_outputs = num_outputs,
+      .out_types = out_types,
+      .outputs = out_values,
+      .common_dtype = common_dtype,
+      .precision = precision,
+      .rng_state = TPU_HLO_NONE,
+      .fetch = fetch,
+      .user = user,
+  };
+  if (rule->flags & TPU_RULE_RNG) c.rng_state = next_rng_state(p);
+  TPU_RETURN_IF_ERROR(tpu_lower_run(rule, &c));
+  for (int i = 0; i < c.num_checks; i++) {
+    if (p->num_checks == MAX_CHECKS_PER_PROGRAM)
+      return tpu_status_new(TPU_ERR_NOT_IMPLEMENTED, "%s: too many runtime checks in one program", p->name);
+    p->checks[p->num_checks++] = c.checks[i];
+  }
+  return NULL;
+}
+
+void tpu_program_write(tpu_program *p, int arg, tpu_hlo_value value) {
+  int fi = tpu_flat_index(&p->flat, arg, -1);
+  const tpu_tensor_ref *ref = &p->call->args[arg].tensor;
+  if (fi < 0 || ref->storage == NULL || tpu_view_numel(&ref->view) == 0 || value == TPU_HLO_NONE) return;
+  int slot = p->flat.refs[fi].slot;
+  tpu_hlo_value cur = p->slot_value[slot];
+  if (cur == TPU_HLO_NONE && !tpu_view_is_whole(&ref->view, ref->storage->nbytes))
+    cur = slot_storage(p, slot, ref->view.dtype);
+  tpu_hlo_value nv;
+  if (cur == TPU_HLO_NONE) { /* the whole storage, unread: the value is the storage */
+    int64_t elems = tpu_view_numel(&ref->view);
+    nv = tpu_hlo_reshape(p->b, tpu_hlo_convert(p->b, value, ref->view.dtype), 1, &elems);
+  } else {
+    nv = tpu_hlo_view_write(p->b, cur, &ref->view, value);
+  }
+  p->slot_value[slot] = nv;
+  if (!p->slot_written[slot]) {
+    p->slot_written[slot] = true;
+    p->written[p->num_written++] = slot;
+  }
+}
+
+void tpu_program_output(tpu_program *p, int index, tpu_hlo_value value, const tpu_eager_out_meta *meta) {
+  if (index >= p->num_outputs) {
+    int n = index + 1;
+    tpu_hlo_value *v = realloc(p->out_values, (size_t)n * sizeof *v);
+    if (v != NULL) p->out_values = v;
+    tpu_eager_out_meta *m = realloc(p->out_meta, (size_t)n * sizeof *m);
+    if (m != NULL) p->out_meta = m;
+    if (v == NULL || m == NULL) {
+      tpu_hlo_fail(p->b, TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+      return;
+    }
+    for (int i = p->num_outputs; i < n; i++) {
+      p->out_values[i] = TPU_HLO_NONE;
+      p->out_meta[i] = (tpu_eager_out_meta){.dtype = TPU_INVALID};
+    }
+    p->num_outputs = n;
+  }
+  p->out_values[index] = value;
+  p->out_meta[index] = *meta;
+}
+
+/* The new output's value laid out as its storage: memory order, 1-D. */
+static tpu_hlo_value output_storage(tpu_hlo_builder *b, tpu_hlo_value v, const tpu_eager_out_meta *m) {
+  tpu_view view = {.dtype = m->dtype, .rank = m->rank};
+  memcpy(view.sizes, m->sizes, sizeof m->sizes);
+  memcpy(view.strides, m->strides, sizeof m->strides);
+  int64_t n = tpu_view_numel(&view);
+  v = tpu_hlo_convert(b, v, m->dtype);
+  if (!tpu_view_is_contiguous(&view)) {
+    int64_t perm[TPU_HLO_MAX_RANK];
+    for (int i = 0; i < m->rank; i++) perm[i] = i;
+    for (int i = 1; i < m->rank; i++) /* by decreasing stride, stable */
+      for (int j = i; j > 0 && m->strides[perm[j - 1]] < m->strides[perm[j]]; j--) {
+        int64_t t = perm[j];
+        perm[j] = perm[j - 1];
+        perm[j - 1] = t;
+      }
+    v = tpu_hlo_transpose(b, v, perm);
+  }
+  return tpu_hlo_reshape(b, v, 1, &n);
+}
+
+static void dump_program(const char *name, uint64_t hash, const char *text) {
+  const char *dir = tpu_eager_dump_dir();
+  if (dir == NULL) return;
+  char path[4096];
+  char safe[128];
+  size_t j = 0;
+  for (const char *c = name; *c && j + 1 < sizeof safe; c++) safe[j++] = (*c == ':' || *c == '/') ? '_' : *c;
+  safe[j] = '\0';
+  snprintf(path, sizeof path, "%s/%s-%016llx.mlir", dir, safe, (unsigned long long)hash);
+  FILE *fp = fopen(path, "w");
+  if (fp != NULL) {
+    fputs(text, fp);
+    fclose(fp);
+  }
+}
+
+tpu_status_t tpu_program_finish(tpu_program *p, tpu_eager_entry **out_entry) {
+  *out_entry = NULL;
+  tpu_hlo_builder *b = p->b;
+  tpu_eager_entry *e = calloc(1, sizeof *e);
+  int max_results = p->num_written + p->num_outputs + p->num_checks;
+  result_dst *results = malloc((size_t)(max_results ? max_results : 1) * sizeof *results);
+  tpu_hlo_value *values = malloc((size_t)(max_results ? max_results : 1) * sizeof *values);
+  char *text = NULL;
+  tpu_status_t st = NULL;
+  if (e == NULL || results == NULL || values == NULL) {
+    st = tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+    goto fail;
+  }
+  /* A failed check keeps every written storage as it was. */
+  tpu_hlo_value all_ok = TPU_HLO_NONE;
+  for (int i = 0; i < p->num_checks; i++)
+    all_ok = all_ok == TPU_HLO_NONE ? p->checks[i].ok : tpu_hlo_binary(b, TPU_HLO_AND, all_ok, p->checks[i].ok);
+  int n = 0;
+  for (int i = 0; i < p->num_written; i++) {
+    int slot = p->written[i];
+    tpu_hlo_value nv = p->slot_value[slot];
+    if (all_ok != TPU_HLO_NONE) {
+      const tpu_tensor_ref *ref = p->flat.refs[slot].ref;
+      tpu_hlo_value old = tpu_hlo_storage_as(b, slot_storage(p, slot, ref->view.dtype), tpu_hlo_dtype(b, nv));
+      nv = tpu_hlo_select(b, all_ok, nv, old);
+    }
+    results[n] = (result_dst){.ref = slot, .output = -1, .dtype = tpu_hlo_dtype(b, nv)};
+    values[n] = nv;
+    /* Donate the old buffer into its replacement when the types agree. */
+    if (p->slot_param[slot] != TPU_HLO_NONE &&
+        tpu_hlo_type_equal(tpu_hlo_type_of(b, p->slot_param[slot]), tpu_hlo_type_of(b, nv))) {
+      tpu_hlo_param_set_alias(b, p->slot_param_index[slot], n);
+      p->params[p->slot_param_index[slot]].donate = true;
+    }
+    n++;
+  }
+  for (int i = 0; i < p->num_outputs; i++) {
+    const tpu_eager_out_meta *m = &p->out_meta[i];
+    if (m->dtype == TPU_INVALID || p->out_values[i] == TPU_HLO_NONE) continue;
+    int64_t numel = 1;
+    for (int d = 0; d < m->rank; d++) numel *= m->sizes[d];
+    if (numel == 0) continue;
+    results[n] = (result_dst){.ref = -1, .output = i, .dtype = m->dtype};
+    values[n++] = output_storage(b, p->out_values[i], m);
+  }
+  for (int i = 0; i < p->num_checks; i++) {
+    results[n] = (result_dst){.ref = -1, .output = -1, .dtype = TPU_BOOL};
+    values[n++] = p->checks[i].ok;
+    e->check_codes[i] = p->checks[i].code;
+    e->check_messages[i] = p->checks[i].message;
+  }
+  e->num_checks = p->num_checks > TPU_LOWER_MAX_CHECKS ? TPU_LOWER_MAX_CHECKS : p->num_checks;
+  if (p->num_checks > TPU_LOWER_MAX_CHECKS) {
+    st = tpu_status_new(TPU_ERR_NOT_IMPLEMENTED, "%s: too many runtime checks", p->name);
+    goto fail;
+  }
+  e->num_results = n;
+  e->results = results;
+  results = NULL;
+  e->num_params = p->num_params;
+  e->params = p->params;
+  p->params = NULL;
+  p->num_params = p->cap_params = 0;
+  e->donate = calloc((size_t)(e->num_params ? e->num_params : 1), sizeof *e->donate);
+  e->num_meta = p->num_outputs;
+  e->meta = malloc((size_t)(p->num_outputs ? p->num_outputs : 1) * sizeof *e->meta);
+  if (e->donate == NULL || e->meta == NULL) {
+    st = tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+    goto fail;
+  }
+  if (p->num_outputs) memcpy(e->meta, p->out_meta, (size_t)p->num_outputs * sizeof *e->meta);
+  for (int i = 0; i < e->num_params; i++) {
+    e->donate[i] = e->params[i].donate;
+    e->any_donation |= e->params[i].donate;
+  }
+  if (n > 0) {
+    TPU_GOTO_IF_ERROR(st, tpu_hlo_finish(b, values, n, &text), fail);
+    dump_program(p->name, tpu_hash64(text, strlen(text), 0), text);
+    st = tpu_executable_compile(tpu_eager_runtime(), text, strlen(text), &e->exe);
+    if (st != NULL) {
+      st = tpu_status_annotate(st, "%s: compiling its program", p->name);
+      goto fail;
+    }
+  } else {
+    TPU_GOTO_IF_ERROR(st, tpu_hlo_status(b), fail);
+  }
+  *out_entry = e;
+  e = NULL;
+fail:
+  tpu_eager_entry_free(e);
+  free(results);
+  free(values);
+  free(text);
+  return st;
+}
+
+/* --- runtime scalars ------------------------------------------------------------- */
+
+/* Python numbers repeat (alpha=1, x * 0.5): keep their device buffers. A small
+ * direct-mapped table; buffers are immutable and never donated. */
+#define SCALAR_CACHE 256
+typedef struct scalar_slot {
+  tpu_dtype_t dtype;
+  int device;
+  unsigned char bytes[16];
+  tpu_buffer *buf;
+} scalar_slot;
+static scalar_slot g_scalars[SCALAR_CACHE];
+static pthread_mutex_t g_scalar_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* |*out_buf| is borrowed from the cache. */
+static tpu_status_t scalar_buffer(int device, tpu_dtype_t dtype, const void *bytes, tpu_buffer **out_buf) {
+  tpu_runtime *rt = tpu_eager_runtime();
+  size_t size = tpu_dtype_size(dtype);
+  unsigned char key[16] = {0};
+  memcpy(key, bytes, size);
+  uint64_t h = tpu_hash64(key, sizeof key, (uint64_t)dtype * 31 + (uint64_t)device);
+  scalar_slot *slot = &g_scalars[h % SCALAR_CACHE];
+  pthread_mutex_lock(&g_scalar_lock);
+  if (slot->buf != NULL && slot->dtype == dtype && slot->device == device && memcmp(slot->bytes, key, 16) == 0) {
+    *out_buf = slot->buf;
+    pthread_mutex_unlock(&g_scalar_lock);
+    return NULL;
+  }
+  tpu_buffer *buf = NULL;
+  tpu_status_t st = tpu_buffer_from_host(rt, device, key, dtype, NULL, 0, &buf);
+  if (st == NULL) {
+    tpu_buffer_destroy(rt, slot->buf); /* pending launches keep their own reference */
+    slot->buf = buf;
+    slot->dtype = dtype;
+    slot->device = device;
+    memcpy(slot->bytes, key, 16);
+    *out_buf = buf;
+  }
+  pthread_mutex_unlock(&g_scalar_lock);
+  return st;
+}
+
+static void scalar_bytes(const tpu_lower_arg *l, unsigned char out[16]) {
+  memset(out, 0, 16);
+  switch (l->dtype) {
+    case TPU_F64: memcpy(out, &l->f, 8); break;
+    case TPU_BOOL: out[0] = l->i != 0; break;
+    default: memcpy(out, &l->i, 8); break;
+  }
+}
+
+static uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+/* --- running ------------------------------------------------------------------------ */
+
+tpu_status_t tpu_eager_execute(const tpu_eager_entry *e, const tpu_eager_call *call,
+                               tpu_storage *const *new_outputs) {
+  tpu_stats_add(TPU_STAT_OPS, 1);
+  if (e->num_results == 0) return NULL;
+  tpu_runtime *rt = tpu_eager_runtime();
+  flat_call f;
+  TPU_RETURN_IF_ERROR(tpu_flatten_call(call, &f));
+  tpu_buffer *args_small[32], *outs_small[32];
+  tpu_buffer **args = e->num_params <= 32 ? args_small : malloc((size_t)e->num_params * sizeof *args);
+  tpu_buffer **outs = e->num_results <= 32 ? outs_small : malloc((size_t)e->num_results * sizeof *outs);
+  tpu_buffer *rng = NULL;
+  tpu_status_t st = NULL;
+  if (args == NULL || outs == NULL) {
+    st = tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+    goto done;
+  }
+  for (int i = 0; i < e->num_params; i++) {
+    const param_src *p = &e->params[i];
+    switch (p->kind) {
+      case SRC_STORAGE: {
+        tpu_storage *s = f.refs[p->ref].ref->storage;
+        if (s->buf == NULL) TPU_GOTO_IF_ERROR(st, tpu_storage_materialize(s, p->dtype), done);
+        args[i] = s->buf;
+        break;
+      }
+      case SRC_HOST_SCALAR:
+        TPU_GOTO_IF_ERROR(st, scalar_buffer(call->device, p->dtype, f.refs[p->ref].ref->host_scalar, &args[i]), done);
+        break;
+      case SRC_SCALAR: {
+        unsigned char bytes[16];
+        scalar_bytes(&call->args[p->arg].lower, bytes);
+        TPU_GOTO_IF_ERROR(st, scalar_buffer(call->device, p->dtype, bytes, &args[i]), done);
+        break;
+      }
+      case SRC_RNG: {
+        uint64_t state[2] = {splitmix64(call->rng_seed ^ splitmix64(call->rng_offset)), 0};
+        int64_t two = 2;
+        TPU_GOTO_IF_ERROR(st, tpu_buffer_from_host(rt, call->device, state, TPU_U64, &two, 1, &rng), done);
+        args[i] = rng;
+        break;
+      }
+    }
+  }
+  TPU_GOTO_IF_ERROR(st, tpu_executable_execute(rt, e->exe, call->device, args, (size_t)e->num_params,
+                                                e->any_donation ? e->donate : NULL, outs),
+                    done);
+  int first_check = e->num_results - e->num_checks;
+  for (int i = 0; i < first_check; i++) {
+    const result_dst *r = &e->results[i];
+    tpu_storage *s = r->ref >= 0 ? f.refs[r->ref].ref->storage : new_outputs[r->output];
+    if (s == NULL) tpu_buffer_destroy(rt, outs[i]);
+    else tpu_storage_set(s, outs[i], r->dtype);
+  }
+  /* Data-dependent checks wait for their flags (a sync, like PyTorch's CPU
+   * kernels that raise before returning). */
+  for (int i = 0; i < e->num_checks; i++) {
+    unsigned char ok = 1;
+    tpu_status_t cst = tpu_buffer_to_host(rt, outs[first_check + i], &ok, 1);
+    tpu_buffer_destroy(rt, outs[first_check + i]);
+    if (st == NULL && cst != NULL) st = cst;
+    else tpu_status_free(cst);
+    if (st == NULL && !ok) st = tpu_status_new(e->check_codes[i], "%s", e->check_messages[i]);
+  }
+done:
+  tpu_buffer_destroy(rt, rng);
+  if (args != args_small) free(args);
+  if (outs != outs_small) free(outs);
+  tpu_flat_release(&f);
+  return st;
+}

@@ -1,0 +1,64 @@
+/* Programs over storages: the builder both execution paths share.
+ *
+ * A program's inputs are the tensors and Python numbers of a call
+ * (tpu_eager_call): a tensor is read through its view out of its storage's
+ * buffer, which becomes a parameter the first time anything reads it; a
+ * storage several arguments share is one parameter. Rules are applied to
+ * values; results are written back through views (in-place ops, input
+ * mutations of a graph) or become new tensors. Finishing compiles the
+ * program into an entry that tpu_eager_execute runs on any call with the
+ * same signature.
+ *
+ * Eager builds a program of one rule per call signature (eager.c); the
+ * torch.compile backend builds one program per graph, applying the rule of
+ * every node (csrc/torch/graph.cpp). Both therefore read, write and lower
+ * identically. */
+#ifndef TPU_EAGER_PROGRAM_H_
+#define TPU_EAGER_PROGRAM_H_
+
+#include "eager/eager.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tpu_program tpu_program;
+
+/* A program over |call|'s arguments; |call| must outlive the program. |name|
+ * names it in errors and dumps. */
+tpu_status_t tpu_program_new(const tpu_eager_call *call, const char *name,
+                             tpu_program **out_p) TPU_MUST_USE;
+void tpu_program_free(tpu_program *p);
+tpu_hlo_builder *tpu_program_builder(tpu_program *p);
+
+/* Tensor argument |arg| (|item| of a list, -1 otherwise) read through its
+ * view; 0-dim host tensors are runtime operands. */
+tpu_hlo_value tpu_program_tensor(tpu_program *p, int arg, int item);
+/* Python-number argument |arg| as a runtime rank-0 value. */
+tpu_hlo_value tpu_program_scalar(tpu_program *p, int arg);
+
+/* Applies |rule| (named |op| in errors): |args| in schema order, tensors
+ * fetched through |fetch| with |user| as the context's user pointer;
+ * |out_types| from the meta functions. Random rules get a state of their
+ * own. Runtime checks the rule adds guard the whole program. */
+tpu_status_t tpu_program_apply(tpu_program *p, const tpu_lower_rule *rule, const char *op, int num_args,
+                               const tpu_lower_arg *args, tpu_lower_fetch_fn fetch, void *user,
+                               tpu_dtype_t common_dtype, tpu_hlo_precision_t precision, int num_outputs,
+                               const tpu_hlo_type *out_types, tpu_hlo_value *out_values) TPU_MUST_USE;
+/* A fetch function reading the program's own call arguments (eager). */
+tpu_hlo_value tpu_program_fetch_call(tpu_lower_ctx *c, int arg, int item);
+
+/* Writes |value| through tensor argument |arg|'s view (writes chain). */
+void tpu_program_write(tpu_program *p, int arg, tpu_hlo_value value);
+/* Makes |value| new output |index|, laid out as |meta| says. */
+void tpu_program_output(tpu_program *p, int index, tpu_hlo_value value, const tpu_eager_out_meta *meta);
+
+/* Compiles the program (or loads it from the on-disk cache). The entry is
+ * the caller's: insert it in a cache or free it with tpu_eager_entry_free. */
+tpu_status_t tpu_program_finish(tpu_program *p, tpu_eager_entry **out_entry) TPU_MUST_USE;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TPU_EAGER_PROGRAM_H_ */

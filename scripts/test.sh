@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The test suite: C unit tests of the runtime and the builder under
+# AddressSanitizer (on the real CPU plugin), then the Python tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+
+plugin_dir=$($PY -c 'import os, xla_plugins.xla_cpu_pjrt as m; print(os.path.dirname(m.__file__))')
+gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
+cmake -S . -B build/ctest "${gen[@]}" -DTORCHTPU_BUILD_EXTENSION=OFF -DTORCHTPU_BUILD_TESTS=ON \
+  -DTORCHTPU_ASAN=ON -DTORCHTPU_PJRT_HEADER_DIR="$plugin_dir/include" >/dev/null
+cmake --build build/ctest
+TORCHTPU_TEST_PLUGIN="$plugin_dir/xla_cpu_pjrt.so" \
+LSAN_OPTIONS="suppressions=$PWD/tests/c/lsan.supp" \
+  ctest --test-dir build/ctest --output-on-failure
+
+$PY -m pytest -q tests "$@"

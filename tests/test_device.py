@@ -1,0 +1,87 @@
+"""The torch.tpu device module, the stats, and the command-line info."""
+import os
+import subprocess
+import sys
+
+import torch
+
+import torchtpu
+
+
+def test_device_module():
+    assert torch.tpu.is_available()
+    assert torch.tpu.device_count() == 1
+    assert torch.tpu.current_device() == 0
+    torch.tpu.set_device(0)
+    torch.tpu.synchronize()
+    with torch.tpu.device(0):
+        assert torch.ones(1, device="tpu").device == torch.device("tpu", 0)
+    assert torch.device("tpu").type == "tpu"
+    assert torch.ones(2).tpu().is_tpu
+
+
+def test_seeding_is_reproducible():
+    torch.tpu.manual_seed(123)
+    assert torch.tpu.initial_seed() == 123
+    a = torch.rand(100, device="tpu").cpu()
+    torch.manual_seed(123)  # seeds the tpu generator too
+    b = torch.rand(100, device="tpu").cpu()
+    assert torch.equal(a, b)
+    state = torch.tpu.get_rng_state()
+    c = torch.randn(10, device="tpu").cpu()
+    torch.tpu.set_rng_state(state)
+    assert torch.equal(torch.randn(10, device="tpu").cpu(), c)
+    assert torch.tpu.seed() == torch.tpu.initial_seed()
+
+
+def test_stats_count_hits_misses_and_bytes():
+    torchtpu.reset_stats()
+    x = torch.ones(1000, device="tpu")  # 4000 bytes in
+    for _ in range(5):
+        y = x + x
+    y.cpu()
+    s = torchtpu.stats()
+    assert s["ops"] >= 6
+    assert s["cache_hits"] >= 4
+    assert s["h2d_bytes"] >= 0 and s["d2h_bytes"] == 4000
+    assert s["fallbacks"] == {}
+    assert set(s) >= {"ops", "cache_hits", "cache_misses", "compile_seconds", "fallbacks", "h2d_bytes", "d2h_bytes"}
+    torchtpu.reset_stats()
+    assert torchtpu.stats()["ops"] == 0
+
+
+def test_dump_dir(tmp_path):
+    code = ("import torch, torchtpu; x = torch.ones(3, device='tpu'); (x.sin() * 3).cpu()")
+    env = dict(os.environ, TORCHTPU_DUMP_DIR=str(tmp_path))
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
+    dumps = list(tmp_path.glob("*.mlir"))
+    assert any("sin" in p.name for p in dumps)
+    assert all("func.func public @main" in p.read_text() for p in dumps)
+
+
+def test_info_command():
+    out = subprocess.run([sys.executable, "-m", "torchtpu", "info"], check=True, capture_output=True, text=True).stdout
+    assert "platform:          cpu" in out
+    assert "PJRT API version:  0." in out
+    assert "xla_cpu_pjrt" in out
+
+
+def test_missing_plugin_message():
+    code = "import torch, torchtpu; torch.ones(1, device='tpu')"
+    env = dict(os.environ, TORCHTPU_PLATFORM="cuda")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    if r.returncode == 0:  # a CUDA plugin is installed here: nothing to check
+        return
+    assert "pip install jax-cuda13-pjrt" in r.stderr
+
+
+def test_fallback_warns_once_and_counts():
+    torchtpu.reset_stats()
+    import warnings
+    x = torch.ones(8, device="tpu")
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        torch.fft.rfft(x)
+        torch.fft.rfft(x)
+    fb = torchtpu.stats()["fallbacks"]
+    assert sum(fb.values()) >= 2 and all(k.startswith("aten::") for k in fb)

@@ -1,0 +1,185 @@
+"""PyTorch's storage and aliasing semantics on tpu: writes through every kind
+of view are seen by every alias, exactly as on CPU."""
+import pytest
+import torch
+
+import torchtpu  # noqa: F401
+from conftest import to_cpu, to_tpu
+
+
+def both(fn):
+    """Runs fn(device) on CPU and on tpu; the returned tensors must be equal."""
+    cpu = fn("cpu")
+    tpu = fn("tpu")
+    torch.testing.assert_close(to_cpu(tpu), cpu, equal_nan=True, rtol=0, atol=0)
+
+
+def base(device, dtype=torch.float32):
+    return torch.arange(24, dtype=dtype).reshape(4, 6).to(device)
+
+
+@pytest.mark.usefixtures("no_fallbacks")
+class TestViewWrites:
+    def test_strided(self):
+        def f(d):
+            x = base(d)
+            x[:, ::2] = -1
+            x[1::2, 1::3].mul_(10)
+            return x
+        both(f)
+
+    def test_transposed(self):
+        def f(d):
+            x = base(d)
+            x.t()[2:5].add_(100)
+            y = x.t()
+            y[0] = torch.arange(4.0).to(d)
+            return x, y.contiguous()
+        both(f)
+
+    def test_diagonal(self):
+        def f(d):
+            x = base(d)[:, :4]
+            x.diagonal().fill_(7)
+            x.diagonal(offset=1).mul_(-1)
+            return x
+        both(f)
+
+    def test_narrow_and_select(self):
+        def f(d):
+            x = base(d)
+            x.narrow(1, 2, 3).zero_()
+            x.select(0, 3).copy_(torch.full((6,), 5.0).to(d))
+            x[2, 1] = 42
+            return x
+        both(f)
+
+    def test_overlapping_reads(self):
+        def f(d):
+            x = base(d)
+            win = x.view(-1).unfold(0, 5, 3)  # overlapping windows
+            exp = x[0:1].expand(3, 6)         # stride-0 broadcast view
+            return win * 2, exp + 1, win.sum(1)
+        both(f)
+
+    def test_write_to_view_of_view(self):
+        def f(d):
+            x = base(d).view(2, 2, 6)
+            v = x.permute(2, 0, 1)[1:4]
+            v += 1
+            v[:, 1, 0] = 0
+            return x
+        both(f)
+
+    def test_in_place_with_self_alias(self):
+        def f(d):
+            x = base(d)
+            x[0].add_(x[1])   # another region of the same storage
+            x.mul_(x)         # the whole tensor with itself
+            x[2:].sub_(x[2:].t().t())
+            y = base(d)
+            y.copy_(y.t().reshape(4, 6))
+            return x, y
+        both(f)
+
+    def test_view_dtype(self):
+        def f(d):
+            x = torch.tensor([1.0, -2.0, 0.5, 3.0], device=d)
+            i = x.view(torch.int32)
+            i[1] = 0x3F800000  # the bits of 1.0
+            b = x.view(torch.uint8)
+            h = x.view(torch.int16)
+            return x, i.clone(), b.clone(), h.clone(), x.view(torch.float64).clone()
+        both(f)
+
+    def test_detach_shares_storage(self):
+        def f(d):
+            x = torch.ones(3, device=d, requires_grad=True)
+            y = x.detach()
+            y.mul_(4)
+            return x.detach().clone()
+        both(f)
+
+    def test_resize_and_set(self):
+        def f(d):
+            x = torch.arange(6.0).to(d)
+            x.resize_(2, 2)          # shrinks the view, keeps the storage
+            y = torch.empty(0, device=d)
+            y.set_(x.untyped_storage(), 1, (2,), (2,))
+            y.add_(10)              # writes into x's storage
+            z = torch.arange(4.0).to(d)
+            z.resize_(8)            # grows the storage: old values stay
+            return x, y, z[:4]
+        both(f)
+
+    def test_out_argument(self):
+        def f(d):
+            a, b = base(d), base(d) * 2
+            out = torch.empty(4, 6, device=d)
+            torch.add(a, b, alpha=3, out=out)
+            bigger = torch.empty(6, 4, device=d).t()  # non-contiguous out
+            torch.mul(a, b, out=bigger)
+            return out, bigger
+        both(f)
+
+
+@pytest.mark.usefixtures("no_fallbacks")
+class TestIndexWrites:
+    def test_index_put_accumulate(self):
+        def f(d):
+            x = torch.zeros(5, device=d)
+            idx = torch.tensor([0, 2, 2, 4, 0]).to(d)
+            x.index_put_((idx,), torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0]).to(d), accumulate=True)
+            return x
+        both(f)
+
+    def test_boolean_mask_assignment(self):
+        def f(d):
+            x = base(d)
+            x[x > 10] = -1
+            y = base(d)
+            y[y % 3 == 0] = torch.arange(8.0).to(d)
+            return x, y
+        both(f)
+
+
+class TestValues:
+    @pytest.mark.parametrize("dtype", [torch.int64, torch.uint8, torch.bool, torch.bfloat16, torch.float16,
+                                       torch.int32, torch.float64])
+    def test_dtypes_round_trip_and_math(self, dtype):
+        x = torch.tensor([0, 1, 2, 3, 7], dtype=dtype)
+        t = x.to("tpu")
+        assert t.dtype == dtype
+        torch.testing.assert_close(t.cpu(), x, rtol=0, atol=0)
+        torch.testing.assert_close((t == t).cpu(), (x == x))
+        if dtype != torch.bool:
+            torch.testing.assert_close((t + t).cpu(), x + x)
+            torch.testing.assert_close((t * 3).cpu(), x * 3)
+
+    def test_zero_dim_and_empty(self, no_fallbacks):
+        def f(d):
+            s = torch.tensor(3.5, device=d)
+            e = torch.empty(0, 4, device=d)
+            return s * 2, torch.tensor(s.item() + 1), e + 1, (e * 2).sum(0), s + e.sum()
+        both(f)
+
+    def test_nan_inf(self, no_fallbacks):
+        x = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 1.0])
+        both(lambda d: (x.to(d) * 2, x.to(d) / 0, torch.maximum(x.to(d), torch.zeros(6, device=d)),
+                        x.to(d).isnan(), torch.clamp(x.to(d), -1, 1), torch.exp(x.to(d))))
+
+    def test_item_and_printing(self):
+        t = torch.tensor([[1.5, -2.0], [3.0, 4.25]], device="tpu")
+        assert t[1, 1].item() == 4.25
+        assert "tpu:0" in repr(t)
+        assert "4.2500" in repr(t)
+        assert bool(t.sum() > 0)
+        assert t.tolist() == [[1.5, -2.0], [3.0, 4.25]]
+
+    def test_scalar_args_do_not_multiply_the_cache(self):
+        t = torch.ones(4, device="tpu")
+        (t * 0.5).cpu()
+        before = torchtpu.stats()["cache_misses"]
+        for v in (0.25, 1.5, -3.0, 7.0):
+            torch.testing.assert_close((t * v).cpu(), torch.ones(4) * v)
+        assert torchtpu.stats()["cache_misses"] == before
