@@ -4,7 +4,6 @@ and backward through torch.nn.functional, against PyTorch on CPU."""
 import pytest
 import torch
 import torch.nn.functional as F
-import torchtpu
 
 from conftest import compare, to_tpu
 
@@ -251,19 +250,12 @@ def test_avg_pool2d_non_contiguous(no_fallbacks):
     ((2, 3, 8, 8), (4, 4)),  # divisible
     ((2, 3, 7, 10), (3, 4)),  # overlapping windows of varying size
     ((1, 2, 3, 2), (5, 3)),  # larger than the input
+    ((1, 2, 5, 7), (1, 1)),  # global (PyTorch takes a mean)
     ((3, 9, 5), (4, None)),  # unbatched, one size kept
 ], ids=str)
 def test_adaptive_avg_pool2d(no_fallbacks, shape, size):
     x = make(shape)
     compare(lambda x: grads(lambda x: F.adaptive_avg_pool2d(x, size), x), x)
-
-
-@pytest.mark.xfail(reason="PyTorch pools to 1x1 with aten::mean, which has no rule yet (reduce family)",
-                   strict=True)
-def test_adaptive_avg_pool2d_global():
-    torchtpu.reset_stats()
-    compare(lambda x: grads(lambda x: F.adaptive_avg_pool2d(x, 1), x), make((1, 2, 5, 7)))
-    assert not torchtpu.stats()["fallbacks"]
 
 
 def test_adaptive_avg_pool_dtypes_and_dims(no_fallbacks):
