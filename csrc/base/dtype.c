@@ -5,28 +5,29 @@ typedef struct {
   size_t size;
   const char *mlir;
   const char *name;
+  const char *scalar_type;
 } dtype_info;
 
 static const dtype_info table[TPU_DTYPE_END] = {
-    [TPU_BOOL] = {1, "i1", "bool"},
-    [TPU_S8] = {1, "i8", "int8"},
-    [TPU_S16] = {2, "i16", "int16"},
-    [TPU_S32] = {4, "i32", "int32"},
-    [TPU_S64] = {8, "i64", "int64"},
-    [TPU_U8] = {1, "ui8", "uint8"},
-    [TPU_U16] = {2, "ui16", "uint16"},
-    [TPU_U32] = {4, "ui32", "uint32"},
-    [TPU_U64] = {8, "ui64", "uint64"},
-    [TPU_F16] = {2, "f16", "float16"},
-    [TPU_F32] = {4, "f32", "float32"},
-    [TPU_F64] = {8, "f64", "float64"},
-    [TPU_BF16] = {2, "bf16", "bfloat16"},
-    [TPU_C64] = {8, "complex<f32>", "complex64"},
-    [TPU_C128] = {16, "complex<f64>", "complex128"},
-    [TPU_F8E5M2] = {1, "f8E5M2", "float8_e5m2"},
-    [TPU_F8E4M3FN] = {1, "f8E4M3FN", "float8_e4m3fn"},
-    [TPU_F8E5M2FNUZ] = {1, "f8E5M2FNUZ", "float8_e5m2fnuz"},
-    [TPU_F8E4M3FNUZ] = {1, "f8E4M3FNUZ", "float8_e4m3fnuz"},
+    [TPU_BOOL] = {1, "i1", "bool", "Bool"},
+    [TPU_S8] = {1, "i8", "int8", "Char"},
+    [TPU_S16] = {2, "i16", "int16", "Short"},
+    [TPU_S32] = {4, "i32", "int32", "Int"},
+    [TPU_S64] = {8, "i64", "int64", "Long"},
+    [TPU_U8] = {1, "ui8", "uint8", "Byte"},
+    [TPU_U16] = {2, "ui16", "uint16", "UInt16"},
+    [TPU_U32] = {4, "ui32", "uint32", "UInt32"},
+    [TPU_U64] = {8, "ui64", "uint64", "UInt64"},
+    [TPU_F16] = {2, "f16", "float16", "Half"},
+    [TPU_F32] = {4, "f32", "float32", "Float"},
+    [TPU_F64] = {8, "f64", "float64", "Double"},
+    [TPU_BF16] = {2, "bf16", "bfloat16", "BFloat16"},
+    [TPU_C64] = {8, "complex<f32>", "complex64", "ComplexFloat"},
+    [TPU_C128] = {16, "complex<f64>", "complex128", "ComplexDouble"},
+    [TPU_F8E5M2] = {1, "f8E5M2", "float8_e5m2", "Float8_e5m2"},
+    [TPU_F8E4M3FN] = {1, "f8E4M3FN", "float8_e4m3fn", "Float8_e4m3fn"},
+    [TPU_F8E5M2FNUZ] = {1, "f8E5M2FNUZ", "float8_e5m2fnuz", "Float8_e5m2fnuz"},
+    [TPU_F8E4M3FNUZ] = {1, "f8E4M3FNUZ", "float8_e4m3fnuz", "Float8_e4m3fnuz"},
 };
 
 static const dtype_info *info(tpu_dtype_t t) {
@@ -47,6 +48,11 @@ const char *tpu_dtype_mlir(tpu_dtype_t t) {
 const char *tpu_dtype_name(tpu_dtype_t t) {
   const dtype_info *i = info(t);
   return i ? i->name : "invalid";
+}
+
+const char *tpu_dtype_scalar_type(tpu_dtype_t t) {
+  const dtype_info *i = info(t);
+  return i ? i->scalar_type : "invalid";
 }
 
 bool tpu_dtype_is_float(tpu_dtype_t t) {

@@ -43,6 +43,8 @@ size_t tpu_dtype_size(tpu_dtype_t t);
 const char *tpu_dtype_mlir(tpu_dtype_t t);
 /* PyTorch's spelling ("float32", "bool"), for error messages. */
 const char *tpu_dtype_name(tpu_dtype_t t);
+/* PyTorch's ScalarType name ("Float", "Long"), as its C++ errors spell it. */
+const char *tpu_dtype_scalar_type(tpu_dtype_t t);
 
 bool tpu_dtype_is_float(tpu_dtype_t t); /* real floating point, f8 included */
 bool tpu_dtype_is_complex(tpu_dtype_t t);

@@ -1,11 +1,500 @@
-/* conv rules. */
+/* Convolutions and pooling: convolution_overrideable and its backward (where
+ * PyTorch's _convolution sends a tpu convolution of any kind: 1-3 spatial
+ * dims, strided, padded, dilated, grouped, transposed), max pooling with
+ * indices, average pooling and adaptive average pooling (2-D and 3-D), and
+ * their backwards. 1-D pooling and 1-D adaptive pooling are PyTorch
+ * composites of the 2-D ops.
+ *
+ * Layouts are PyTorch's: input N C spatial…, weight O I/groups spatial… (a
+ * transposed convolution's weight is I O/groups spatial…). Pooling reads the
+ * last 2 or 3 dims as spatial and every leading dim as a batch of planes.
+ * Output sizes come from PyTorch's meta functions; every window is padded so
+ * that it yields exactly those sizes (ceil_mode only changes the padding at
+ * the end). Half types compute in float32 and round once. */
 #include "lower/rules.h"
 
-static tpu_status_t placeholder_rule(tpu_lower_ctx *c) {
-  return tpu_lower_error(c, TPU_ERR_NOT_IMPLEMENTED, "%s: no lowering yet", c->op);
+#define B (c->b)
+#define OUT (&c->out_types[0])
+
+static tpu_hlo_value bin(tpu_lower_ctx *c, tpu_hlo_binary_t op, tpu_hlo_value x, tpu_hlo_value y) {
+  return tpu_hlo_binary(B, op, x, y);
+}
+static tpu_hlo_value cmp(tpu_lower_ctx *c, tpu_hlo_cmp_t d, tpu_hlo_value x, tpu_hlo_value y) {
+  return tpu_hlo_compare(B, d, x, y);
+}
+
+/* An int list argument expanded to |n| values: one value is repeated, an
+ * empty list takes |dflt| (pooling's stride defaults to the kernel size). */
+static void int_list(const tpu_lower_ctx *c, int arg, int n, const int64_t *dflt, int64_t *out) {
+  const tpu_lower_arg *a = &c->args[arg];
+  for (int i = 0; i < n; i++)
+    out[i] = a->kind != TPU_ARG_INT_LIST ? a->i : a->n == 0 ? dflt[i] : a->ints[a->n == 1 ? 0 : i];
+}
+
+/* PyTorch's CPU error for a dtype its kernel |kernel| does not handle (the
+ * meta functions accept more than the CPU kernels do). */
+static tpu_status_t cpu_refuses(tpu_lower_ctx *c, const char *kernel, tpu_dtype_t t) {
+  return tpu_lower_error(c, TPU_ERR_NOT_IMPLEMENTED, "\"%s\" not implemented for '%s'", kernel,
+                         tpu_dtype_scalar_type(t));
+}
+
+static bool is_float(tpu_dtype_t t) { return t == TPU_F16 || t == TPU_BF16 || t == TPU_F32 || t == TPU_F64; }
+
+/* --- convolution ----------------------------------------------------------------- */
+
+/* The spatial geometry of a convolution: PyTorch's stride, padding, dilation
+ * and kernel sizes, per spatial dim. */
+typedef struct conv_geom {
+  int n;
+  int64_t stride[3], pad[3], dilation[3], kernel[3];
+} conv_geom;
+
+static conv_geom conv_geometry(tpu_lower_ctx *c, int weight_arg, int first_list_arg) {
+  conv_geom g = {.n = c->args[weight_arg].rank - 2};
+  int64_t ones[3] = {1, 1, 1};
+  int_list(c, first_list_arg, g.n, ones, g.stride);
+  int_list(c, first_list_arg + 1, g.n, ones, g.pad);
+  int_list(c, first_list_arg + 2, g.n, ones, g.dilation);
+  for (int i = 0; i < g.n; i++) g.kernel[i] = c->args[weight_arg].sizes[2 + i];
+  return g;
+}
+
+static int64_t spatial_size(tpu_lower_ctx *c, tpu_hlo_value x, int i) { return tpu_hlo_type_of(B, x)->dims[2 + i]; }
+
+/* The convolution of x (N, C, …) with w (O, C/groups, …) whose output has
+ * |out|'s spatial sizes: padding at the end is whatever reaches them exactly
+ * (negative when PyTorch's floor drops input). */
+static tpu_hlo_value conv(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value w, const conv_geom *g, int64_t groups,
+                          const tpu_hlo_type *out) {
+  tpu_hlo_conv cv;
+  tpu_hlo_conv_init(&cv, g->n);
+  cv.feature_groups = groups;
+  for (int i = 0; i < g->n; i++) {
+    cv.stride[i] = g->stride[i];
+    cv.rhs_dilation[i] = g->dilation[i];
+    cv.pad_lo[i] = g->pad[i];
+    cv.pad_hi[i] = (out->dims[2 + i] - 1) * g->stride[i] + g->dilation[i] * (g->kernel[i] - 1) + 1 -
+                   spatial_size(c, x, i) - g->pad[i];
+  }
+  return tpu_hlo_convolution(B, x, w, &cv, out, c->precision);
+}
+
+/* The transposed convolution of x (N, C, …) with w (C, O/groups, …) whose
+ * output has |out|'s spatial sizes (output_padding is the extra padding at
+ * the end): a convolution of x dilated by the stride with the kernel flipped
+ * and its in/out channels swapped within each group. */
+static tpu_hlo_value conv_transposed(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value w, const conv_geom *g,
+                                     int64_t groups, const tpu_hlo_type *out) {
+  const tpu_hlo_type wt = *tpu_hlo_type_of(B, w);
+  int rank = wt.rank;
+  int64_t grouped[TPU_HLO_MAX_RANK + 1] = {groups, wt.dims[0] / groups, wt.dims[1]};
+  int64_t perm[TPU_HLO_MAX_RANK + 1] = {0, 2, 1};
+  int64_t swapped[TPU_HLO_MAX_RANK] = {wt.dims[1] * groups, wt.dims[0] / groups};
+  int64_t flip[3];
+  for (int i = 0; i < g->n; i++) {
+    grouped[3 + i] = swapped[2 + i] = wt.dims[2 + i];
+    perm[3 + i] = 3 + i;
+    flip[i] = 2 + i;
+  }
+  w = tpu_hlo_reshape(B, w, rank + 1, grouped);
+  w = tpu_hlo_reshape(B, tpu_hlo_transpose(B, w, perm), rank, swapped);
+  w = tpu_hlo_reverse(B, w, flip, g->n);
+  tpu_hlo_conv cv;
+  tpu_hlo_conv_init(&cv, g->n);
+  cv.feature_groups = groups;
+  for (int i = 0; i < g->n; i++) {
+    int64_t reach = g->dilation[i] * (g->kernel[i] - 1);
+    cv.lhs_dilation[i] = g->stride[i];
+    cv.rhs_dilation[i] = g->dilation[i];
+    cv.pad_lo[i] = reach - g->pad[i];
+    cv.pad_hi[i] = out->dims[2 + i] - 1 - (spatial_size(c, x, i) - 1) * g->stride[i] - cv.pad_lo[i] + reach;
+  }
+  return tpu_hlo_convolution(B, x, w, &cv, out, c->precision);
+}
+
+/* The gradient of conv(x, w) with respect to w, given the output gradient
+ * gy: a convolution of x with gy in which the batch is contracted (x read
+ * as C N …, gy as the kernel with N as its input features), the forward
+ * dilation is the stride and the forward stride dilates gy; groups split the
+ * batch (batch_group_count). |out| is w's type. */
+static tpu_hlo_value conv_weight_grad(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value gy, const conv_geom *g,
+                                      int64_t groups, const tpu_hlo_type *out) {
+  tpu_hlo_conv cv;
+  tpu_hlo_conv_init(&cv, g->n);
+  cv.lhs_batch = 1;
+  cv.lhs_feature = 0;
+  cv.rhs_out = 1;
+  cv.rhs_in = 0;
+  cv.out_batch = 1;
+  cv.out_feature = 0;
+  cv.batch_groups = groups;
+  for (int i = 0; i < g->n; i++) {
+    cv.stride[i] = g->dilation[i];
+    cv.rhs_dilation[i] = g->stride[i];
+    cv.pad_lo[i] = g->pad[i];
+    cv.pad_hi[i] = g->stride[i] * (spatial_size(c, gy, i) - 1) + g->dilation[i] * (g->kernel[i] - 1) + 1 -
+                   spatial_size(c, x, i) - g->pad[i];
+  }
+  return tpu_hlo_convolution(B, x, gy, &cv, out, c->precision);
+}
+
+/* |t| with the compute dtype of its own dtype. */
+static tpu_hlo_type opmath_type(const tpu_hlo_type *t) {
+  tpu_hlo_type r = *t;
+  r.dtype = tpu_lower_opmath(t->dtype);
+  return r;
+}
+
+/* convolution_overrideable(input, weight, bias?, stride, padding, dilation,
+ *                          transposed, output_padding, groups) */
+static tpu_status_t convolution_rule(tpu_lower_ctx *c) {
+  conv_geom g = conv_geometry(c, 1, 3);
+  int64_t groups = tpu_lower_int(c, 8, 1);
+  tpu_dtype_t dt = c->args[0].dtype;
+  bool transposed = tpu_lower_bool(c, 6, false), dilated = false;
+  for (int i = 0; i < g.n; i++) dilated |= g.dilation[i] != 1;
+  /* The CPU kernel PyTorch picks (named in its error) refuses bool, and its
+   * transposed and dilated kernels also small integer types. */
+  if (dt == TPU_BOOL || ((transposed || dilated) && !is_float(dt) && !tpu_dtype_is_complex(dt) && dt != TPU_S64)) {
+    const char *kernel = transposed ? (g.n == 3 ? "slow_conv_transpose3d_out_cpu" : "slow_conv_transpose2d_out_cpu")
+                         : dilated  ? "slow_conv_dilated<>"
+                         : g.n == 3 ? "compute_columns3d" : "slow_conv2d_cpu";
+    return cpu_refuses(c, kernel, dt);
+  }
+  if (c->args[1].dtype != dt)
+    return tpu_lower_error(c, TPU_ERR_RUNTIME, "expected scalar type %s but found %s", tpu_dtype_scalar_type(dt),
+                           tpu_dtype_scalar_type(c->args[1].dtype));
+  tpu_hlo_type t = opmath_type(OUT);
+  tpu_hlo_value x = tpu_lower_tensor(c, 0), w = tpu_lower_tensor(c, 1);
+  tpu_hlo_value y = transposed ? conv_transposed(c, x, w, &g, groups, &t) : conv(c, x, w, &g, groups, &t);
+  if (!tpu_lower_is_none(c, 2)) {
+    int64_t channel_dim = 1;
+    tpu_hlo_value bias = tpu_hlo_convert(B, tpu_lower_tensor(c, 2), t.dtype);
+    y = bin(c, TPU_HLO_ADD, y, tpu_hlo_broadcast_in_dim(B, bias, &t, &channel_dim));
+  }
+  tpu_lower_set_output(c, 0, y);
+  return NULL;
+}
+
+/* convolution_backward_overrideable(grad_output, input, weight, stride,
+ *     padding, dilation, transposed, output_padding, groups, output_mask)
+ *     -> (grad_input, grad_weight, grad_bias); unwanted outputs are INVALID.
+ * A transposed convolution is the adjoint of the plain one with the same
+ * geometry, so the two swap roles. */
+static tpu_status_t convolution_backward_rule(tpu_lower_ctx *c) {
+  conv_geom g = conv_geometry(c, 2, 3);
+  int64_t groups = tpu_lower_int(c, 8, 1);
+  bool transposed = tpu_lower_bool(c, 6, false);
+  tpu_hlo_value gy = tpu_lower_tensor(c, 0);
+  if (c->out_types[0].dtype != TPU_INVALID) {
+    tpu_hlo_type t = opmath_type(&c->out_types[0]);
+    tpu_hlo_value w = tpu_lower_tensor(c, 2);
+    tpu_lower_set_output(c, 0, transposed ? conv(c, gy, w, &g, groups, &t) : conv_transposed(c, gy, w, &g, groups, &t));
+  }
+  if (c->out_types[1].dtype != TPU_INVALID) {
+    tpu_hlo_type t = opmath_type(&c->out_types[1]);
+    tpu_hlo_value x = tpu_lower_tensor(c, 1);
+    tpu_lower_set_output(c, 1, transposed ? conv_weight_grad(c, gy, x, &g, groups, &t)
+                                          : conv_weight_grad(c, x, gy, &g, groups, &t));
+  }
+  if (c->out_types[2].dtype != TPU_INVALID) {
+    int64_t dims[TPU_HLO_MAX_RANK];
+    int n = 0, rank = c->args[0].rank;
+    for (int i = 0; i < rank; i++)
+      if (i != 1) dims[n++] = i;
+    tpu_hlo_value gf = tpu_hlo_convert(B, gy, tpu_lower_opmath(c->out_types[2].dtype));
+    tpu_lower_set_output(c, 2, tpu_lower_reduce(B, gf, TPU_HLO_ADD, dims, n));
+  }
+  return NULL;
+}
+
+/* --- pooling ------------------------------------------------------------------------- */
+
+/* A pooling window over the last |n| dims of a rank |rank| tensor: PyTorch's
+ * kernel, stride, padding and dilation per spatial dim, and where the planes'
+ * leading dims end. */
+typedef struct pool_geom {
+  int n, rank, lead;
+  int64_t kernel[3], stride[3], pad[3], dilation[3];
+} pool_geom;
+
+/* The geometry from (kernel_size, stride, padding[, dilation]) starting at
+ * argument |arg|; |n| (2 or 3) is c->data. */
+static pool_geom pool_geometry(tpu_lower_ctx *c, int arg, int rank, bool has_dilation) {
+  pool_geom g = {.n = (int)c->data, .rank = rank, .lead = rank - (int)c->data};
+  int64_t ones[3] = {1, 1, 1};
+  int_list(c, arg, g.n, ones, g.kernel);
+  int_list(c, arg + 1, g.n, g.kernel, g.stride);
+  int_list(c, arg + 2, g.n, ones, g.pad);
+  if (has_dilation) int_list(c, arg + 3, g.n, ones, g.dilation);
+  else for (int i = 0; i < g.n; i++) g.dilation[i] = 1;
+  return g;
+}
+
+/* The reduce_window that maps |in| to the output sizes |out| (types of the
+ * pooled tensor and of the result). The padding at the end reaches the last
+ * window; with ceil_mode that window may stick out past the padding. */
+static tpu_hlo_window pool_window(const pool_geom *g, const tpu_hlo_type *in, const tpu_hlo_type *out) {
+  tpu_hlo_window w;
+  tpu_hlo_window_init(&w, g->rank);
+  for (int i = 0; i < g->n; i++) {
+    int d = g->lead + i;
+    w.dims[d] = g->kernel[i];
+    w.strides[d] = g->stride[i];
+    w.window_dilations[d] = g->dilation[i];
+    w.pad_lo[d] = g->pad[i];
+    int64_t hi = (out->dims[d] - 1) * g->stride[i] + g->dilation[i] * (g->kernel[i] - 1) + 1 - in->dims[d] - g->pad[i];
+    w.pad_hi[d] = hi > 0 ? hi : 0; /* the floor of the size formula drops the rest */
+  }
+  return w;
+}
+
+/* The flat position of every element within its plane (h * W + w), as
+ * PyTorch's max pooling indices count. */
+static tpu_hlo_value plane_positions(tpu_lower_ctx *c, const pool_geom *g, const tpu_hlo_type *x) {
+  tpu_hlo_type t = *x;
+  t.dtype = TPU_S64;
+  tpu_hlo_value pos = tpu_hlo_const_i64(B, &t, 0);
+  for (int i = 0; i < g->n; i++) {
+    int d = g->lead + i;
+    pos = bin(c, TPU_HLO_MUL, pos, tpu_hlo_const_i64(B, &t, x->dims[d]));
+    pos = bin(c, TPU_HLO_ADD, pos, tpu_hlo_iota(B, &t, d));
+  }
+  return pos;
+}
+
+/* The max-pooling combiner on (value, index) pairs, PyTorch's scan order
+ * made order-free: NaN wins (among NaNs the last index, as PyTorch's scan
+ * keeps replacing), then the larger value, then on ties the first index. */
+static void argmax_body(tpu_lower_ctx *c, tpu_dtype_t dtype, tpu_hlo_region *out) {
+  tpu_hlo_type ts[4] = {tpu_hlo_make_type(dtype, 0, NULL), tpu_hlo_make_type(TPU_S64, 0, NULL)};
+  ts[2] = ts[0];
+  ts[3] = ts[1];
+  tpu_hlo_value a[4];
+  tpu_hlo_region_begin(B, 4, ts, a);
+  tpu_hlo_value v1 = a[0], i1 = a[1], v2 = a[2], i2 = a[3];
+  tpu_hlo_value not_nan1 = cmp(c, TPU_HLO_EQ, v1, v1), nan2 = cmp(c, TPU_HLO_NE, v2, v2);
+  tpu_hlo_value tie = bin(c, TPU_HLO_AND, cmp(c, TPU_HLO_EQ, v2, v1), cmp(c, TPU_HLO_LT, i2, i1));
+  tpu_hlo_value bigger = bin(c, TPU_HLO_OR, cmp(c, TPU_HLO_GT, v2, v1), tie);
+  tpu_hlo_value take2 = tpu_hlo_select(B, nan2, bin(c, TPU_HLO_OR, not_nan1, cmp(c, TPU_HLO_GT, i2, i1)),
+                                       bin(c, TPU_HLO_AND, not_nan1, bigger));
+  tpu_hlo_value r[2] = {tpu_hlo_select(B, take2, v2, v1), tpu_hlo_select(B, take2, i2, i1)};
+  tpu_hlo_region_end(B, r, 2, out);
+}
+
+/* max_pool{2,3}d_with_indices(self, kernel_size, stride, padding, dilation,
+ *                             ceil_mode) -> (values, indices) */
+static tpu_status_t max_pool_rule(tpu_lower_ctx *c) {
+  tpu_dtype_t dt = c->args[0].dtype;
+  if (dt == TPU_BOOL || tpu_dtype_is_complex(dt)) return cpu_refuses(c, c->data == 2 ? "max_pool2d" : "max_pool3d", dt);
+  pool_geom g = pool_geometry(c, 1, c->args[0].rank, true);
+  tpu_hlo_value x = tpu_lower_tensor(c, 0);
+  const tpu_hlo_type xt = *tpu_hlo_type_of(B, x);
+  tpu_hlo_window w = pool_window(&g, &xt, OUT);
+  tpu_hlo_value xs[2] = {x, plane_positions(c, &g, &xt)};
+  /* padding is -inf with an index no element has, so it never wins */
+  tpu_hlo_value inits[2] = {tpu_hlo_scalar_min(B, dt), tpu_hlo_scalar_i64(B, TPU_S64, INT64_MAX)};
+  tpu_hlo_region body;
+  argmax_body(c, dt, &body);
+  tpu_hlo_value r[2];
+  tpu_hlo_reduce_window(B, xs, inits, 2, &w, &body, r);
+  tpu_lower_set_output(c, 0, r[0]);
+  tpu_lower_set_output(c, 1, r[1]);
+  return NULL;
+}
+
+/* |x| as rows (all leading dims) x positions within a plane. */
+static tpu_hlo_value as_rows(tpu_lower_ctx *c, tpu_hlo_value x, int lead) {
+  const tpu_hlo_type t = *tpu_hlo_type_of(B, x);
+  int64_t dims[2] = {1, 1};
+  for (int i = 0; i < t.rank; i++) dims[i < lead ? 0 : 1] *= t.dims[i];
+  return tpu_hlo_reshape(B, x, 2, dims);
+}
+
+/* max_pool{2,3}d_with_indices_backward(grad_output, self, kernel_size, stride,
+ *     padding, dilation, ceil_mode, indices): each output gradient is added
+ * at its recorded argmax (windows overlap, so positions can repeat). */
+static tpu_status_t max_pool_backward_rule(tpu_lower_ctx *c) {
+  int lead = OUT->rank - (int)c->data;
+  tpu_hlo_type t = opmath_type(OUT);
+  tpu_hlo_value gy = as_rows(c, tpu_hlo_convert(B, tpu_lower_tensor(c, 0), t.dtype), lead);
+  tpu_hlo_value idx = as_rows(c, tpu_lower_tensor(c, 7), lead);
+  const tpu_hlo_type it = *tpu_hlo_type_of(B, idx);
+  /* (row, position) pairs along a new minor dim */
+  int64_t pair_dims[3] = {it.dims[0], it.dims[1], 1};
+  tpu_hlo_type pair_t = tpu_hlo_make_type(TPU_S64, 3, pair_dims);
+  tpu_hlo_value pair[2] = {tpu_hlo_iota(B, &pair_t, 0), tpu_hlo_reshape(B, idx, 3, pair_dims)};
+  tpu_hlo_value zeros = as_rows(c, tpu_hlo_const_f64(B, &t, 0.0), lead);
+  tpu_hlo_scatter_dims d = {.num_inserted = 2, .inserted_window_dims = {0, 1}, .num_to_operand = 2,
+                            .scatter_dims_to_operand_dims = {0, 1}, .index_vector_dim = 2};
+  tpu_hlo_region add;
+  tpu_hlo_region_binary(B, TPU_HLO_ADD, t.dtype, &add);
+  tpu_hlo_value gx = tpu_hlo_scatter(B, zeros, tpu_hlo_concatenate(B, pair, 2, 2), gy, &d, &add, false);
+  tpu_lower_set_output(c, 0, tpu_hlo_reshape(B, gx, OUT->rank, OUT->dims));
+  return NULL;
+}
+
+/* The divisor of every average-pooling window along spatial dim |i| (output
+ * size |out|, input size |in|), as a 1-D value: with count_include_pad the
+ * window's size clipped to the padded input (a ceil_mode window sticking out
+ * past the padding counts only up to it), otherwise the input elements it
+ * covers. An empty window gets 1: its sum is 0, and PyTorch writes 0. */
+static tpu_hlo_value window_counts(tpu_lower_ctx *c, const pool_geom *g, int i, int64_t in, int64_t out,
+                                   bool include_pad) {
+  tpu_hlo_type t = tpu_hlo_make_type(TPU_S64, 1, &out);
+  tpu_hlo_value size = tpu_hlo_const_i64(B, &t, in), pad = tpu_hlo_const_i64(B, &t, g->pad[i]);
+  tpu_hlo_value start = bin(c, TPU_HLO_MUL, tpu_hlo_iota(B, &t, 0), tpu_hlo_const_i64(B, &t, g->stride[i]));
+  start = bin(c, TPU_HLO_SUB, start, pad);
+  tpu_hlo_value end = bin(c, TPU_HLO_ADD, start, tpu_hlo_const_i64(B, &t, g->kernel[i]));
+  end = bin(c, TPU_HLO_MIN, end, bin(c, TPU_HLO_ADD, size, pad));
+  if (include_pad) return bin(c, TPU_HLO_SUB, end, start);
+  start = bin(c, TPU_HLO_MAX, start, tpu_hlo_const_i64(B, &t, 0));
+  tpu_hlo_value n = bin(c, TPU_HLO_SUB, bin(c, TPU_HLO_MIN, end, size), start);
+  return bin(c, TPU_HLO_MAX, n, tpu_hlo_const_i64(B, &t, 1));
+}
+
+/* The divisors of every output element of an average pooling, in |t|. */
+static tpu_hlo_value pool_divisors(tpu_lower_ctx *c, const pool_geom *g, const tpu_hlo_type *in,
+                                   const tpu_hlo_type *t, bool include_pad, int divisor_arg) {
+  if (!tpu_lower_is_none(c, divisor_arg)) return tpu_hlo_const_i64(B, t, tpu_lower_int(c, divisor_arg, 1));
+  tpu_hlo_value div = tpu_hlo_const_i64(B, t, 1);
+  for (int i = 0; i < g->n; i++) {
+    int64_t d = g->lead + i;
+    tpu_hlo_value counts = window_counts(c, g, i, in->dims[d], t->dims[d], include_pad);
+    counts = tpu_hlo_broadcast_in_dim(B, tpu_hlo_convert(B, counts, t->dtype), t, &d);
+    div = bin(c, TPU_HLO_MUL, div, counts);
+  }
+  return div;
+}
+
+/* avg_pool{2,3}d(self, kernel_size, stride, padding, ceil_mode,
+ *                count_include_pad, divisor_override): window sums over
+ * zero padding, divided as PyTorch (integer division for int64). */
+static tpu_status_t avg_pool_rule(tpu_lower_ctx *c) {
+  tpu_dtype_t dt = c->args[0].dtype;
+  if ((!is_float(dt) && dt != TPU_S64) || (c->data == 3 && dt == TPU_F16))
+    return cpu_refuses(c, c->data == 2 ? "avg_pool2d" : "avg_pool3d_out_frame", dt);
+  pool_geom g = pool_geometry(c, 1, c->args[0].rank, false);
+  tpu_hlo_type t = opmath_type(OUT);
+  tpu_hlo_value x = tpu_hlo_convert(B, tpu_lower_tensor(c, 0), t.dtype);
+  const tpu_hlo_type xt = *tpu_hlo_type_of(B, x);
+  tpu_hlo_window w = pool_window(&g, &xt, OUT);
+  tpu_hlo_region add;
+  tpu_hlo_region_binary(B, TPU_HLO_ADD, t.dtype, &add);
+  tpu_hlo_value zero = tpu_hlo_scalar_i64(B, t.dtype, 0), sum;
+  tpu_hlo_reduce_window(B, &x, &zero, 1, &w, &add, &sum);
+  tpu_hlo_value div = pool_divisors(c, &g, &xt, &t, tpu_lower_bool(c, 5, true), 6);
+  tpu_lower_set_output(c, 0, bin(c, TPU_HLO_DIV, sum, div));
+  return NULL;
+}
+
+/* avg_pool{2,3}d_backward(grad_output, self, kernel_size, stride, padding,
+ *     ceil_mode, count_include_pad, divisor_override): every input element
+ * gets the divided gradients of the windows that cover it: the gradients,
+ * spread out by the stride and padded, summed over kernel-sized windows. */
+static tpu_status_t avg_pool_backward_rule(tpu_lower_ctx *c) {
+  pool_geom g = pool_geometry(c, 2, c->args[1].rank, false);
+  tpu_hlo_type t = opmath_type(OUT);
+  tpu_hlo_value gy = tpu_hlo_convert(B, tpu_lower_tensor(c, 0), t.dtype);
+  const tpu_hlo_type gt = *tpu_hlo_type_of(B, gy);
+  gy = bin(c, TPU_HLO_DIV, gy, pool_divisors(c, &g, &t, &gt, tpu_lower_bool(c, 6, true), 7));
+  int64_t lo[TPU_HLO_MAX_RANK] = {0}, hi[TPU_HLO_MAX_RANK] = {0}, interior[TPU_HLO_MAX_RANK] = {0};
+  tpu_hlo_window w;
+  tpu_hlo_window_init(&w, g.rank);
+  for (int i = 0; i < g.n; i++) {
+    int d = g.lead + i;
+    lo[d] = g.kernel[i] - 1 - g.pad[i];
+    hi[d] = t.dims[d] + g.pad[i] - 1 - (gt.dims[d] - 1) * g.stride[i];
+    interior[d] = g.stride[i] - 1;
+    w.dims[d] = g.kernel[i];
+  }
+  tpu_hlo_value zero = tpu_hlo_scalar_i64(B, t.dtype, 0), gx;
+  gy = tpu_hlo_pad(B, gy, zero, lo, hi, interior);
+  tpu_hlo_region add;
+  tpu_hlo_region_binary(B, TPU_HLO_ADD, t.dtype, &add);
+  tpu_hlo_reduce_window(B, &gy, &zero, 1, &w, &add, &gx);
+  tpu_lower_set_output(c, 0, gx);
+  return NULL;
+}
+
+/* Adaptive average pooling windows along one dim as a 0/1 matrix
+ * (out x in): output o covers [floor(o * in / out), ceil((o + 1) * in / out)). */
+static tpu_hlo_value adaptive_windows(tpu_lower_ctx *c, int64_t out, int64_t in, tpu_dtype_t dtype) {
+  int64_t dims[2] = {out, in};
+  tpu_hlo_type t = tpu_hlo_make_type(TPU_S64, 2, dims);
+  tpu_hlo_value o = tpu_hlo_iota(B, &t, 0), i = tpu_hlo_iota(B, &t, 1);
+  tpu_hlo_value k_in = tpu_hlo_const_i64(B, &t, in), k_out = tpu_hlo_const_i64(B, &t, out);
+  tpu_hlo_value start = bin(c, TPU_HLO_DIV, bin(c, TPU_HLO_MUL, o, k_in), k_out);
+  tpu_hlo_value end = bin(c, TPU_HLO_ADD, bin(c, TPU_HLO_MUL, o, k_in), k_in); /* (o + 1) * in */
+  end = bin(c, TPU_HLO_DIV, bin(c, TPU_HLO_ADD, end, tpu_hlo_const_i64(B, &t, out - 1)), k_out);
+  return tpu_hlo_convert(B, bin(c, TPU_HLO_AND, cmp(c, TPU_HLO_GE, i, start), cmp(c, TPU_HLO_LT, i, end)), dtype);
+}
+
+/* x contracted along dim |d| with the windows matrix m (out x in, or in x
+ * out when |backward|), the new dim put back in place. */
+static tpu_hlo_value along(tpu_lower_ctx *c, tpu_hlo_value x, int d, tpu_hlo_value m, bool backward) {
+  int rank = tpu_hlo_rank(B, x);
+  tpu_hlo_dot_dims dd = {.num_contract = 1, .lhs_contract = {d}, .rhs_contract = {backward ? 0 : 1}};
+  tpu_hlo_value r = tpu_hlo_dot_general(B, x, m, &dd, tpu_hlo_dtype(B, x), TPU_HLO_PRECISION_HIGHEST);
+  /* the dot puts the new dim last */
+  int64_t perm[TPU_HLO_MAX_RANK];
+  for (int i = 0, k = 0; i < rank; i++) perm[i] = i == d ? rank - 1 : k++;
+  return tpu_hlo_transpose(B, r, perm);
+}
+
+/* The element count of every adaptive window, in |t|'s shape. */
+static tpu_hlo_value adaptive_counts(tpu_lower_ctx *c, const tpu_hlo_type *in, const tpu_hlo_type *t, int lead) {
+  tpu_hlo_value n = tpu_hlo_const_f64(B, t, 1.0);
+  for (int64_t d = lead; d < t->rank; d++) {
+    tpu_hlo_value m = adaptive_windows(c, t->dims[d], in->dims[d], t->dtype);
+    int64_t row = 1;
+    tpu_hlo_value per = tpu_hlo_reduce_simple(B, m, tpu_hlo_scalar_f64(B, t->dtype, 0.0), TPU_HLO_ADD, &row, 1);
+    n = bin(c, TPU_HLO_MUL, n, tpu_hlo_broadcast_in_dim(B, per, t, &d));
+  }
+  return n;
+}
+
+/* _adaptive_avg_pool{2,3}d(self, output_size): window sums (products with
+ * 0/1 window matrices, one spatial dim at a time) divided by the counts. */
+static tpu_status_t adaptive_avg_pool_rule(tpu_lower_ctx *c) {
+  if (!is_float(c->args[0].dtype))
+    return cpu_refuses(c, c->data == 2 ? "adaptive_avg_pool2d" : "adaptive_avg_pool3d_cpu", c->args[0].dtype);
+  int lead = c->args[0].rank - (int)c->data;
+  tpu_hlo_type t = opmath_type(OUT);
+  tpu_hlo_value x = tpu_hlo_convert(B, tpu_lower_tensor(c, 0), t.dtype);
+  const tpu_hlo_type in = *tpu_hlo_type_of(B, x);
+  for (int d = lead; d < t.rank; d++) x = along(c, x, d, adaptive_windows(c, t.dims[d], in.dims[d], t.dtype), false);
+  tpu_lower_set_output(c, 0, bin(c, TPU_HLO_DIV, x, adaptive_counts(c, &in, &t, lead)));
+  return NULL;
+}
+
+/* _adaptive_avg_pool{2,3}d_backward(grad_output, self): the divided
+ * gradients spread back through the transposed window matrices. */
+static tpu_status_t adaptive_avg_pool_backward_rule(tpu_lower_ctx *c) {
+  int lead = c->args[1].rank - (int)c->data;
+  tpu_hlo_type t = opmath_type(OUT);
+  tpu_hlo_value gy = tpu_hlo_convert(B, tpu_lower_tensor(c, 0), t.dtype);
+  const tpu_hlo_type gt = *tpu_hlo_type_of(B, gy);
+  gy = bin(c, TPU_HLO_DIV, gy, adaptive_counts(c, &t, &gt, lead));
+  for (int d = lead; d < t.rank; d++) gy = along(c, gy, d, adaptive_windows(c, gt.dims[d], t.dims[d], t.dtype), true);
+  tpu_lower_set_output(c, 0, gy);
+  return NULL;
 }
 
 const tpu_lower_rule tpu_rules_conv[] = {
-    {{"tpu_placeholder_conv"}, placeholder_rule, TPU_RULE_INTERNAL, 0},
+    {{"convolution_overrideable"}, convolution_rule, 0, 0},
+    {{"convolution_backward_overrideable"}, convolution_backward_rule, 0, 0},
+    {{"max_pool2d_with_indices", "max_pool2d_with_indices.out"}, max_pool_rule, 0, 2},
+    {{"max_pool3d_with_indices", "max_pool3d_with_indices.out"}, max_pool_rule, 0, 3},
+    {{"max_pool2d_with_indices_backward", "max_pool2d_with_indices_backward.grad_input"}, max_pool_backward_rule, 0, 2},
+    {{"max_pool3d_with_indices_backward", "max_pool3d_with_indices_backward.grad_input"}, max_pool_backward_rule, 0, 3},
+    {{"avg_pool2d", "avg_pool2d.out"}, avg_pool_rule, 0, 2},
+    {{"avg_pool3d", "avg_pool3d.out"}, avg_pool_rule, 0, 3},
+    {{"avg_pool2d_backward", "avg_pool2d_backward.grad_input"}, avg_pool_backward_rule, 0, 2},
+    {{"avg_pool3d_backward", "avg_pool3d_backward.grad_input"}, avg_pool_backward_rule, 0, 3},
+    {{"_adaptive_avg_pool2d", "_adaptive_avg_pool2d.out"}, adaptive_avg_pool_rule, 0, 2},
+    {{"_adaptive_avg_pool3d", "_adaptive_avg_pool3d.out"}, adaptive_avg_pool_rule, 0, 3},
+    {{"_adaptive_avg_pool2d_backward", "_adaptive_avg_pool2d_backward.out"}, adaptive_avg_pool_backward_rule, 0, 2},
+    {{"_adaptive_avg_pool3d_backward", "_adaptive_avg_pool3d_backward.out"}, adaptive_avg_pool_backward_rule, 0, 3},
 };
 TPU_COUNT_RULES(conv);

@@ -1,21 +1,117 @@
-/* Matrix products: mm, bmm, addmm, baddbmm, dot, and attention. */
+/* Matrix products: mm, bmm, mv, dot, vdot and the add* forms addmm, baddbmm,
+ * addbmm, addmv. torch.matmul, F.linear, outer and their backwards are
+ * PyTorch composites of these.
+ *
+ * Each product is one dot_general that accumulates in the output's opmath
+ * type: half inputs give a float32 product that is rounded once at the end,
+ * as PyTorch's CPU kernels do; float32 uses c->precision. The add* forms
+ * compute beta * self + alpha * product in that type, and beta == 0 ignores
+ * self entirely (NaN and inf in it do not propagate), as PyTorch documents;
+ * beta is a runtime value, so that choice is a select. */
 #include "lower/rules.h"
 
 #define B (c->b)
 #define OUT (&c->out_types[0])
 
-/* mm(self, mat2) */
-static tpu_status_t mm_rule(tpu_lower_ctx *c) {
-  tpu_hlo_value a = tpu_lower_tensor(c, 0), b = tpu_lower_tensor(c, 1);
-  tpu_hlo_dot_dims d = {0};
-  d.num_contract = 1;
-  d.lhs_contract[0] = 1;
-  d.rhs_contract[0] = 0;
-  tpu_lower_set_output(c, 0, tpu_hlo_dot_general(B, a, b, &d, tpu_lower_opmath(OUT->dtype), c->precision));
+/* How the two operands contract, per product kind (data of the rules). */
+enum { MM, BMM, BSUM, MV, DOT, VDOT };
+
+static const tpu_hlo_dot_dims dims_of[] = {
+    [MM] = {.num_contract = 1, .lhs_contract = {1}, .rhs_contract = {0}},
+    [BMM] = {.num_batch = 1, .lhs_batch = {0}, .rhs_batch = {0}, .num_contract = 1, .lhs_contract = {2},
+             .rhs_contract = {1}},
+    /* addbmm: the batch is summed, so it is contracted too */
+    [BSUM] = {.num_contract = 2, .lhs_contract = {0, 2}, .rhs_contract = {0, 1}},
+    [MV] = {.num_contract = 1, .lhs_contract = {1}, .rhs_contract = {0}},
+    [DOT] = {.num_contract = 1, .lhs_contract = {0}, .rhs_contract = {0}},
+    [VDOT] = {.num_contract = 1, .lhs_contract = {0}, .rhs_contract = {0}},
+};
+
+/* The CPU kernel PyTorch's error names for bool operands. */
+static const char *const cpu_kernel_of[] = {
+    [MM] = "addmm_impl_cpu_", [BMM] = "bmm", [BSUM] = "addmm_impl_cpu_",
+    [MV] = "addmv_impl_cpu",  [DOT] = "dot", [VDOT] = "dot",
+};
+
+static tpu_hlo_value conj(tpu_lower_ctx *c, tpu_hlo_value x) {
+  tpu_hlo_value im = tpu_hlo_unary(B, TPU_HLO_NEG, tpu_hlo_unary(B, TPU_HLO_IMAG, x));
+  return tpu_hlo_binary(B, TPU_HLO_COMPLEX, tpu_hlo_unary(B, TPU_HLO_REAL, x), im);
+}
+
+/* PyTorch's CPU error for bool operands (its meta functions accept them). */
+static tpu_status_t no_bool(tpu_lower_ctx *c) {
+  return tpu_lower_error(c, TPU_ERR_NOT_IMPLEMENTED, "\"%s\" not implemented for 'Bool'", cpu_kernel_of[c->data]);
+}
+
+/* The C++ type names PyTorch's mm spells dtypes with in its dtype check. */
+static const char *cpp_type(tpu_dtype_t t) {
+  static const char *const names[TPU_DTYPE_END] = {
+      [TPU_BOOL] = "bool",        [TPU_S8] = "signed char",       [TPU_S16] = "short int",
+      [TPU_S32] = "int",          [TPU_S64] = "long int",         [TPU_U8] = "unsigned char",
+      [TPU_F16] = "c10::Half",    [TPU_BF16] = "c10::BFloat16",   [TPU_F32] = "float",
+      [TPU_F64] = "double",       [TPU_C64] = "c10::complex<float>", [TPU_C128] = "c10::complex<double>"};
+  return names[t] ? names[t] : tpu_dtype_name(t);
+}
+
+/* PyTorch's CPU error for operands of different dtypes (the meta functions
+ * of mm, addmm, addbmm and mv do not check); NULL if they agree. |add|: the
+ * operands follow self. */
+static tpu_status_t mixed_dtypes(tpu_lower_ctx *c, bool add) {
+  tpu_dtype_t a = c->args[add].dtype, b = c->args[add + 1].dtype;
+  if (add && c->args[0].dtype != b)
+    return tpu_lower_error(c, TPU_ERR_RUNTIME, "self and mat2 must have the same dtype, but got %s and %s",
+                           tpu_dtype_scalar_type(c->args[0].dtype), tpu_dtype_scalar_type(b));
+  if (a == b) return NULL;
+  if (add)
+    return tpu_lower_error(c, TPU_ERR_RUNTIME, "mat1 and mat2 must have the same dtype, but got %s and %s",
+                           tpu_dtype_scalar_type(a), tpu_dtype_scalar_type(b));
+  if (c->data == MV) /* mv runs as addmv into a result of the vector's dtype */
+    return tpu_lower_error(c, TPU_ERR_RUNTIME, "addmv input tensors must have the same dtype, but got %s, %s, and %s",
+                           tpu_dtype_scalar_type(b), tpu_dtype_scalar_type(a), tpu_dtype_scalar_type(b));
+  return tpu_lower_error(c, TPU_ERR_RUNTIME, "expected m1 and m2 to have the same dtype, but got: %s != %s",
+                         cpp_type(a), cpp_type(b));
+}
+
+/* The product of arguments |lhs| and |lhs| + 1, in the output's opmath type. */
+static tpu_hlo_value product(tpu_lower_ctx *c, int lhs) {
+  tpu_hlo_value a = tpu_lower_tensor(c, lhs), b = tpu_lower_tensor(c, lhs + 1);
+  if (c->data == VDOT && tpu_dtype_is_complex(c->args[lhs].dtype)) a = conj(c, a);
+  return tpu_hlo_dot_general(B, a, b, &dims_of[c->data], tpu_lower_opmath(OUT->dtype), c->precision);
+}
+
+/* mm, bmm, mv, dot, vdot (self, other) */
+static tpu_status_t product_rule(tpu_lower_ctx *c) {
+  tpu_status_t st = mixed_dtypes(c, false);
+  if (st != NULL) return st;
+  if (c->args[0].dtype == TPU_BOOL) return no_bool(c);
+  tpu_lower_set_output(c, 0, product(c, 0));
+  return NULL;
+}
+
+/* addmm, baddbmm, addbmm, addmv (self, a, b, *, beta, alpha) */
+static tpu_status_t add_product_rule(tpu_lower_ctx *c) {
+  tpu_status_t st = mixed_dtypes(c, true);
+  if (st != NULL) return st;
+  if (c->args[1].dtype == TPU_BOOL) return no_bool(c);
+  tpu_hlo_type t = *OUT;
+  t.dtype = tpu_lower_opmath(OUT->dtype);
+  tpu_hlo_value beta = tpu_lower_operand(c, 3, t.dtype, &t), alpha = tpu_lower_operand(c, 4, t.dtype, &t);
+  tpu_hlo_value scaled = tpu_hlo_binary(B, TPU_HLO_MUL, alpha, product(c, 1));
+  tpu_hlo_value self = tpu_hlo_binary(B, TPU_HLO_MUL, beta, tpu_lower_operand(c, 0, t.dtype, &t));
+  tpu_hlo_value ignore_self = tpu_hlo_compare(B, TPU_HLO_EQ, beta, tpu_hlo_const_f64(B, &t, 0.0));
+  tpu_lower_set_output(c, 0, tpu_hlo_select(B, ignore_self, scaled, tpu_hlo_binary(B, TPU_HLO_ADD, self, scaled)));
   return NULL;
 }
 
 const tpu_lower_rule tpu_rules_linalg[] = {
-    {{"mm", "mm.out"}, mm_rule, 0, 0},
+    {{"mm", "mm.out"}, product_rule, 0, MM},
+    {{"bmm", "bmm.out"}, product_rule, 0, BMM},
+    {{"mv", "mv.out"}, product_rule, 0, MV},
+    {{"dot", "dot.out"}, product_rule, 0, DOT},
+    {{"vdot", "vdot.out"}, product_rule, 0, VDOT},
+    {{"addmm", "addmm_", "addmm.out"}, add_product_rule, 0, MM},
+    {{"baddbmm", "baddbmm_", "baddbmm.out"}, add_product_rule, 0, BMM},
+    {{"addbmm", "addbmm_", "addbmm.out"}, add_product_rule, 0, BSUM},
+    {{"addmv", "addmv_", "addmv.out"}, add_product_rule, 0, MV},
 };
 TPU_COUNT_RULES(linalg);

@@ -1,0 +1,294 @@
+"""Convolutions (1-3 spatial dims, strided, padded, dilated, grouped,
+transposed) and pooling (max with indices, average, adaptive average), forward
+and backward through torch.nn.functional, against PyTorch on CPU."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import compare, to_tpu
+
+BF16 = dict(rtol=3e-2, atol=3e-2)
+
+
+def make(shape, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed * 101 + sum(shape) + len(shape))
+    if dtype.is_floating_point:
+        return torch.randn(shape, generator=g).to(dtype)
+    return torch.randint(-4, 5, shape, generator=g).to(dtype)
+
+
+def grads(fn, *xs, needs=None):
+    """fn(*xs) and the gradients of the inputs marked in |needs| (all by
+    default) for a fixed, non-uniform output gradient."""
+    needs = needs or [True] * len(xs)
+    xs = [x.detach().clone().requires_grad_(n) for x, n in zip(xs, needs)]
+    y = fn(*xs)
+    gy = torch.linspace(-1, 1, y.numel()).reshape(y.shape).to(y.dtype).to(y.device)
+    y.backward(gy)
+    return (y,) + tuple(x.grad for x, n in zip(xs, needs) if n)
+
+
+# (input shape, weight shape, keyword arguments)
+CONVS = [
+    ((2, 3, 9), (4, 3, 3), dict()),
+    ((2, 4, 10), (6, 2, 3), dict(stride=2, padding=1, dilation=2, groups=2)),
+    ((1, 3, 7, 8), (4, 3, 3, 3), dict()),
+    ((2, 3, 8, 8), (4, 3, 3, 3), dict(stride=2, padding=1)),
+    ((2, 4, 9, 8), (6, 2, 3, 2), dict(stride=(2, 1), padding=(1, 2), dilation=(2, 1), groups=2)),
+    ((1, 6, 7, 7), (6, 1, 3, 3), dict(padding=1, groups=6)),  # depthwise
+    ((2, 4, 10, 9), (5, 4, 3, 2), dict(stride=3)),  # the stride leaves input unread
+    ((1, 2, 5, 5), (3, 2, 1, 1), dict()),
+    ((2, 3, 7, 7), (4, 3, 3, 2), dict(padding="same", dilation=2)),
+    ((1, 2, 5, 6, 5), (3, 2, 3, 3, 3), dict(stride=2, padding=1)),
+    ((1, 4, 6, 5, 4), (4, 2, 2, 3, 2), dict(dilation=(1, 2, 1), groups=2, padding=(0, 1, 1))),
+]
+
+
+def conv_fn(nd):
+    return {3: F.conv1d, 4: F.conv2d, 5: F.conv3d}[nd]
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("x_shape,w_shape,kw", CONVS, ids=str)
+def test_conv(no_fallbacks, x_shape, w_shape, kw, bias):
+    fn = conv_fn(len(x_shape))
+    x, w, b = make(x_shape), make(w_shape, seed=1), make((w_shape[0],), seed=2)
+    if bias:
+        compare(lambda x, w, b: grads(lambda x, w, b: fn(x, w, b, **kw), x, w, b), x, w, b)
+    else:
+        compare(lambda x, w: grads(lambda x, w: fn(x, w, **kw), x, w), x, w)
+
+
+@pytest.mark.parametrize("x_shape,w_shape,kw", CONVS[:5], ids=str)
+def test_conv_bfloat16(no_fallbacks, x_shape, w_shape, kw):
+    fn = conv_fn(len(x_shape))
+    args = make(x_shape, torch.bfloat16), make(w_shape, torch.bfloat16, 1), make((w_shape[0],), torch.bfloat16, 2)
+    compare(lambda x, w, b: grads(lambda x, w, b: fn(x, w, b, **kw), x, w, b), *args, **BF16)
+
+
+@pytest.mark.parametrize("needs", [(True, False, False), (False, True, False), (False, False, True),
+                                   (False, True, True)], ids=str)
+def test_conv_backward_output_mask(no_fallbacks, needs):
+    x, w, b = make((2, 4, 6, 6)), make((4, 2, 3, 3), seed=1), make((4,), seed=2)
+    compare(lambda x, w, b: grads(lambda x, w, b: F.conv2d(x, w, b, stride=2, groups=2), x, w, b, needs=needs), x, w, b)
+
+
+def test_conv_non_contiguous(no_fallbacks):
+    x, w = make((2, 3, 7, 8)), make((4, 6, 3, 3), seed=1)
+    compare(lambda x, w: grads(lambda x, w: F.conv2d(x.transpose(2, 3), w[:, ::2]), x, w), x, w)
+    x = x.to(memory_format=torch.channels_last)
+    compare(lambda x, w: grads(lambda x, w: F.conv2d(x, w[:, 1:4], padding=1), x, w), x, w)
+
+
+def test_conv_int64(no_fallbacks):
+    compare(lambda x, w: F.conv2d(x, w, padding=1, stride=2), make((1, 2, 5, 5), torch.int64),
+            make((3, 2, 3, 3), torch.int64, 1))
+    compare(lambda x, w: F.conv_transpose2d(x, w, stride=2), make((1, 2, 4, 4), torch.int64),
+            make((2, 3, 3, 3), torch.int64, 1))
+
+
+def test_conv_empty_batch(no_fallbacks):
+    compare(lambda x, w: F.conv2d(x, w, padding=1), make((0, 2, 5, 5)), make((3, 2, 3, 3), seed=1))
+
+
+# (input shape, weight shape (in, out/groups, ...), keyword arguments)
+TRANSPOSED = [
+    ((2, 4, 5), (4, 2, 4), dict(stride=3, padding=2)),
+    ((2, 4, 5, 5), (4, 3, 3, 3), dict(stride=2, padding=1, output_padding=1)),
+    ((2, 4, 5, 4), (4, 3, 3, 2), dict(stride=(2, 3), padding=(0, 1), output_padding=(1, 0), groups=2, dilation=(1, 2))),
+    ((1, 2, 5, 5), (2, 3, 2, 2), dict(stride=3, padding=2)),  # padding beyond the kernel's reach
+    ((1, 3, 4, 4), (3, 2, 3, 3), dict(dilation=3, output_padding=2)),  # output_padding < dilation
+    ((1, 2, 3, 4, 3), (2, 2, 3, 2, 3), dict(stride=2, padding=1, output_padding=(1, 0, 1))),
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,kw", TRANSPOSED, ids=str)
+def test_conv_transpose(no_fallbacks, x_shape, w_shape, kw):
+    fn = {3: F.conv_transpose1d, 4: F.conv_transpose2d, 5: F.conv_transpose3d}[len(x_shape)]
+    groups = kw.get("groups", 1)
+    x, w, b = make(x_shape), make(w_shape, seed=1), make((w_shape[1] * groups,), seed=2)
+    compare(lambda x, w, b: grads(lambda x, w, b: fn(x, w, b, **kw), x, w, b), x, w, b)
+
+
+def test_conv_transpose_bfloat16(no_fallbacks):
+    x, w = make((2, 4, 5, 5), torch.bfloat16), make((4, 3, 3, 3), torch.bfloat16, 1)
+    compare(lambda x, w: grads(lambda x, w: F.conv_transpose2d(x, w, stride=2, padding=1, output_padding=1), x, w),
+            x, w, **BF16)
+
+
+def assert_same_error(fn, *args):
+    with pytest.raises(Exception) as cpu:
+        fn(*args)
+    with pytest.raises(Exception) as tpu:
+        fn(*to_tpu(args))
+    assert type(cpu.value) is type(tpu.value)
+    assert str(cpu.value) == str(tpu.value)
+
+
+def test_conv_errors():
+    x = make((1, 2, 5, 5))
+    assert_same_error(F.conv2d, x, make((3, 4, 3, 3)))  # channels
+    assert_same_error(F.conv2d, x, make((3, 2, 7, 7)))  # kernel larger than input
+    assert_same_error(F.conv2d, x, make((3, 2, 3, 3), torch.float64))  # dtypes
+    assert_same_error(F.conv2d, x.bool(), make((3, 2, 3, 3)).bool())
+    assert_same_error(F.conv_transpose2d, make((1, 2, 4, 4), torch.int8), make((2, 2, 3, 3), torch.int8))
+
+
+# --- pooling -----------------------------------------------------------------------
+
+MAX_POOLS = [
+    ((2, 3, 8, 9), dict(kernel_size=3, stride=2, padding=1)),
+    ((2, 3, 9, 8), dict(kernel_size=(3, 2), stride=(2, 2), padding=(1, 1), dilation=(2, 1), ceil_mode=True)),
+    ((1, 2, 7, 7), dict(kernel_size=2, ceil_mode=True)),  # the last window sticks out
+    ((1, 2, 6, 6), dict(kernel_size=3, stride=3, ceil_mode=True)),  # ceil_mode adds nothing
+    ((3, 7, 7), dict(kernel_size=2)),  # unbatched
+    ((1, 1, 5, 5), dict(kernel_size=5, padding=2, stride=1)),
+    ((1, 2, 8, 8), dict(kernel_size=3, stride=1, dilation=2, padding=1)),
+]
+
+
+@pytest.mark.parametrize("shape,kw", MAX_POOLS, ids=str)
+def test_max_pool2d(no_fallbacks, shape, kw):
+    x = make(shape)
+    compare(lambda x: F.max_pool2d(x, return_indices=True, **kw), x)
+    compare(lambda x: grads(lambda x: F.max_pool2d(x, **kw), x), x)
+
+
+def test_max_pool2d_ties_and_nan(no_fallbacks):
+    x = torch.zeros(1, 1, 6, 6)
+    x[0, 0, 0, 1] = x[0, 0, 1, 0] = float("nan")  # several NaNs in a window
+    x[0, 0, 4:, 4:] = 5.0  # a tie
+    x[0, 0, 2, 2] = float("-inf")
+    x[0, 0, 3, 3] = float("inf")
+    compare(lambda x: F.max_pool2d(x, 2, 1, return_indices=True), x)
+    compare(lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True, ceil_mode=True), x)
+    # overlapping windows with ties: every gradient goes to the first index
+    compare(lambda x: grads(lambda x: F.max_pool2d(x, 3, 1), x), torch.ones(1, 1, 5, 5))
+
+
+def test_max_pool2d_all_negative_infinity(no_fallbacks):
+    # the index is the window's first element that is not padding
+    compare(lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True), torch.full((1, 1, 5, 5), float("-inf")))
+
+
+def test_max_pool2d_dtypes(no_fallbacks):
+    compare(lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True), make((1, 2, 7, 7), torch.bfloat16))
+    compare(lambda x: F.max_pool2d(x, 2, return_indices=True), make((1, 2, 5, 5), torch.int64))
+    compare(lambda x: grads(lambda x: F.max_pool2d(x, 3, 2, 1), x), make((1, 2, 7, 7), torch.bfloat16), **BF16)
+
+
+def test_max_pool2d_non_contiguous(no_fallbacks):
+    x = make((2, 3, 8, 9))
+    compare(lambda x: F.max_pool2d(x.transpose(2, 3)[:, :, 1:], 2, return_indices=True), x)
+    compare(lambda x: grads(lambda x: F.max_pool2d(x, 3, 2), x), x.to(memory_format=torch.channels_last))
+
+
+def test_max_pool_1d_3d(no_fallbacks):
+    compare(lambda x: F.max_pool1d(x, 3, 2, 1, return_indices=True, ceil_mode=True), make((2, 3, 9)))
+    compare(lambda x: grads(lambda x: F.max_pool1d(x, 3, 2), x), make((2, 3, 9)))
+    x = make((1, 2, 6, 7, 5))
+    compare(lambda x: F.max_pool3d(x, 3, 2, 1, ceil_mode=True, return_indices=True), x)
+    compare(lambda x: grads(lambda x: F.max_pool3d(x, (2, 3, 2), 1, dilation=(1, 1, 2)), x), x)
+
+
+def test_max_pool2d_out(no_fallbacks):
+    def run(x):
+        out, idx = torch.empty(0, device=x.device), torch.empty(0, dtype=torch.long, device=x.device)
+        torch.ops.aten.max_pool2d_with_indices.out(x, [3, 3], [2, 2], [1, 1], [1, 1], False, out=out, indices=idx)
+        return out, idx
+
+    compare(run, make((1, 2, 7, 7)))
+
+
+def test_pool_errors():
+    assert_same_error(lambda x: F.max_pool2d(x, 2, padding=2), make((1, 2, 4, 4)))
+    assert_same_error(lambda x: F.max_pool2d(x, 5), make((1, 2, 4, 4)))
+    assert_same_error(lambda x: F.max_pool2d(x, 2), make((1, 2, 4, 4)).bool())
+    assert_same_error(lambda x: F.avg_pool2d(x, 2), make((1, 2, 4, 4), torch.int32))
+    assert_same_error(lambda x: F.adaptive_avg_pool2d(x, 2), make((1, 2, 4, 4), torch.int64))
+
+
+AVG_POOLS = [
+    ((2, 3, 8, 9), dict(kernel_size=3, stride=2, padding=1)),
+    ((2, 3, 8, 9), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True, count_include_pad=False)),
+    ((2, 3, 8, 9), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True, count_include_pad=True)),
+    ((2, 3, 8, 9), dict(kernel_size=(2, 3), stride=(3, 2), padding=(1, 0))),
+    ((1, 2, 7, 7), dict(kernel_size=2, ceil_mode=True)),
+    ((1, 2, 7, 7), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True, divisor_override=5)),
+    ((3, 6, 6), dict(kernel_size=2)),  # unbatched
+    ((1, 1, 4, 4), dict(kernel_size=4, padding=2, stride=3, count_include_pad=False, ceil_mode=True)),
+]
+
+
+@pytest.mark.parametrize("shape,kw", AVG_POOLS, ids=str)
+def test_avg_pool2d(no_fallbacks, shape, kw):
+    x = make(shape)
+    compare(lambda x: F.avg_pool2d(x, **kw), x)
+    compare(lambda x: grads(lambda x: F.avg_pool2d(x, **kw), x), x)
+
+
+def test_avg_pool2d_dtypes(no_fallbacks):
+    compare(lambda x: F.avg_pool2d(x, 2, ceil_mode=True), make((1, 2, 5, 5), torch.int64) * 7)
+    compare(lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False), make((1, 2, 7, 7), torch.bfloat16), **BF16)
+    compare(lambda x: grads(lambda x: F.avg_pool2d(x, 3, 2, 1), x), make((1, 2, 7, 7), torch.bfloat16), **BF16)
+
+
+def test_avg_pool_1d_3d(no_fallbacks):
+    compare(lambda x: grads(lambda x: F.avg_pool1d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False), x),
+            make((2, 3, 9)))
+    x = make((1, 2, 6, 7, 5))
+    compare(lambda x: grads(lambda x: F.avg_pool3d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False), x), x)
+    compare(lambda x: grads(lambda x: F.avg_pool3d(x, 2, divisor_override=3), x), x)
+
+
+def test_avg_pool2d_non_contiguous(no_fallbacks):
+    x = make((2, 3, 8, 9))
+    compare(lambda x: grads(lambda x: F.avg_pool2d(x.transpose(2, 3), 3, 2, 1), x), x)
+
+
+@pytest.mark.parametrize("shape,size", [
+    ((2, 3, 8, 8), (4, 4)),  # divisible
+    ((2, 3, 7, 10), (3, 4)),  # overlapping windows of varying size
+    ((1, 2, 3, 2), (5, 3)),  # larger than the input
+    ((1, 2, 5, 7), (1, 1)),  # global (PyTorch takes a mean)
+    ((3, 9, 5), (4, None)),  # unbatched, one size kept
+], ids=str)
+def test_adaptive_avg_pool2d(no_fallbacks, shape, size):
+    x = make(shape)
+    compare(lambda x: grads(lambda x: F.adaptive_avg_pool2d(x, size), x), x)
+
+
+def test_adaptive_avg_pool_dtypes_and_dims(no_fallbacks):
+    compare(lambda x: grads(lambda x: F.adaptive_avg_pool2d(x, 3), x), make((1, 2, 7, 7), torch.bfloat16), **BF16)
+    compare(lambda x: grads(lambda x: F.adaptive_avg_pool1d(x, 4), x), make((2, 3, 9)))
+    compare(lambda x: grads(lambda x: F.adaptive_avg_pool3d(x, (2, 3, 4)), x), make((1, 2, 5, 7, 9)))
+    compare(lambda x: grads(lambda x: F.adaptive_avg_pool2d(x.transpose(2, 3), (3, 2)), x), make((1, 2, 5, 7)))
+
+
+def test_pool_empty_batch(no_fallbacks):
+    x = make((0, 2, 4, 4))
+    compare(lambda x: F.max_pool2d(x, 2, return_indices=True), x)
+    compare(lambda x: F.avg_pool2d(x, 2), x)
+    compare(lambda x: F.adaptive_avg_pool2d(x, 3), x)
+
+
+def test_small_cnn(no_fallbacks):
+    torch.manual_seed(0)
+
+    def net():
+        return torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+            torch.nn.Conv2d(8, 8, 3, stride=2, groups=2, bias=False), torch.nn.ReLU(),
+            torch.nn.ConvTranspose2d(8, 4, 2, stride=2), torch.nn.AvgPool2d(2, ceil_mode=True),
+            torch.nn.AdaptiveAvgPool2d((2, 2)), torch.nn.Flatten(), torch.nn.Linear(16, 5))
+
+    cpu, tpu = net(), net().to("tpu")
+    tpu.load_state_dict(cpu.state_dict())
+    x, target = make((2, 3, 12, 12)), make((2, 5), seed=1)
+    loss_cpu = (cpu(x) - target).pow(2).sum()
+    loss_tpu = (tpu(x.to("tpu")) - target.to("tpu")).pow(2).sum()
+    torch.testing.assert_close(loss_tpu.cpu(), loss_cpu)
+    loss_cpu.backward()
+    loss_tpu.backward()
+    for (name, p), q in zip(cpu.named_parameters(), tpu.parameters()):
+        torch.testing.assert_close(q.grad.cpu(), p.grad, msg=lambda m: f"{name}: {m}")

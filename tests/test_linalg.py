@@ -1,0 +1,217 @@
+"""Matrix products (mm, bmm, mv, dot, vdot, addmm, baddbmm, addbmm, addmv) and
+the PyTorch composites built on them (matmul, @, F.linear, outer), against
+PyTorch on CPU."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import compare, to_tpu
+
+FLOATS = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
+ALL = FLOATS + [torch.int64, torch.int32, torch.complex64]
+
+
+def make(shape, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed + len(shape) * 7 + sum(shape))
+    if dtype.is_floating_point or dtype.is_complex:
+        return torch.randn(shape, generator=g).to(dtype) if not dtype.is_complex else \
+            torch.randn(shape, generator=g, dtype=dtype)
+    return torch.randint(-5, 6, shape, generator=g).to(dtype)
+
+
+def tol(dtype):
+    # CPU rounds half-type products once too, but sums in another order.
+    return dict(rtol=2e-2, atol=2e-2) if dtype in (torch.bfloat16, torch.float16) else {}
+
+
+PRODUCTS = [
+    (torch.mm, [(3, 4), (4, 5)]),
+    (torch.bmm, [(2, 3, 4), (2, 4, 5)]),
+    (torch.mv, [(3, 4), (4,)]),
+    (torch.dot, [(6,), (6,)]),
+    (torch.vdot, [(6,), (6,)]),
+]
+
+
+@pytest.mark.parametrize("dtype", ALL, ids=str)
+@pytest.mark.parametrize("fn,shapes", PRODUCTS, ids=lambda v: getattr(v, "__name__", ""))
+def test_products(no_fallbacks, fn, shapes, dtype):
+    got = compare(fn, *[make(s, dtype, i) for i, s in enumerate(shapes)], **tol(dtype))
+    assert got.dtype == dtype
+
+
+ADD_PRODUCTS = [
+    (torch.addmm, [(3, 5), (3, 4), (4, 5)]),
+    (torch.baddbmm, [(2, 3, 5), (2, 3, 4), (2, 4, 5)]),
+    (torch.addbmm, [(3, 5), (2, 3, 4), (2, 4, 5)]),
+    (torch.addmv, [(3,), (3, 4), (4,)]),
+]
+ADD_IDS = ["addmm", "baddbmm", "addbmm", "addmv"]
+
+
+@pytest.mark.parametrize("dtype", ALL, ids=str)
+@pytest.mark.parametrize("beta,alpha", [(1, 1), (0.5, -2), (0, 3), (2, 0)])
+@pytest.mark.parametrize("fn,shapes", ADD_PRODUCTS, ids=ADD_IDS)
+def test_add_products(no_fallbacks, fn, shapes, beta, alpha, dtype):
+    if not (dtype.is_floating_point or dtype.is_complex):
+        beta, alpha = int(beta * 2), int(alpha)
+    args = [make(s, dtype, i) for i, s in enumerate(shapes)]
+    compare(lambda s, a, b: fn(s, a, b, beta=beta, alpha=alpha), *args, **tol(dtype))
+
+
+@pytest.mark.parametrize("fn,shapes", ADD_PRODUCTS, ids=ADD_IDS)
+def test_beta_zero_ignores_self(no_fallbacks, fn, shapes):
+    # PyTorch: with beta == 0, NaN and inf in self do not propagate.
+    s = make(shapes[0], torch.float32)
+    s.view(-1)[0], s.view(-1)[-1] = float("nan"), float("inf")
+    args = [s] + [make(sh, torch.float32, i + 1) for i, sh in enumerate(shapes[1:])]
+    got = compare(lambda s, a, b: fn(s, a, b, beta=0), *args)
+    assert torch.isfinite(got.cpu()).all()
+    # with beta != 0 they do
+    got = compare(lambda s, a, b: fn(s, a, b, beta=1e-3), *args)
+    assert not torch.isfinite(got.cpu()).all()
+
+
+@pytest.mark.parametrize("fn,shapes", ADD_PRODUCTS, ids=ADD_IDS)
+def test_add_products_broadcast_self(no_fallbacks, fn, shapes):
+    out_shape = shapes[0]
+    for self_shape in [(), (out_shape[-1],), (1,) * len(out_shape)]:
+        args = [make(self_shape, torch.float32)] + [make(s, torch.float32, i + 1) for i, s in enumerate(shapes[1:])]
+        compare(lambda s, a, b: fn(s, a, b, beta=0.5, alpha=2), *args)
+
+
+@pytest.mark.parametrize("fn,shapes", ADD_PRODUCTS, ids=ADD_IDS)
+def test_add_products_inplace_and_out(no_fallbacks, fn, shapes):
+    args = [make(s, torch.float32, i) for i, s in enumerate(shapes)]
+    inplace = getattr(torch.Tensor, fn.__name__ + "_")
+
+    def run_inplace(s, a, b):
+        s = s.clone()
+        inplace(s, a, b, beta=0.5, alpha=2)
+        return s
+
+    compare(run_inplace, *args)
+
+    def run_out(s, a, b):
+        out = torch.full_like(s, float("nan"))
+        r = fn(s, a, b, beta=0.5, alpha=2, out=out)
+        assert r is out
+        return out
+
+    compare(run_out, *args)
+
+
+@pytest.mark.parametrize("fn,shapes", PRODUCTS, ids=lambda v: getattr(v, "__name__", ""))
+def test_products_out(no_fallbacks, fn, shapes):
+    args = [make(s, torch.float32, i) for i, s in enumerate(shapes)]
+
+    def run_out(a, b):
+        out = torch.empty(0, device=a.device)  # resized as PyTorch does
+        r = fn(a, b, out=out)
+        assert r is out
+        return out
+
+    compare(run_out, *args)
+
+
+def test_mm_empty(no_fallbacks):
+    compare(torch.mm, make((3, 0), torch.float32), make((0, 4), torch.float32))
+    compare(torch.mm, make((0, 3), torch.float32), make((3, 4), torch.float32))
+    compare(torch.bmm, make((0, 3, 2), torch.float32), make((0, 2, 4), torch.float32))
+    compare(torch.dot, make((0,), torch.float32), make((0,), torch.float32))
+    s = make((3, 4), torch.float32)
+    compare(lambda s, a, b: torch.addmm(s, a, b, beta=2), s, make((3, 0), torch.float32), make((0, 4), torch.float32))
+
+
+def test_non_contiguous(no_fallbacks):
+    a, b = make((5, 4), torch.float32), make((6, 5), torch.float32)
+    compare(lambda a, b: torch.mm(a.t(), b.t()), a, b)
+    compare(lambda a, b: torch.mm(a[::2], b[1:5, ::2]), a, b)
+    c = make((3, 5, 4), torch.float32)
+    compare(lambda c, b: torch.bmm(c.transpose(1, 2), c[:, :, ::2]), c, b)
+    compare(lambda a: torch.mv(a.t(), a[:, 1]), a)
+    compare(lambda a: torch.dot(a[:, 0], a[:, 3]), a)
+    compare(lambda a, b: torch.addmm(a[:4, :4], a.t(), a, beta=0.5), a, b)
+
+
+def test_bool_is_refused(no_fallbacks):
+    a = torch.ones(2, 2, dtype=torch.bool)
+    for fn, args in [(torch.mm, (a, a)), (torch.dot, (a[0], a[1])), (torch.addmm, (a, a, a))]:
+        with pytest.raises(NotImplementedError) as cpu:
+            fn(*args)
+        with pytest.raises(NotImplementedError) as tpu:
+            fn(*to_tpu(args))
+        assert str(cpu.value) == str(tpu.value)
+
+
+@pytest.mark.parametrize("fn,args", [
+    (torch.mm, [(2, 3), (3, 2, torch.float64)]),
+    (torch.mv, [(2, 3, torch.float64), (3,)]),
+    (torch.addmm, [(2, 2), (2, 3), (3, 2, torch.float64)]),
+    (torch.addmm, [(2, 2, torch.float64), (2, 3), (3, 2)]),
+    (torch.addmm, [(2, 2), (2, 3, torch.float64), (3, 2)]),
+    (torch.addbmm, [(2, 2), (2, 2, 3, torch.float64), (2, 3, 2)]),
+], ids=["mm", "mv", "addmm-mat2", "addmm-self", "addmm-mat1", "addbmm"])
+def test_mixed_dtypes_are_refused(fn, args):
+    ts = [torch.ones(a[:-1], dtype=a[-1]) if isinstance(a[-1], torch.dtype) else torch.ones(a) for a in args]
+    with pytest.raises(RuntimeError) as cpu:
+        fn(*ts)
+    with pytest.raises(RuntimeError) as tpu:
+        fn(*to_tpu(ts))
+    assert str(cpu.value) == str(tpu.value)
+
+
+MATMUL_SHAPES = [
+    ((4,), (4,)), ((3, 4), (4,)), ((4,), (4, 5)), ((3, 4), (4, 5)),
+    ((2, 3, 4), (4, 5)), ((3, 4), (2, 4, 5)), ((2, 3, 4), (2, 4, 5)), ((4,), (2, 4, 5)),
+    ((2, 3, 4), (4,)), ((2, 1, 3, 4), (5, 4, 2)), ((1, 2, 3, 4), (3, 1, 4, 2)),
+]
+
+
+@pytest.mark.parametrize("sa,sb", MATMUL_SHAPES, ids=str)
+def test_matmul(no_fallbacks, sa, sb):
+    a, b = make(sa, torch.float32), make(sb, torch.float32, 1)
+    compare(torch.matmul, a, b)
+    compare(lambda a, b: a @ b, a, b)
+
+
+def grads(fn, *xs):
+    xs = [x.detach().clone().requires_grad_() for x in xs]
+    y = fn(*xs)
+    y.backward(torch.ones_like(y) if y.dim() == 0 else torch.linspace(-1, 1, y.numel()).reshape(y.shape).to(y.device))
+    return (y,) + tuple(x.grad for x in xs)
+
+
+@pytest.mark.parametrize("sa,sb", MATMUL_SHAPES, ids=str)
+def test_matmul_backward(no_fallbacks, sa, sb):
+    compare(lambda a, b: grads(torch.matmul, a, b), make(sa, torch.float32), make(sb, torch.float32, 1))
+
+
+def test_matmul_bfloat16(no_fallbacks):
+    compare(torch.matmul, make((2, 3, 8), torch.bfloat16), make((8, 5), torch.bfloat16, 1), **tol(torch.bfloat16))
+
+
+@pytest.mark.parametrize("x_shape", [(4,), (3, 4), (2, 3, 4)], ids=str)
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear(no_fallbacks, x_shape, bias):
+    x, w, b = make(x_shape, torch.float32), make((5, 4), torch.float32, 1), make((5,), torch.float32, 2)
+    if bias:
+        compare(lambda x, w, b: grads(F.linear, x, w, b), x, w, b)
+    else:
+        compare(lambda x, w: grads(F.linear, x, w), x, w)
+
+
+def test_linear_module(no_fallbacks):
+    torch.manual_seed(0)
+    cpu = torch.nn.Linear(6, 3)
+    tpu = torch.nn.Linear(6, 3).to("tpu")
+    tpu.load_state_dict(cpu.state_dict())
+    x = make((4, 6), torch.float32)
+    cpu(x).pow(2).sum().backward()
+    tpu(x.to("tpu")).pow(2).sum().backward()
+    for p, q in zip(cpu.parameters(), tpu.parameters()):
+        torch.testing.assert_close(q.grad.cpu(), p.grad)
+
+
+def test_outer(no_fallbacks):
+    compare(torch.outer, make((3,), torch.float32), make((4,), torch.float32, 1))
