@@ -60,7 +60,9 @@ static void key_ref(tpu_strbuf *k, const ref_slot *r, const tpu_eager_arg *arg, 
     return;
   }
   const tpu_view *v = &t->view;
-  int64_t head[4] = {r->slot, v->dtype, v->rank, (int64_t)t->wrapped_number | ((int64_t)arg->mutated << 1)};
+  int64_t head[4] = {r->slot, v->dtype, v->rank,
+                     (int64_t)t->wrapped_number | ((int64_t)arg->mutated << 1) | ((int64_t)t->conj << 2) |
+                         ((int64_t)t->neg << 3)};
   if (t->host_scalar != NULL) head[0] = -2;
   tpu_strbuf_append(k, head, sizeof head);
   tpu_strbuf_append(k, v->sizes, (size_t)v->rank * sizeof(int64_t));

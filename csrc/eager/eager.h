@@ -45,6 +45,7 @@ typedef struct tpu_tensor_ref {
   tpu_view view;
   const void *host_scalar; /* a 0-dim CPU tensor: its value, of view.dtype */
   bool wrapped_number;
+  bool conj, neg; /* PyTorch's lazy conjugate / negative view bits */
 } tpu_tensor_ref;
 
 typedef struct tpu_eager_arg {

@@ -264,6 +264,16 @@ tpu_hlo_value tpu_program_scalar(tpu_program *p, int arg) {
   return p->scalar_value[arg];
 }
 
+/* PyTorch's lazy view bits: the stored values negated or conjugated.
+ * Both are involutions, so reads and writes apply the same transform. */
+static tpu_hlo_value apply_view_bits(tpu_hlo_builder *b, const tpu_tensor_ref *r, tpu_hlo_value v) {
+  if (r->neg) v = tpu_hlo_unary(b, TPU_HLO_NEG, v);
+  if (r->conj && tpu_dtype_is_complex(tpu_hlo_dtype(b, v)))
+    v = tpu_hlo_binary(b, TPU_HLO_COMPLEX, tpu_hlo_unary(b, TPU_HLO_REAL, v),
+                       tpu_hlo_unary(b, TPU_HLO_NEG, tpu_hlo_unary(b, TPU_HLO_IMAG, v)));
+  return v;
+}
+
 tpu_hlo_value tpu_program_tensor(tpu_program *p, int arg, int item) {
   int fi = tpu_flat_index(&p->flat, arg, item);
   if (fi < 0) return tpu_hlo_fail(p->b, TPU_ERR_RUNTIME, "%s: internal: no tensor at argument %d", p->name, arg);
@@ -283,6 +293,7 @@ tpu_hlo_value tpu_program_tensor(tpu_program *p, int arg, int item) {
   } else {
     /* Reads see the storage as it was before the program's writes. */
     v = tpu_hlo_view_read(p->b, slot_storage(p, p->flat.refs[fi].slot, r->view.dtype), &r->view);
+    v = apply_view_bits(p->b, r, v);
   }
   p->fetched[fi] = v;
   return v;
@@ -346,6 +357,7 @@ void tpu_program_write(tpu_program *p, int arg, tpu_hlo_value value) {
   const tpu_tensor_ref *ref = &p->call->args[arg].tensor;
   if (fi < 0 || ref->storage == NULL || tpu_view_numel(&ref->view) == 0 || value == TPU_HLO_NONE) return;
   int slot = p->flat.refs[fi].slot;
+  value = apply_view_bits(p->b, ref, tpu_hlo_convert(p->b, value, ref->view.dtype));
   tpu_hlo_value cur = p->slot_value[slot];
   if (cur == TPU_HLO_NONE && !tpu_view_is_whole(&ref->view, ref->storage->nbytes))
     cur = slot_storage(p, slot, ref->view.dtype);

@@ -78,17 +78,6 @@ static tpu_hlo_value wrap_negative(tpu_lower_ctx *c, tpu_hlo_value idx, int64_t 
   return tpu_hlo_select(B, neg, tpu_hlo_binary(B, TPU_HLO_ADD, idx, tpu_hlo_const_i64(B, &t, size)), idx);
 }
 
-/* Inclusive prefix sum of a 1-D value, in log2(n) shifted adds. */
-static tpu_hlo_value prefix_sum(tpu_lower_ctx *c, tpu_hlo_value x) {
-  int64_t n = numel_of(c, x);
-  tpu_hlo_value zero = tpu_hlo_scalar_i64(B, tpu_hlo_dtype(B, x), 0);
-  for (int64_t s = 1; s < n; s *= 2) {
-    int64_t lo = s, hi = -s;
-    x = tpu_hlo_binary(B, TPU_HLO_ADD, x, tpu_hlo_pad(B, x, zero, &lo, &hi, NULL));
-  }
-  return x;
-}
-
 /* --- index plans: one description for gathers and scatters --------------------- */
 
 /* |num| operand dims (increasing) are addressed by index vectors; the index
@@ -581,7 +570,7 @@ static tpu_status_t mask_put(tpu_lower_ctx *c, int pos, bool accumulate) {
     picked = tpu_hlo_broadcast_to(B, reshape(c, v, one.rank, one.dims), &xt);
   } else {
     tpu_hlo_value mflat = flat(c, tpu_hlo_convert(B, mask, TPU_S64));
-    tpu_hlo_value rank1 = prefix_sum(c, mflat);
+    tpu_hlo_value rank1 = tpu_lower_scan(B, mflat, 0, TPU_HLO_ADD);
     tpu_hlo_value count = tpu_lower_reduce(B, mflat, TPU_HLO_ADD, (int64_t[]){0}, 1);
     tpu_lower_require(c, tpu_hlo_compare(B, TPU_HLO_EQ, count, tpu_hlo_scalar_i64(B, TPU_S64, m)), TPU_ERR_RUNTIME,
                       "shape mismatch: value tensor cannot be broadcast to indexing result (one value per True element of the mask)");
@@ -681,7 +670,7 @@ static tpu_status_t masked_scatter_rule(tpu_lower_ctx *c) {
   tpu_hlo_value src = flat(c, tpu_lower_tensor(c, 2));
   int64_t n = numel_of(c, src);
   tpu_hlo_value mflat = flat(c, tpu_hlo_convert(B, mask, TPU_S64));
-  tpu_hlo_value rank1 = prefix_sum(c, mflat);
+  tpu_hlo_value rank1 = tpu_lower_scan(B, mflat, 0, TPU_HLO_ADD);
   tpu_hlo_value count = tpu_lower_reduce(B, mflat, TPU_HLO_ADD, (int64_t[]){0}, 1);
   tpu_lower_require(c, tpu_hlo_compare(B, TPU_HLO_LE, count, tpu_hlo_scalar_i64(B, TPU_S64, n)), TPU_ERR_RUNTIME,
                     "Number of elements of source < number of ones in mask");
@@ -693,7 +682,47 @@ static tpu_status_t masked_scatter_rule(tpu_lower_ctx *c) {
   return done(c, tpu_hlo_select(B, mask, reshape(c, picked, OUT->rank, OUT->dims), x));
 }
 
+/* nonzero_static(self, *, size, fill_value): the coordinates of the first
+ * |size| nonzero elements in row-major order, rows past the count filled
+ * with fill_value. Each nonzero element's rank (a prefix count) is the row
+ * it scatters its linear index to; ranks past |size| are dropped. The
+ * data-dependent nonzero runs this with the count it reads back. */
+static tpu_status_t nonzero_static_rule(tpu_lower_ctx *c) {
+  int rank = c->args[0].rank;
+  int64_t size = OUT->dims[0];
+  tpu_hlo_value x = flat(c, tpu_lower_tensor(c, 0));
+  int64_t n = numel_of(c, x);
+  tpu_hlo_type nt = tpu_hlo_make_type(TPU_S64, 1, &n);
+  tpu_hlo_value nz = tpu_hlo_convert(B, x, TPU_BOOL);
+  tpu_hlo_value row = tpu_hlo_binary(B, TPU_HLO_SUB, tpu_lower_scan(B, tpu_hlo_convert(B, nz, TPU_S64), 0, TPU_HLO_ADD),
+                                     tpu_hlo_const_i64(B, &nt, 1));
+  row = tpu_hlo_select(B, nz, row, tpu_hlo_const_i64(B, &nt, size)); /* zeros go nowhere */
+  int64_t rows = size;
+  tpu_hlo_type lt = tpu_hlo_make_type(TPU_S64, 1, &rows);
+  tpu_hlo_scatter_dims d;
+  memset(&d, 0, sizeof d);
+  d.num_inserted = d.num_to_operand = 1;
+  d.index_vector_dim = 1;
+  int64_t idx_shape[2] = {n, 1};
+  tpu_hlo_value lin = tpu_hlo_scatter(B, tpu_hlo_const_i64(B, &lt, -1), reshape(c, row, 2, idx_shape),
+                                      tpu_hlo_iota(B, &nt, 0), &d, NULL, true);
+  tpu_hlo_value missing = tpu_hlo_compare(B, TPU_HLO_LT, lin, tpu_hlo_const_i64(B, &lt, 0));
+  tpu_hlo_value fill = tpu_hlo_const_i64(B, &lt, tpu_lower_int(c, 2, -1));
+  tpu_hlo_value cols[TPU_HLO_MAX_RANK];
+  int64_t stride = 1, col_shape[2] = {rows, 1};
+  for (int i = rank - 1; i >= 0; i--) {
+    int64_t dim = c->args[0].sizes[i];
+    tpu_hlo_value coord = tpu_hlo_binary(B, TPU_HLO_DIV, lin, tpu_hlo_const_i64(B, &lt, stride));
+    if (dim > 0) coord = tpu_hlo_binary(B, TPU_HLO_REM, coord, tpu_hlo_const_i64(B, &lt, dim));
+    cols[i] = reshape(c, tpu_hlo_select(B, missing, fill, coord), 2, col_shape);
+    stride *= dim > 0 ? dim : 1;
+  }
+  if (rank == 0) return done(c, tpu_hlo_const_i64(B, OUT, 0));
+  return done(c, tpu_hlo_concatenate(B, cols, rank, 1));
+}
+
 const tpu_lower_rule tpu_rules_index[] = {
+    {{"nonzero_static", "nonzero_static.out"}, nonzero_static_rule, 0, 0},
     {{"index_select", "index_select.out"}, index_select_rule, 0, 0},
     {{"gather", "gather.out"}, gather_rule, 0, 0},
     {{"take", "take.out"}, take_rule, 0, 0},

@@ -184,6 +184,24 @@ tpu_hlo_value tpu_lower_reduce(tpu_hlo_builder *b, tpu_hlo_value x, tpu_hlo_bina
   return tpu_hlo_reduce_simple(b, x, init, op, dims, n);
 }
 
+tpu_hlo_value tpu_lower_scan(tpu_hlo_builder *b, tpu_hlo_value x, int dim, tpu_hlo_binary_t op) {
+  const tpu_hlo_type *t = tpu_hlo_type_of(b, x);
+  int rank = t->rank;
+  int64_t size = rank > 0 ? t->dims[dim] : 1;
+  tpu_dtype_t dtype = t->dtype;
+  if (size <= 1 || tpu_hlo_failed(b)) return x; /* nothing to accumulate */
+  tpu_hlo_window w;
+  tpu_hlo_window_init(&w, rank);
+  w.dims[dim] = size;
+  w.pad_lo[dim] = size - 1;
+  tpu_hlo_value init = tpu_hlo_scalar_i64(b, dtype, op == TPU_HLO_MUL ? 1 : 0);
+  tpu_hlo_region body;
+  tpu_hlo_region_binary(b, op, dtype, &body);
+  tpu_hlo_value r;
+  tpu_hlo_reduce_window(b, &x, &init, 1, &w, &body, &r);
+  return r;
+}
+
 tpu_hlo_value tpu_lower_keepdim(tpu_hlo_builder *b, tpu_hlo_value x, int rank, const int64_t *dims,
                                 int n) {
   const tpu_hlo_type *t = tpu_hlo_type_of(b, x);

@@ -160,6 +160,10 @@ tpu_hlo_value tpu_lower_reduce(tpu_hlo_builder *b, tpu_hlo_value x, tpu_hlo_bina
 tpu_hlo_value tpu_lower_keepdim(tpu_hlo_builder *b, tpu_hlo_value x, int rank, const int64_t *dims,
                                 int n);
 
+/* Inclusive scan (prefix sums or products …) of |x| along |dim| with |op|:
+ * a reduce_window spanning the dim, padded in front with the op's identity. */
+tpu_hlo_value tpu_lower_scan(tpu_hlo_builder *b, tpu_hlo_value x, int dim, tpu_hlo_binary_t op);
+
 /* Adds a runtime check (see tpu_lower_check): data-dependent errors such as
  * an index out of range. Eager waits for the flag and raises PyTorch's
  * error; the op's writes are dropped when a check fails. */

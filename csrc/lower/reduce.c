@@ -376,29 +376,10 @@ static tpu_status_t softmax_backward_rule(tpu_lower_ctx *c) {
 
 /* --- cumulative --------------------------------------------------------------------- */
 
-/* cumsum/cumprod(self, dim, *, dtype); data: ADD or MUL. A reduce_window
- * whose window spans the whole dim, padded by size - 1 identities in front,
- * gives every prefix. */
+/* cumsum/cumprod(self, dim, *, dtype); data: ADD or MUL. */
 static tpu_status_t cumulative_rule(tpu_lower_ctx *c) {
-  int rank = c->args[0].rank;
-  tpu_hlo_value x = acc_input(c);
-  int dim = tpu_lower_wrap_dim(tpu_lower_int(c, 1, 0), rank);
-  int64_t size = rank > 0 ? c->args[0].sizes[dim] : 1;
-  if (size <= 1) { /* nothing to accumulate (0-dim, empty or single) */
-    tpu_lower_set_output(c, 0, x);
-    return NULL;
-  }
-  tpu_hlo_binary_t op = (tpu_hlo_binary_t)c->data;
-  tpu_hlo_window w;
-  tpu_hlo_window_init(&w, rank);
-  w.dims[dim] = size;
-  w.pad_lo[dim] = size - 1;
-  tpu_hlo_value init = tpu_hlo_scalar_i64(B, tpu_hlo_dtype(B, x), op == TPU_HLO_MUL ? 1 : 0);
-  tpu_hlo_region body;
-  tpu_hlo_region_binary(B, op, tpu_hlo_dtype(B, x), &body);
-  tpu_hlo_value r;
-  tpu_hlo_reduce_window(B, &x, &init, 1, &w, &body, &r);
-  tpu_lower_set_output(c, 0, r);
+  int dim = tpu_lower_wrap_dim(tpu_lower_int(c, 1, 0), c->args[0].rank);
+  tpu_lower_set_output(c, 0, tpu_lower_scan(B, acc_input(c), dim, (tpu_hlo_binary_t)c->data));
   return NULL;
 }
 

@@ -179,6 +179,8 @@ tpu_tensor_ref tensor_ref(const at::Tensor& t) {
     v.strides[i] = strides[i];
   }
   v.offset = t.storage_offset();
+  r.conj = t.is_conj();
+  r.neg = t.is_neg();
   return r;
 }
 

@@ -27,9 +27,10 @@ const OpInfo& copy_op() {
   return info;
 }
 
+// The tensor is its whole storage, as stored (no lazy conj/neg bits).
 bool is_whole(const at::Tensor& t) {
   tpu_storage* s = storage_of(t);
-  if (s == nullptr) return false;
+  if (s == nullptr || t.is_conj() || t.is_neg()) return false;
   tpu_tensor_ref r = tensor_ref(t);
   return tpu_view_is_whole(&r.view, s->nbytes);
 }
@@ -125,4 +126,15 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from", TORCH_FN(torchtpu::copy_from));
   m.impl("_copy_from_and_resize", TORCH_FN(torchtpu::copy_from_and_resize));
   m.impl("_local_scalar_dense", TORCH_FN(torchtpu::local_scalar_dense));
+}
+
+// Lazy conjugate/negative views: PyTorch resolves them for most ops by
+// cloning, and clone copies through _copy_from, which would resolve them
+// again, forever. Our copies honour the bits themselves (the storage model
+// applies them when reading a view), so the copy falls through.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+}
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
 }

@@ -374,17 +374,11 @@ std::vector<at::Tensor> run_rule(const OpInfo& info, c10::ArrayRef<c10::IValue> 
 
 namespace {
 
-// A boolean mask in an index list selects data-dependent positions: it is
-// replaced by the long indices of its true elements (one sync), as PyTorch's
-// CPU kernel does, after the same shape check.
-void expand_masks(c10::IValue& list_iv, const at::Tensor& self) {
-  bool any = false;
-  for (const c10::IValue& item : list_iv.toListRef())
-    if (item.isTensor()) {
-      auto t = item.toTensor().scalar_type();
-      any |= t == at::kBool || t == at::kByte;
-    }
-  if (!any) return;
+// Index lists: CPU index tensors move to the device (PyTorch accepts them on
+// accelerators), and, where the output size depends on them, a boolean mask
+// becomes the long indices of its true elements (one sync), as PyTorch's CPU
+// kernel does, after the same shape check.
+void prepare_indices(c10::IValue& list_iv, const at::Tensor& self, bool expand_masks) {
   c10::List<std::optional<at::Tensor>> out;
   int64_t dim = 0;
   for (const c10::IValue& item : list_iv.toListRef()) {
@@ -394,9 +388,11 @@ void expand_masks(c10::IValue& list_iv, const at::Tensor& self) {
       continue;
     }
     at::Tensor t = item.toTensor();
-    if (t.scalar_type() != at::kBool && t.scalar_type() != at::kByte) {
+    if (t.device() != self.device()) t = t.to(self.device());
+    bool mask = t.scalar_type() == at::kBool || t.scalar_type() == at::kByte;
+    if (!mask || !expand_masks) {
       out.push_back(t);
-      dim++;
+      dim += mask ? t.dim() : 1;
       continue;
     }
     for (int64_t j = 0; j < t.dim(); j++)
@@ -415,9 +411,9 @@ struct RuleKernel final : public c10::OperatorKernel {
 
   void operator()(const c10::OperatorHandle& handle, c10::DispatchKeySet, torch::jit::Stack* stack) {
     const size_t n = info_.arg_types.size();
-    if (info_.mask_list >= 0) {
-      c10::IValue& list = (*stack)[stack->size() - n + info_.mask_list];
-      expand_masks(list, (*stack)[stack->size() - n].toTensor());
+    if (info_.index_list >= 0) {
+      c10::IValue& list = (*stack)[stack->size() - n + info_.index_list];
+      prepare_indices(list, (*stack)[stack->size() - n].toTensor(), info_.expand_masks);
     }
     auto ivs = torch::jit::last(*stack, n);
     std::vector<at::Tensor> outs = run_rule(info_, ivs);
@@ -496,7 +492,12 @@ std::optional<OpInfo> make_op_info(const c10::OperatorHandle& handle, const tpu_
     info.promotes.push_back(!written && args[i].name() != "alpha" && args[i].name() != "value");
   }
   std::string full_name = c10::toString(schema.operator_name());
-  if (schema.operator_name().name == "aten::index") info.mask_list = 1;
+  const std::string& base_name = schema.operator_name().name;
+  if (base_name == "aten::index" || base_name == "aten::index_put_" || base_name == "aten::index_put" ||
+      base_name == "aten::_index_put_impl_") {
+    info.index_list = 1;
+    info.expand_masks = base_name == "aten::index";
+  }
   auto hidden = hidden_writes().find(schema.operator_name().name);
   if (hidden != hidden_writes().end() && (schema.overload_name().empty() || schema.overload_name() == "out"))
     for (int i : hidden->second) info.mutated[i] = true;

@@ -21,7 +21,8 @@ struct OpInfo {
   std::vector<bool> mutated;   // per argument: written by the op
   std::vector<bool> promotes;  // per argument: takes part in type promotion
   bool out_variant = false;    // has out= arguments (resized from the meta shapes)
-  int mask_list = -1;          // a Tensor?[] index argument whose boolean masks become long indices
+  int index_list = -1;         // a Tensor?[] of indices (CPU index tensors move to the device)
+  bool expand_masks = false;   // its boolean masks become long indices (data-dependent sizes)
   std::optional<c10::OperatorHandle> handle;
 };
 

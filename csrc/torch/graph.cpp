@@ -337,6 +337,7 @@ py::bytes signature(const std::vector<at::Tensor>& inputs) {
     }
     for (int64_t s : t.strides()) sig.push_back(s);
     sig.push_back(t.storage_offset());
+    sig.push_back(static_cast<int64_t>(t.is_conj()) | (static_cast<int64_t>(t.is_neg()) << 1));
     const void* impl = t.storage().unsafeGetStorageImpl();
     int64_t shared = -1;
     for (size_t k = 0; k < storages.size(); k++)

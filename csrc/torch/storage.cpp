@@ -104,10 +104,22 @@ at::Tensor& set_empty(at::Tensor& self) {
   return set_storage(self, std::move(storage), 0, {0}, {});
 }
 
+// `param.data = tensor` across CPU and tpu (what Module.to() does to keep
+// tied weights tied) needs PyTorch to see both as dense tensors whose
+// metadata can be swapped; its own list of dense backends lacks PrivateUse1.
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  auto dense = [](const at::Tensor& t) {
+    return t.layout() == c10::kStrided &&
+           (t.device().type() == c10::DeviceType::PrivateUse1 || t.device().is_cpu() || t.device().is_cuda());
+  };
+  return self.key_set() == from.key_set() || (dense(self) && dense(from));
+}
+
 }  // namespace
 }  // namespace torchtpu
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_has_compatible_shallow_copy_type", TORCH_FN(torchtpu::has_compatible_shallow_copy_type));
   using namespace torchtpu;
   m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
   m.impl("empty_strided", TORCH_FN(empty_strided));
