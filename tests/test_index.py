@@ -401,7 +401,6 @@ def test_index_shape_errors(no_fallbacks, indices):
     raises_like(lambda x, i: torch.ops.aten.index.Tensor(x, i), t(3, 4), indices)
 
 
-@pytest.mark.xfail(reason="boolean masks give a data-dependent size: needs the torch layer's sync path", strict=False)
 def test_index_boolean_mask(no_fallbacks):
     x = t(3, 4)
     compare(lambda x, m: x[m], x, x > 0)

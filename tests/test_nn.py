@@ -11,8 +11,6 @@ import torchtpu
 from conftest import compare, to_cpu, to_tpu
 
 A = torch.ops.aten
-LOG_SOFTMAX_XFAIL = pytest.mark.xfail(reason="aten::_log_softmax (reductions family) falls back", strict=False)
-MEAN_XFAIL = pytest.mark.xfail(reason="aten::mean (reductions family) falls back", strict=False)
 
 
 @pytest.fixture(autouse=True)
@@ -40,8 +38,7 @@ def compare_grad(fn, *args, rtol=None, atol=None, grad_rtol=None, grad_atol=None
 
 
 def assert_no_fallbacks_since_reset():
-    """The no_fallbacks check inside a test body, so that an xfail marker
-    covers it (the fixture's check runs at teardown, outside xfail)."""
+    """The no_fallbacks check inside a test body."""
     fallbacks = torchtpu.stats()["fallbacks"]
     assert not fallbacks, f"ops fell back to the CPU: {fallbacks}"
 
@@ -444,7 +441,6 @@ def test_multi_margin_loss_target_out_of_range(no_fallbacks):
 
 # --- cross entropy (log_softmax + nll_loss) -------------------------------------------------
 
-@LOG_SOFTMAX_XFAIL
 @pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
 @pytest.mark.parametrize("shape", [(5, 4), (2, 4, 3, 3)])
 def test_cross_entropy_indices(reduction, shape):
@@ -460,7 +456,6 @@ def test_cross_entropy_indices(reduction, shape):
     assert_no_fallbacks_since_reset()
 
 
-@LOG_SOFTMAX_XFAIL
 @pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
 def test_cross_entropy_probabilities(reduction):
     torchtpu.reset_stats()

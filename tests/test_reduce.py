@@ -45,9 +45,7 @@ def out_like(x, dtype=None):
 
 
 def compare_grad(fn, x, **tol):
-    """x.grad after fn(x).backward(g) on CPU vs on tpu; nothing may fall back
-    (checked here, so that a test marked xfail for a fallback fails in its
-    body, not in a fixture)."""
+    """x.grad after fn(x).backward(g) on CPU vs on tpu; nothing may fall back."""
     torchtpu.reset_stats()
     x = x.detach().clone().requires_grad_()
     y = fn(x)
@@ -773,23 +771,19 @@ class TestBackward:
 
 
 class TestBackwardThroughOtherFamilies:
-    """Gradients whose backward formulas use ops of families not lowered yet."""
+    """Gradients whose backward formulas use ops of other families (nonzero,
+    flip, cat, scatter)."""
 
-    @pytest.mark.xfail(reason="prod's backward calls aten::nonzero (index family), which falls back")
     def test_prod_full(self):
         compare_grad(lambda x: x.prod(), make(SHAPE))
 
-    @pytest.mark.xfail(reason="prod's backward with a zero calls aten::flip and aten::cat.out (shape family), "
-                              "which fall back")
     def test_prod_with_zero(self):
         x = make(SHAPE)
         x[1, 2, 3] = 0.0
         compare_grad(lambda x: x.prod(2), x)
 
-    @pytest.mark.xfail(reason="max.dim's backward calls aten::scatter.src_out (index family), which falls back")
     def test_max_dim(self):
         compare_grad(lambda x: x.max(1).values, make(SHAPE))
 
-    @pytest.mark.xfail(reason="cumsum's backward calls aten::flip (shape family), which falls back")
     def test_cumsum(self):
         compare_grad(lambda x: x.cumsum(1), make(SHAPE))

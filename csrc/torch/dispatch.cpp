@@ -382,7 +382,7 @@ void prepare_indices(c10::IValue& list_iv, const at::Tensor& self, bool expand_m
   c10::List<std::optional<at::Tensor>> out;
   int64_t dim = 0;
   for (const c10::IValue& item : list_iv.toListRef()) {
-    if (!item.isTensor()) {
+    if (!item.isTensor() || !item.toTensor().defined()) {
       out.push_back(std::nullopt);
       dim++;
       continue;
