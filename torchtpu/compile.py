@@ -26,6 +26,14 @@ from . import _C
 _warned_dynamic = False
 
 
+# Core ops of compiled graphs whose eager twins PyTorch routes elsewhere on
+# this device: graph op -> (rule, index of an argument the rule does not take).
+_ALIASES = {
+    "convolution": ("convolution_overrideable", None),
+    "convolution_backward": ("convolution_backward_overrideable", 3),  # bias_sizes
+}
+
+
 def rule_name(target):
     """The rule serving an aten OpOverload ("add.Tensor"), or None."""
     if not isinstance(target, torch._ops.OpOverload) or target.namespace != "aten":
@@ -35,6 +43,8 @@ def rule_name(target):
     name = f"{base}.{schema.overload_name}" if schema.overload_name else base
     if _C._has_rule(name):
         return name
+    if name in _ALIASES:
+        return _ALIASES[name][0]
     # Functional variants (what functionalization makes of ops that write
     # arguments) return the written arguments after the outputs, which is how
     # the rules of the originals order their outputs too.
@@ -124,7 +134,9 @@ class _Program:
             else:
                 env[node] = self._apply(b, node, env)
         self.outputs = []  # per graph output: ("new", k) | ("input", i) | ("value", v)
-        for k, out in enumerate(output.args[0]):
+        results = output.args[0]
+        self.single = not isinstance(results, (list, tuple))
+        for k, out in enumerate([results] if self.single else results):
             if isinstance(out, torch.fx.Node) and out in index:
                 self.outputs.append(("input", index[out]))
             elif isinstance(out, torch.fx.Node) and isinstance(out.meta.get("val"), torch.Tensor):
@@ -151,6 +163,10 @@ class _Program:
             args.append(_encode(v, arg.type, env))
             if (arg.alias_info is None or not arg.alias_info.is_write) and arg.name not in ("alpha", "value"):
                 promote.append(v)
+        base = schema.name.split("::", 1)[1]
+        alias = _ALIASES.get(f"{base}.{schema.overload_name}" if schema.overload_name else base)
+        if alias is not None and alias[1] is not None:
+            del args[alias[1]]
         vals = b.apply(rule_name(target), args, _meta_specs(node.meta.get("val")), _common_dtype(promote))
         return vals if isinstance(node.meta.get("val"), (list, tuple)) else vals[0]
 
@@ -159,7 +175,7 @@ class _Program:
         result = []
         for kind, v in self.outputs:
             result.append(outs[v] if kind == "new" else inputs[v] if kind == "input" else v)
-        return result
+        return result[0] if self.single else result
 
 
 def _concrete(v):
@@ -253,7 +269,7 @@ class _Fused(torch.nn.Module):
 
     def forward(self, *args):
         out = self.runner.run(list(args))
-        return out[0] if len(out) == 1 else tuple(out)
+        return tuple(out) if isinstance(out, list) else out
 
 
 _counter = [0]

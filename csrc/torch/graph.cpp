@@ -21,6 +21,17 @@ namespace py = pybind11;
 namespace torchtpu {
 namespace {
 
+// Python passes graph inputs as a list whose non-tensor entries (symbolic
+// sizes, None) are None.
+using Inputs = std::vector<std::optional<at::Tensor>>;
+
+std::vector<at::Tensor> tensors_of(const Inputs& inputs) {
+  std::vector<at::Tensor> out;
+  out.reserve(inputs.size());
+  for (const auto& t : inputs) out.push_back(t.has_value() ? *t : at::Tensor());
+  return out;
+}
+
 // The graph's inputs described as a call: one tensor argument per input.
 struct InputCall {
   std::vector<at::Tensor> tensors;
@@ -197,8 +208,8 @@ class GraphProgram {
 
   // Runs on |inputs| (the same signature it was built for); returns the new
   // outputs by index (None where the graph output is not a new tensor).
-  py::list run(const std::vector<at::Tensor>& inputs, int num_outputs) {
-    InputCall ic(inputs, mutated_);
+  py::list run(const Inputs& inputs, int num_outputs) {
+    InputCall ic(tensors_of(inputs), mutated_);
     std::vector<at::Tensor> outs(num_outputs);
     std::vector<tpu_storage*> storages(num_outputs, nullptr);
     {
@@ -234,8 +245,8 @@ class GraphProgram {
 
 class GraphBuilder {
  public:
-  GraphBuilder(const std::string& name, const std::vector<at::Tensor>& inputs, const std::vector<bool>& mutated)
-      : name_(name), inputs_(inputs, mutated), mutated_(mutated) {
+  GraphBuilder(const std::string& name, const Inputs& inputs, const std::vector<bool>& mutated)
+      : name_(name), inputs_(tensors_of(inputs), mutated), mutated_(mutated) {
     runtime();
     TPU_CHECK(tpu_program_new(&inputs_.call, name_.c_str(), &program_));
   }
@@ -320,10 +331,10 @@ class GraphBuilder {
 // What a compiled graph program depends on beyond the graph: every input's
 // dtype, sizes, strides, offset, storage type and size, and which inputs
 // share a storage. Equal signatures can run the same program.
-py::bytes signature(const std::vector<at::Tensor>& inputs) {
+py::bytes signature(const Inputs& inputs) {
   std::vector<int64_t> sig;
   std::vector<const void*> storages;
-  for (const at::Tensor& t : inputs) {
+  for (const at::Tensor& t : tensors_of(inputs)) {
     if (!t.defined()) {
       sig.push_back(-1);
       continue;
@@ -356,7 +367,7 @@ py::bytes signature(const std::vector<at::Tensor>& inputs) {
 void bind_graph(py::module& m) {
   py::class_<GraphProgram>(m, "GraphProgram").def("run", &GraphProgram::run);
   py::class_<GraphBuilder>(m, "GraphBuilder")
-      .def(py::init<const std::string&, const std::vector<at::Tensor>&, const std::vector<bool>&>())
+      .def(py::init<const std::string&, const Inputs&, const std::vector<bool>&>())
       .def("input", &GraphBuilder::input)
       .def("apply", &GraphBuilder::apply)
       .def("write", &GraphBuilder::write)

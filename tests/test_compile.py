@@ -1,0 +1,239 @@
+"""torch.compile(backend="tpu"): whole graphs as XLA programs through the
+same rules as eager. Compiled, eager and CPU agree; training works; graphs
+split around ops without a rule; the on-disk cache serves a second process."""
+import copy
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torchtpu
+from models import CNN, GPT, MLP
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def lm_data(steps, batch=4, seq=16, vocab=64):
+    data = (torch.randint(0, vocab, (steps, batch, 1)) + 5 * torch.arange(seq + 1)) % vocab
+    return [(d[:, :-1], d[:, 1:]) for d in data]
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn", "gpt"])
+def test_forward_compiled_eager_cpu_agree(name):
+    torch.manual_seed(0)
+    model, x = {
+        "mlp": (MLP(), torch.randn(8, 32)),
+        "cnn": (CNN(), torch.randn(4, 3, 16, 16)),
+        "gpt": (GPT(), torch.randint(0, 64, (2, 16))),
+    }[name]
+    model.eval()
+    expected = model(x)
+    tpu_model = copy.deepcopy(model).to("tpu")
+    torchtpu.reset_stats()
+    eager = tpu_model(x.to("tpu"))
+    compiled = torch.compile(tpu_model, backend="tpu")(x.to("tpu"))
+    assert torchtpu.stats()["fallbacks"] == {}
+    torch.testing.assert_close(eager.cpu(), expected)
+    torch.testing.assert_close(compiled.cpu(), expected)
+    torch.testing.assert_close(compiled.cpu(), eager.cpu())
+
+
+def train(model, batches, step_fn, device):
+    losses = []
+    for x, y in batches:
+        losses.append(step_fn(x.to(device), y.to(device)).item())
+    return losses
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn", "gpt"])
+def test_training_compiled_matches_cpu(name):
+    torch.manual_seed(0)
+    if name == "gpt":
+        model, batches, loss_fn = GPT(), lm_data(10), lambda m, x, y: m(x, y)
+    else:
+        model = MLP() if name == "mlp" else CNN()
+        shape = (16, 32) if name == "mlp" else (8, 3, 16, 16)
+        teacher = torch.randn(torch.Size(shape[1:]).numel(), 10)
+        xs = [torch.randn(shape) for _ in range(4)]
+        batches = [(x, (x.flatten(1) @ teacher).argmax(1)) for x in xs] * 3
+        batches = batches[:10]
+        loss_fn = lambda m, x, y: F.cross_entropy(m(x), y)  # noqa: E731
+
+    def runner(device, compile_model):
+        m = copy.deepcopy(model).to(device)
+        opt = torch.optim.AdamW(m.parameters(), lr=3e-3)
+        fwd = torch.compile(m, backend="tpu") if compile_model else m
+
+        def step(x, y):
+            opt.zero_grad()
+            loss = loss_fn(fwd, x, y)
+            loss.backward()
+            opt.step()
+            return loss
+        return step
+
+    torchtpu.reset_stats()
+    cpu = train(model, batches, runner("cpu", False), "cpu")
+    tpu = train(model, batches, runner("tpu", True), "tpu")
+    assert torchtpu.stats()["fallbacks"] == {}
+    torch.testing.assert_close(torch.tensor(tpu), torch.tensor(cpu), rtol=1e-4, atol=0)
+    assert sum(cpu[-3:]) < sum(cpu[:3])
+
+
+def test_compiled_optimizer_step():
+    """The whole step, optimizer included, under torch.compile."""
+    torch.manual_seed(0)
+    model = MLP()
+    x, y = torch.randn(16, 32), torch.randint(0, 10, (16,))
+
+    def make(device):
+        m = copy.deepcopy(model).to(device)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+
+        def step(x, y):
+            opt.zero_grad()
+            loss = F.cross_entropy(m(x), y)
+            loss.backward()
+            opt.step()
+            return loss
+        return m, step
+
+    cpu_model, cpu_step = make("cpu")
+    tpu_model, tpu_step = make("tpu")
+    tpu_step = torch.compile(tpu_step, backend="tpu")
+    for _ in range(4):
+        a = cpu_step(x, y).item()
+        b = tpu_step(x.to("tpu"), y.to("tpu")).item()
+        assert abs(a - b) <= 1e-4 * abs(a)
+    for p, q in zip(cpu_model.parameters(), tpu_model.parameters()):
+        torch.testing.assert_close(q.detach().cpu(), p.detach(), rtol=1e-4, atol=1e-5)
+
+
+def test_graph_breaks():
+    def f(x):
+        y = torch.sin(x) * 2
+        print("a graph break")  # noqa: T201
+        if y.sum() > 0:  # data-dependent control flow: another break
+            y = y + 1
+        return torch.relu(y) @ x.t()
+
+    x = torch.randn(4, 4)
+    torchtpu.reset_stats()
+    got = torch.compile(f, backend="tpu")(x.to("tpu"))
+    torch.testing.assert_close(got.cpu(), f(x))
+    assert torchtpu.stats()["fallbacks"] == {}
+
+
+def test_input_views_and_mutation():
+    """Inputs may be views of bigger storages; in-place updates of inputs land
+    in their storages, as in eager."""
+    def f(a, b):
+        a.mul_(2)
+        return a + b.t()
+
+    base = torch.arange(24.0).reshape(4, 6)
+    cpu_base = base.clone()
+    expected = f(cpu_base[:, 1:5], cpu_base[:4, :4].clone())
+    tpu_base = base.to("tpu")
+    got = torch.compile(f, backend="tpu")(tpu_base[:, 1:5], tpu_base[:4, :4].clone())
+    torch.testing.assert_close(got.cpu(), expected)
+    torch.testing.assert_close(tpu_base.cpu(), cpu_base)
+
+
+def test_dynamic_shapes_specialize_with_a_note():
+    def f(x):
+        return (x * x).sum(0)
+
+    import torchtpu.compile as tc
+    tc._warned_dynamic = False  # the note is once per process
+    cf = torch.compile(f, backend="tpu", dynamic=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in (3, 5, 7):
+            x = torch.randn(n, 4)
+            torch.testing.assert_close(cf(x.to("tpu")).cpu(), f(x))
+    notes = [w for w in caught if "dynamic shapes are specialized" in str(w.message)]
+    assert len(notes) == 1
+
+
+def test_op_without_rule_splits_the_graph():
+    def f(x):
+        y = torch.exp(x)
+        z = torch.fft.rfft(y).abs()  # no rule: runs eagerly between two programs
+        return z * 2 + 1
+
+    x = torch.randn(8)
+    torchtpu.reset_stats()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = torch.compile(f, backend="tpu")(x.to("tpu"))
+    torch.testing.assert_close(got.cpu(), f(x))
+    assert any("fft" in name for name in torchtpu.stats()["fallbacks"])
+
+
+def test_errors_inside_a_compiled_graph():
+    def f(a, b):
+        return a @ b
+
+    cf = torch.compile(f, backend="tpu")
+    with pytest.raises(RuntimeError):
+        cf(torch.ones(2, 3, device="tpu"), torch.ones(4, 5, device="tpu"))
+    torch.testing.assert_close(cf(torch.ones(2, 3, device="tpu"), torch.ones(3, 5, device="tpu")).cpu(),
+                               torch.full((2, 5), 3.0))
+
+
+WORKLOAD = textwrap.dedent("""
+    import json, sys, torch, torchtpu
+    sys.path.insert(0, {tests!r})
+    from models import GPT
+    torch.manual_seed(0)
+    m = GPT().to("tpu")
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+    step = torch.compile(m, backend="tpu")
+    x = torch.randint(0, 64, (2, 17))
+    for _ in range(2):
+        opt.zero_grad()
+        loss = step(x[:, :-1].to("tpu"), x[:, 1:].to("tpu"))
+        loss.backward()
+        opt.step()
+    print(json.dumps({{"loss": loss.item(), **{{k: v for k, v in torchtpu.stats().items() if k != "fallbacks"}}}}))
+""")
+
+
+def run_workload(cache_dir):
+    code = WORKLOAD.format(tests=os.path.dirname(__file__))
+    env = dict(os.environ, TORCHTPU_CACHE_DIR=str(cache_dir))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    import json
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_persistent_cache_serves_a_second_process(tmp_path):
+    first = run_workload(tmp_path)
+    assert first["cache_misses"] > 0 and first["cache_loads"] == 0
+    second = run_workload(tmp_path)
+    assert second["cache_misses"] == 0
+    assert second["cache_loads"] == first["cache_misses"]
+    assert second["loss"] == first["loss"]
+
+
+def test_corrupt_cache_files_are_survived_and_rewritten(tmp_path):
+    first = run_workload(tmp_path)
+    files = sorted(p for p in tmp_path.rglob("*.xla"))
+    assert len(files) == first["cache_misses"]
+    files[0].write_bytes(files[0].read_bytes()[:100])  # truncated
+    files[1].write_bytes(b"garbage" * 50)              # not an entry at all
+    second = run_workload(tmp_path)
+    assert second["cache_misses"] == 2 and second["loss"] == first["loss"]
+    third = run_workload(tmp_path)
+    assert third["cache_misses"] == 0  # both were rewritten
