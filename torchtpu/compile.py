@@ -65,16 +65,70 @@ def _host_side(node):
     return getattr(node.target, "__module__", None) in ("_operator", "operator", "math", "builtins")
 
 
+def _writes_input(node):
+    """copy_ into a graph input: AOTAutograd's way of mutating an input."""
+    return node.target is torch.ops.aten.copy_.default and node.args[0].op == "placeholder"
+
+
 class _Support(OperatorSupport):
     def is_node_supported(self, submodules, node):
-        return node.op == "call_function" and (rule_name(node.target) is not None or _host_side(node))
+        return node.op == "call_function" and (rule_name(node.target) is not None or _host_side(node)
+                                               or _writes_input(node))
+
+
+# foreach overload -> the per-tensor overloads that take one element's args
+_FOREACH_KINDS = {"List": ("Tensor", "default"), "Tensor": ("Tensor", "default"), "Scalar": ("Scalar", "default"),
+                  "ScalarList": ("Scalar", "default"), "ScalarAndTensor": ("Scalar", "default"),
+                  "": ("default",)}
+
+
+def _foreach_decomposition(op):
+    """A _foreach_* op as its per-tensor op applied to each list element
+    (optimizers use them), so the graph fuses the whole update."""
+    schema = op._schema
+    packet = getattr(torch.ops.aten, schema.name.split("::", 1)[1][len("_foreach_"):], None)
+    if packet is None or not schema.returns or any(r.type.kind() != "ListType" for r in schema.returns):
+        return None
+    per = next((getattr(packet, o) for o in _FOREACH_KINDS.get(schema.overload_name, (schema.overload_name,))
+                if o in packet.overloads()), None)
+    if per is None:
+        return None
+    per_args = per._schema.arguments
+    lists = [a.type.kind() == "ListType" for a in schema.arguments]
+    names = [a.name for a in schema.arguments]
+
+    def decomposed(*args, **kwargs):
+        values = list(args) + [kwargs[n] for n in names[len(args):] if n in kwargs]
+        n = len(next(v for v, is_list in zip(values, lists) if is_list))
+        out = []
+        for i in range(n):
+            pos, kw = [], {}
+            for j, v in enumerate(values):
+                v = v[i] if lists[j] else v
+                if j < len(per_args) and per_args[j].kwarg_only:
+                    kw[per_args[j].name] = v
+                else:
+                    pos.append(v)
+            out.append(per(*pos, **kw))
+        return out
+    return decomposed
 
 
 def _decompositions():
     from torch._decomp import core_aten_decompositions
     table = core_aten_decompositions()
     items = table.items() if hasattr(table, "items") else dict(table).items()
-    return {op: fn for op, fn in items if rule_name(op) is None}
+    decomps = {op: fn for op, fn in items if rule_name(op) is None}
+    for name in dir(torch.ops.aten):
+        if not name.startswith("_foreach_") or name.endswith("_"):
+            continue
+        packet = getattr(torch.ops.aten, name)
+        for overload in packet.overloads():
+            op = getattr(packet, overload)
+            fn = _foreach_decomposition(op)
+            if fn is not None:
+                decomps[op] = fn
+    return decomps
 
 
 def _meta_specs(val):
@@ -108,12 +162,15 @@ class _Program:
         _propagate(gm, inputs)
         writes = {}
         for node in gm.graph.nodes:
-            if node.op == "call_function" and node.target is torch.ops.aten.copy_.default \
-                    and node.args[0] in index:
+            if node.op == "call_function" and _writes_input(node):
                 writes[node] = index[node.args[0]]
+        # Inputs in tpu storages are written in place by the program; host
+        # inputs (an optimizer's step count on the CPU) get the new value back.
+        on_device = [isinstance(t, torch.Tensor) and t.device.type == "tpu" for t in inputs]
         mutated = [False] * len(inputs)
         for i in writes.values():
-            mutated[i] = True
+            mutated[i] = on_device[i]
+        self.host_writes = []  # (input index, program output index)
         b = _C.GraphBuilder(name, [t if isinstance(t, torch.Tensor) else None for t in inputs], mutated)
         env = {}
         for node, value in zip(placeholders, inputs):
@@ -129,7 +186,15 @@ class _Program:
                 dst = node.args[0]
                 value = b.apply("copy", [("t", env[dst]), ("t", env[node.args[1]])], _meta_specs(dst.meta["val"]),
                                 None)[0]
-                b.write(writes[node], value)
+                i = writes[node]
+                if on_device[i]:
+                    b.write(i, value)
+                else:
+                    val = dst.meta["val"]
+                    k = len(output.args[0]) if isinstance(output.args[0], (list, tuple)) else 1
+                    k += len(self.host_writes)
+                    b.output(k, value, val.dtype, [int(s) for s in val.shape], _dense_strides(val))
+                    self.host_writes.append((i, k))
                 env[node] = value
             else:
                 env[node] = self._apply(b, node, env)
@@ -171,7 +236,10 @@ class _Program:
         return vals if isinstance(node.meta.get("val"), (list, tuple)) else vals[0]
 
     def __call__(self, inputs):
-        outs = self.program.run([t if isinstance(t, torch.Tensor) else None for t in inputs], len(self.outputs))
+        outs = self.program.run([t if isinstance(t, torch.Tensor) else None for t in inputs],
+                                len(self.outputs) + len(self.host_writes))
+        for i, k in self.host_writes:
+            inputs[i].copy_(outs[k])
         result = []
         for kind, v in self.outputs:
             result.append(outs[v] if kind == "new" else inputs[v] if kind == "input" else v)

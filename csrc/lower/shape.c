@@ -287,7 +287,7 @@ const tpu_lower_rule tpu_rules_shape[] = {
     {{"roll", "roll.out"}, roll_rule, 0, 0},
     {{"tril", "tril_", "tril.out"}, tri_rule, 0, TRIL},
     {{"triu", "triu_", "triu.out"}, tri_rule, 0, TRIU},
-    {{"arange.start_out"}, arange_rule, 0, 0},
+    {{"arange.start_out", "arange.start_step"}, arange_rule, 0, 0},
     {{"linspace.out"}, linspace_rule, 0, 0},
     {{"logspace.out"}, logspace_rule, 0, 0},
     {{"eye.out"}, eye_rule, 0, 0},

@@ -195,6 +195,13 @@ static tpu_status_t view_as_complex_rule(tpu_lower_ctx *c) {
   return done(c, tpu_hlo_binary(B, TPU_HLO_COMPLEX, re, im));
 }
 
+/* Factories in graphs: a fill value (data: the argument holding it) or, for
+ * the empty ones, zeros (their contents are unspecified). */
+static tpu_status_t fill_factory_rule(tpu_lower_ctx *c) {
+  if (c->data < 0) return done(c, tpu_hlo_const_f64(B, OUT, (double)(-1 - c->data)));
+  return done(c, tpu_lower_operand(c, (int)c->data, OUT->dtype, OUT));
+}
+
 static tpu_status_t real_imag_rule(tpu_lower_ctx *c) {
   return done(c, tpu_hlo_unary(B, (tpu_hlo_unary_t)c->data, tpu_lower_tensor(c, 0)));
 }
@@ -219,6 +226,12 @@ const tpu_lower_rule tpu_rules_view[] = {
     {{"copy"}, functional_copy_rule, TPU_RULE_INTERNAL, 0},
     {{"view_as_real", "view_as_real_copy"}, view_as_real_rule, TPU_RULE_INTERNAL, 0},
     {{"view_as_complex", "view_as_complex_copy"}, view_as_complex_rule, TPU_RULE_INTERNAL, 0},
+    {{"full", "full_like"}, fill_factory_rule, TPU_RULE_INTERNAL, 1},
+    {{"scalar_tensor"}, fill_factory_rule, TPU_RULE_INTERNAL, 0},
+    {{"new_full"}, fill_factory_rule, TPU_RULE_INTERNAL, 2},
+    {{"zeros", "zeros_like", "new_zeros", "empty.memory_format"}, fill_factory_rule, TPU_RULE_INTERNAL, -1},
+    {{"empty_like", "empty_strided", "new_empty", "new_empty_strided"}, fill_factory_rule, TPU_RULE_INTERNAL, -1},
+    {{"ones", "ones_like", "new_ones"}, fill_factory_rule, TPU_RULE_INTERNAL, -2},
     {{"real"}, real_imag_rule, TPU_RULE_INTERNAL, TPU_HLO_REAL},
     {{"imag"}, real_imag_rule, TPU_RULE_INTERNAL, TPU_HLO_IMAG},
 };
