@@ -13,14 +13,8 @@
  * the end). Half types compute in float32 and round once. */
 #include "lower/rules.h"
 
-#define B (c->b)
-#define OUT (&c->out_types[0])
-
 static tpu_hlo_value bin(tpu_lower_ctx *c, tpu_hlo_binary_t op, tpu_hlo_value x, tpu_hlo_value y) {
   return tpu_hlo_binary(B, op, x, y);
-}
-static tpu_hlo_value cmp(tpu_lower_ctx *c, tpu_hlo_cmp_t d, tpu_hlo_value x, tpu_hlo_value y) {
-  return tpu_hlo_compare(B, d, x, y);
 }
 
 /* An int list argument expanded to |n| values: one value is repeated, an

@@ -11,9 +11,6 @@
 
 #include "lower/rules.h"
 
-#define B (c->b)
-#define OUT (&c->out_types[0])
-
 static tpu_dtype_t out_math(tpu_lower_ctx *c) { return tpu_lower_opmath(c->out_types[0].dtype); }
 
 /* Operand |i| as the output's compute type, broadcast to the output shape. */
@@ -24,19 +21,6 @@ static tpu_hlo_value k(tpu_lower_ctx *c, double v) {
   tpu_hlo_type t = *OUT;
   t.dtype = out_math(c);
   return tpu_hlo_const_f64(B, &t, v);
-}
-
-static tpu_hlo_value add(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_binary(B, TPU_HLO_ADD, x, y); }
-static tpu_hlo_value sub(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_binary(B, TPU_HLO_SUB, x, y); }
-static tpu_hlo_value mul(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_binary(B, TPU_HLO_MUL, x, y); }
-static tpu_hlo_value dvd(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_binary(B, TPU_HLO_DIV, x, y); }
-static tpu_hlo_value un(tpu_lower_ctx *c, tpu_hlo_unary_t op, tpu_hlo_value x) { return tpu_hlo_unary(B, op, x); }
-static tpu_hlo_value cmp(tpu_lower_ctx *c, tpu_hlo_cmp_t d, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_compare(B, d, x, y); }
-static tpu_hlo_value sel(tpu_lower_ctx *c, tpu_hlo_value p, tpu_hlo_value t, tpu_hlo_value f) { return tpu_hlo_select(B, p, t, f); }
-
-static tpu_status_t done(tpu_lower_ctx *c, tpu_hlo_value v) {
-  tpu_lower_set_output(c, 0, v);
-  return NULL;
 }
 
 /* 1 / (1 + exp(-x)), PyTorch's sigmoid formula. */

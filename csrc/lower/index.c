@@ -15,18 +15,10 @@
 
 #include "lower/rules.h"
 
-#define B (c->b)
-#define OUT (&c->out_types[0])
-
 /* Static messages for runtime checks (the failing value is not known when
  * the program is built, so PyTorch's "index 5 is out of bounds for
  * dimension 0 with size 2" loses its numbers). */
 static const char OUT_OF_BOUNDS[] = "index is out of bounds for the dimension it indexes";
-
-static tpu_status_t done(tpu_lower_ctx *c, tpu_hlo_value v) {
-  tpu_lower_set_output(c, 0, v);
-  return NULL;
-}
 
 static tpu_hlo_value reshape(tpu_lower_ctx *c, tpu_hlo_value x, int rank, const int64_t *dims) {
   return tpu_hlo_reshape(B, x, rank, dims);

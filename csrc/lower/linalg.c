@@ -10,9 +10,6 @@
  * beta is a runtime value, so that choice is a select. */
 #include "lower/rules.h"
 
-#define B (c->b)
-#define OUT (&c->out_types[0])
-
 /* How the two operands contract, per product kind (data of the rules). */
 enum { MM, BMM, BSUM, MV, DOT, VDOT };
 

@@ -13,19 +13,9 @@
 
 #include "lower/rules.h"
 
-#define B (c->b)
 #define MAXR TPU_HLO_MAX_RANK
 
 enum { REDUCTION_NONE, REDUCTION_MEAN, REDUCTION_SUM }; /* at::Reduction */
-
-static tpu_hlo_value add(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_binary(B, TPU_HLO_ADD, x, y); }
-static tpu_hlo_value sub(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_binary(B, TPU_HLO_SUB, x, y); }
-static tpu_hlo_value mul(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_binary(B, TPU_HLO_MUL, x, y); }
-static tpu_hlo_value dvd(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_binary(B, TPU_HLO_DIV, x, y); }
-static tpu_hlo_value neg(tpu_lower_ctx *c, tpu_hlo_value x) { return tpu_hlo_unary(B, TPU_HLO_NEG, x); }
-static tpu_hlo_value cmp(tpu_lower_ctx *c, tpu_hlo_cmp_t d, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_compare(B, d, x, y); }
-static tpu_hlo_value sel(tpu_lower_ctx *c, tpu_hlo_value p, tpu_hlo_value t, tpu_hlo_value f) { return tpu_hlo_select(B, p, t, f); }
-static tpu_hlo_value and_(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_binary(B, TPU_HLO_AND, x, y); }
 
 /* A constant of |x|'s type. */
 static tpu_hlo_value k(tpu_lower_ctx *c, tpu_hlo_value x, double v) {

@@ -10,9 +10,6 @@
 
 #include "lower/rules.h"
 
-#define B (c->b)
-#define OUT (&c->out_types[0])
-
 /* Uniform floats in [0, 1) of |shape| and |dtype| (f32 or f64): the top
  * mantissa bits of random words placed in [1, 2), minus one. */
 static tpu_hlo_value uniform01(tpu_lower_ctx *c, const tpu_hlo_type *shape, tpu_dtype_t dtype) {

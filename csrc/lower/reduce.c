@@ -10,19 +10,6 @@
 
 #include "lower/rules.h"
 
-#define B (c->b)
-#define OUT (&c->out_types[0])
-
-static tpu_hlo_value add(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_binary(B, TPU_HLO_ADD, x, y); }
-static tpu_hlo_value sub(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_binary(B, TPU_HLO_SUB, x, y); }
-static tpu_hlo_value mul(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_binary(B, TPU_HLO_MUL, x, y); }
-static tpu_hlo_value dvd(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_binary(B, TPU_HLO_DIV, x, y); }
-static tpu_hlo_value and_(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_binary(B, TPU_HLO_AND, x, y); }
-static tpu_hlo_value or_(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_binary(B, TPU_HLO_OR, x, y); }
-static tpu_hlo_value un(tpu_lower_ctx *c, tpu_hlo_unary_t op, tpu_hlo_value x) { return tpu_hlo_unary(B, op, x); }
-static tpu_hlo_value cmp(tpu_lower_ctx *c, tpu_hlo_cmp_t d, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_compare(B, d, x, y); }
-static tpu_hlo_value is_nan(tpu_lower_ctx *c, tpu_hlo_value x) { return cmp(c, TPU_HLO_NE, x, x); }
-
 /* A constant shaped and typed like |like|. */
 static tpu_hlo_value k(tpu_lower_ctx *c, tpu_hlo_value like, double v) {
   tpu_hlo_type t = *tpu_hlo_type_of(B, like);

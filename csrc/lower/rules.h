@@ -19,6 +19,29 @@ TPU_RULE_TABLE(random);
 TPU_RULE_TABLE(conv);
 TPU_RULE_TABLE(view);
 
+/* Shorthands every family uses: the builder, the first output's type, and
+ * the arithmetic a formula is written in. */
+#define B (c->b)
+#define OUT (&c->out_types[0])
+
+static inline tpu_hlo_value add(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_binary(B, TPU_HLO_ADD, x, y); }
+static inline tpu_hlo_value sub(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_binary(B, TPU_HLO_SUB, x, y); }
+static inline tpu_hlo_value mul(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_binary(B, TPU_HLO_MUL, x, y); }
+static inline tpu_hlo_value dvd(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_binary(B, TPU_HLO_DIV, x, y); }
+static inline tpu_hlo_value and_(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_binary(B, TPU_HLO_AND, x, y); }
+static inline tpu_hlo_value or_(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_binary(B, TPU_HLO_OR, x, y); }
+static inline tpu_hlo_value un(tpu_lower_ctx *c, tpu_hlo_unary_t op, tpu_hlo_value x) { return tpu_hlo_unary(B, op, x); }
+static inline tpu_hlo_value neg(tpu_lower_ctx *c, tpu_hlo_value x) { return tpu_hlo_unary(B, TPU_HLO_NEG, x); }
+static inline tpu_hlo_value cmp(tpu_lower_ctx *c, tpu_hlo_cmp_t d, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_compare(B, d, x, y); }
+static inline tpu_hlo_value sel(tpu_lower_ctx *c, tpu_hlo_value p, tpu_hlo_value t, tpu_hlo_value f) { return tpu_hlo_select(B, p, t, f); }
+static inline tpu_hlo_value is_nan(tpu_lower_ctx *c, tpu_hlo_value x) { return cmp(c, TPU_HLO_NE, x, x); }
+
+/* Sets output 0: the end of most rules. */
+static inline tpu_status_t done(tpu_lower_ctx *c, tpu_hlo_value v) {
+  tpu_lower_set_output(c, 0, v);
+  return NULL;
+}
+
 #define TPU_COUNT_RULES(family) \
   const int tpu_rules_##family##_count = (int)(sizeof tpu_rules_##family / sizeof tpu_rules_##family[0])
 

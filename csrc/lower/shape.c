@@ -9,14 +9,6 @@
  * views, and need no rule. */
 #include "lower/rules.h"
 
-#define B (c->b)
-#define OUT (&c->out_types[0])
-
-static tpu_status_t done(tpu_lower_ctx *c, tpu_hlo_value v) {
-  tpu_lower_set_output(c, 0, v);
-  return NULL;
-}
-
 /* --- cat ---------------------------------------------------------------------------- */
 
 /* cat(tensors, dim): inputs are converted to the promoted result type;
@@ -287,7 +279,11 @@ const tpu_lower_rule tpu_rules_shape[] = {
     {{"roll", "roll.out"}, roll_rule, 0, 0},
     {{"tril", "tril_", "tril.out"}, tri_rule, 0, TRIL},
     {{"triu", "triu_", "triu.out"}, tri_rule, 0, TRIU},
-    {{"arange.start_out", "arange.start_step"}, arange_rule, 0, 0},
+    {{"arange.start_out"}, arange_rule, 0, 0},
+    /* The functional form's length depends on the values of start, end and
+     * step, so they are constants of its program (the out= form gets its
+     * length from out, which is part of the key). */
+    {{"arange.start_step"}, arange_rule, TPU_RULE_CONST_SCALARS, 0},
     {{"linspace.out"}, linspace_rule, 0, 0},
     {{"logspace.out"}, logspace_rule, 0, 0},
     {{"eye.out"}, eye_rule, 0, 0},

@@ -11,14 +11,6 @@
 #include "hlo/view.h"
 #include "lower/rules.h"
 
-#define B (c->b)
-#define OUT (&c->out_types[0])
-
-static tpu_status_t done(tpu_lower_ctx *c, tpu_hlo_value v) {
-  tpu_lower_set_output(c, 0, v);
-  return NULL;
-}
-
 /* view, _unsafe_view, reshape, squeeze, unsqueeze, flatten …: the output
  * type says everything. */
 static tpu_status_t reshape_rule(tpu_lower_ctx *c) {

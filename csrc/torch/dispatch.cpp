@@ -177,9 +177,13 @@ void describe_call(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs, CallScrat
         l.kind = TPU_ARG_DTYPE;
         l.dtype = to_tpu(static_cast<c10::ScalarType>(v.toInt()));
         break;
-      case ArgType::kEnum:  // layout, memory format, device index: constants
+      case ArgType::kEnum:  // layout, memory format, device: constants
         l.kind = TPU_ARG_INT;
         l.i = v.isDevice() ? v.toDevice().index() : v.isInt() ? v.toInt() : 0;
+        // A factory's device says where it runs.
+        if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1 && v.toDevice().has_index() &&
+            device < 0)
+          device = v.toDevice().index();
         break;
       case ArgType::kOther:
         l.kind = TPU_ARG_OTHER;
@@ -257,6 +261,8 @@ struct MetaMap {
   }
   c10::IValue convert(const c10::IValue& v) {
     if (v.isTensor()) return convert(v.toTensor());
+    // A factory's device argument decides its dispatch: meta, not tpu again.
+    if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) return c10::Device(c10::kMeta);
     if (v.isTensorList()) {
       c10::List<at::Tensor> out;
       for (const at::Tensor& t : v.toTensorList()) out.push_back(convert(t));
