@@ -99,6 +99,7 @@ struct tpu_eager_entry {
   result_dst *results;
   int num_meta;
   tpu_eager_out_meta *meta; /* per output index */
+  bool track; /* ask for completion tracking (see tpu_executable_execute) */
   /* Runtime checks: the last |num_checks| results are i1 flags. */
   int num_checks;
   tpu_code_t check_codes[TPU_LOWER_MAX_CHECKS];
@@ -508,6 +509,13 @@ tpu_status_t tpu_program_finish(tpu_program *p, tpu_eager_entry **out_entry) {
     e->donate[i] = e->params[i].donate;
     e->any_donation |= e->params[i].donate;
   }
+  /* A program small enough for the CPU plugin to run inline (well under its
+   * ~1000-flop threshold) is done when launched; anything bigger is tracked
+   * for torch.tpu.synchronize(). */
+  int64_t elements = 0;
+  for (int i = 0; i < n; i++) elements += tpu_hlo_type_numel(tpu_hlo_type_of(b, values[i]));
+  for (int i = 0; i < tpu_hlo_num_params(b); i++) elements += tpu_hlo_type_numel(tpu_hlo_param_type(b, i));
+  e->track = !tpu_runtime_runs_small_programs_inline(tpu_eager_runtime()) || elements > 256;
   if (n > 0) {
     TPU_GOTO_IF_ERROR(st, tpu_hlo_finish(b, values, n, &text), fail);
     dump_program(p->name, tpu_hash64(text, strlen(text), 0), text);
@@ -635,7 +643,7 @@ tpu_status_t tpu_eager_execute(const tpu_eager_entry *e, const tpu_eager_call *c
     }
   }
   TPU_GOTO_IF_ERROR(st, tpu_executable_execute(rt, e->exe, call->device, args, (size_t)e->num_params,
-                                                e->any_donation ? e->donate : NULL, outs),
+                                                e->any_donation ? e->donate : NULL, e->track, outs),
                     done);
   int first_check = e->num_results - e->num_checks;
   for (int i = 0; i < first_check; i++) {

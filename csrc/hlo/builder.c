@@ -214,6 +214,10 @@ tpu_hlo_value tpu_hlo_param(tpu_hlo_builder *b, const tpu_hlo_type *t, int alias
 
 int tpu_hlo_num_params(const tpu_hlo_builder *b) { return b->num_params; }
 
+const tpu_hlo_type *tpu_hlo_param_type(const tpu_hlo_builder *b, int param_index) {
+  return param_index < b->num_params ? tpu_hlo_type_of(b, b->params[param_index]) : &invalid_type;
+}
+
 void tpu_hlo_param_set_alias(tpu_hlo_builder *b, int param_index, int alias_output) {
   if (param_index >= 0 && param_index < b->num_params) b->param_alias[param_index] = alias_output;
 }

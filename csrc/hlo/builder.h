@@ -56,6 +56,7 @@ tpu_hlo_value tpu_hlo_fail(tpu_hlo_builder *b, tpu_code_t code, const char *fmt,
  * result (tf.aliasing_output); -1 for none. */
 tpu_hlo_value tpu_hlo_param(tpu_hlo_builder *b, const tpu_hlo_type *t, int alias_output);
 int tpu_hlo_num_params(const tpu_hlo_builder *b);
+const tpu_hlo_type *tpu_hlo_param_type(const tpu_hlo_builder *b, int param_index);
 /* Sets an existing parameter's alias; used when the result index is known late. */
 void tpu_hlo_param_set_alias(tpu_hlo_builder *b, int param_index, int alias_output);
 

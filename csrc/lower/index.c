@@ -214,6 +214,16 @@ static tpu_status_t index_select_rule(tpu_lower_ctx *c) {
   return done(c, plan_gather(c, &p, x, as_vectors(c, idx)));
 }
 
+/* embedding(weight, indices, padding_idx, scale_grad_by_freq, sparse): the
+ * rows of weight the indices name, in the indices' shape. */
+static tpu_status_t embedding_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value w = tpu_lower_tensor(c, 0);
+  tpu_hlo_value idx = flat(c, index_arg(c, 1));
+  tpu_lower_require(c, all_in_range(c, idx, 0, c->args[0].sizes[0]), TPU_ERR_INDEX, "index out of range in self");
+  index_plan p = along_dim(c->args[0].rank, 0);
+  return done(c, reshape(c, plan_gather(c, &p, w, as_vectors(c, idx)), OUT->rank, OUT->dims));
+}
+
 /* gather(self, dim, index, *, sparse_grad) */
 static tpu_status_t gather_rule(tpu_lower_ctx *c) {
   tpu_hlo_value x = at_least_1d(c, tpu_lower_tensor(c, 0));
@@ -716,6 +726,7 @@ static tpu_status_t nonzero_static_rule(tpu_lower_ctx *c) {
 const tpu_lower_rule tpu_rules_index[] = {
     {{"nonzero_static", "nonzero_static.out"}, nonzero_static_rule, 0, 0},
     {{"index_select", "index_select.out"}, index_select_rule, 0, 0},
+    {{"embedding", "embedding.out"}, embedding_rule, 0, 0},
     {{"gather", "gather.out"}, gather_rule, 0, 0},
     {{"take", "take.out"}, take_rule, 0, 0},
     {{"scatter.src", "scatter_.src", "scatter.src_out"}, scatter_rule, 0, SCATTER},

@@ -30,7 +30,7 @@ static const char *const cpu_kernel_of[] = {
     [MV] = "addmv_impl_cpu",  [DOT] = "dot", [VDOT] = "dot",
 };
 
-static tpu_hlo_value conj(tpu_lower_ctx *c, tpu_hlo_value x) {
+static tpu_hlo_value conj_(tpu_lower_ctx *c, tpu_hlo_value x) {
   tpu_hlo_value im = tpu_hlo_unary(B, TPU_HLO_NEG, tpu_hlo_unary(B, TPU_HLO_IMAG, x));
   return tpu_hlo_binary(B, TPU_HLO_COMPLEX, tpu_hlo_unary(B, TPU_HLO_REAL, x), im);
 }
@@ -72,7 +72,7 @@ static tpu_status_t mixed_dtypes(tpu_lower_ctx *c, bool add) {
 /* The product of arguments |lhs| and |lhs| + 1, in the output's opmath type. */
 static tpu_hlo_value product(tpu_lower_ctx *c, int lhs) {
   tpu_hlo_value a = tpu_lower_tensor(c, lhs), b = tpu_lower_tensor(c, lhs + 1);
-  if (c->data == VDOT && tpu_dtype_is_complex(c->args[lhs].dtype)) a = conj(c, a);
+  if (c->data == VDOT && tpu_dtype_is_complex(c->args[lhs].dtype)) a = conj_(c, a);
   return tpu_hlo_dot_general(B, a, b, &dims_of[c->data], tpu_lower_opmath(OUT->dtype), c->precision);
 }
 

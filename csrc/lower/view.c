@@ -122,7 +122,7 @@ static tpu_status_t diagonal_rule(tpu_lower_ctx *c) {
   int rank = c->args[0].rank;
   int64_t off = tpu_lower_int(c, 1, 0);
   int d1 = tpu_lower_wrap_dim(tpu_lower_int(c, 2, 0), rank), d2 = tpu_lower_wrap_dim(tpu_lower_int(c, 3, 1), rank);
-  int64_t in_strides[TPU_HLO_MAX_RANK], sizes[TPU_HLO_MAX_RANK], strides[TPU_HLO_MAX_RANK];
+  int64_t in_strides[TPU_HLO_MAX_RANK] = {0}, sizes[TPU_HLO_MAX_RANK], strides[TPU_HLO_MAX_RANK];
   contiguous_strides(c->args[0].sizes, rank, in_strides);
   int64_t offset = 0;
   if (off >= 0) offset = off * in_strides[d2];

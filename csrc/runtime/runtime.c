@@ -576,9 +576,13 @@ tpu_status_t tpu_runtime_synchronize(tpu_runtime *rt, int device) {
   return st;
 }
 
+bool tpu_runtime_runs_small_programs_inline(const tpu_runtime *rt) {
+  return strcmp(rt->platform_name, "cpu") == 0;
+}
+
 tpu_status_t tpu_executable_execute(tpu_runtime *rt, tpu_executable *exe, int device,
                                     tpu_buffer *const *args, size_t num_args, const bool *donate,
-                                    tpu_buffer **outs) {
+                                    bool track, tpu_buffer **outs) {
   TPU_RETURN_IF_ERROR(check_device(rt, device));
   int64_t keep_small[32];
   int64_t *keep = keep_small;
@@ -607,7 +611,7 @@ tpu_status_t tpu_executable_execute(tpu_runtime *rt, tpu_executable *exe, int de
       .num_devices = 1,
       .num_args = num_args,
       .output_lists = &out_list,
-      .device_complete_events = &done,
+      .device_complete_events = track ? &done : NULL,
       .execute_device = rt->devices[device],
   };
   for (size_t i = 0; i < exe->num_outputs; i++) outs[i] = NULL;

@@ -92,13 +92,21 @@ void tpu_executable_destroy(tpu_runtime *rt, tpu_executable *exe);
  * |outs| (tpu_executable_num_outputs entries) receives new buffers owned by
  * the caller. An argument whose bit is set in |donate| (indexed by argument,
  * NULL = none) may be consumed by an aliased output: the caller must destroy
- * that argument afterwards and never use it again. */
+ * that argument afterwards and never use it again. With |track|, the launch
+ * joins the ones tpu_runtime_synchronize waits for; asking XLA for that
+ * completion event costs about 2 us, so callers skip it for programs the
+ * plugin runs inline (tiny programs on the CPU plugin): they are done when
+ * this returns. */
 tpu_status_t tpu_executable_execute(tpu_runtime *rt, tpu_executable *exe, int device,
                                     tpu_buffer *const *args, size_t num_args, const bool *donate,
-                                    tpu_buffer **outs) TPU_MUST_USE;
+                                    bool track, tpu_buffer **outs) TPU_MUST_USE;
 
-/* Waits for every launch so far on |device| (-1: all devices); returns the
- * first asynchronous error seen, if any. */
+/* True when the plugin runs small programs inline (the CPU plugin: fewer
+ * than about 1000 flops), so they need no completion tracking. */
+bool tpu_runtime_runs_small_programs_inline(const tpu_runtime *rt);
+
+/* Waits for every tracked launch so far on |device| (-1: all devices);
+ * returns the first asynchronous error seen, if any. */
 tpu_status_t tpu_runtime_synchronize(tpu_runtime *rt, int device) TPU_MUST_USE;
 
 #ifdef __cplusplus

@@ -26,7 +26,7 @@ static tpu_status_t run(tpu_hlo_builder *b, const tpu_hlo_value *results, int nu
   }
   free(text);
   tpu_buffer *outs[8] = {NULL};
-  st = tpu_executable_execute(rt, exe, 0, inputs, (size_t)num_inputs, NULL, outs);
+  st = tpu_executable_execute(rt, exe, 0, inputs, (size_t)num_inputs, NULL, true, outs);
   if (st == NULL) st = tpu_buffer_to_host(rt, outs[0], out, out_size);
   for (size_t i = 0; i < tpu_executable_num_outputs(exe); i++) tpu_buffer_destroy(rt, outs[i]);
   tpu_executable_destroy(rt, exe);

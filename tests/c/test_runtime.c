@@ -101,7 +101,7 @@ static void test_execute_and_serialize(void) {
   /* Chain 100 launches without waiting, then synchronize once. */
   tpu_buffer *cur = in;
   for (int i = 0; i < 100; i++) {
-    CHECK_OK(tpu_executable_execute(rt, exe, 0, &cur, 1, NULL, &out));
+    CHECK_OK(tpu_executable_execute(rt, exe, 0, &cur, 1, NULL, true, &out));
     if (cur != in) tpu_buffer_destroy(rt, cur);
     cur = out;
   }
@@ -117,7 +117,7 @@ static void test_execute_and_serialize(void) {
   CHECK(size > 0);
   tpu_executable *again = NULL;
   CHECK_OK(tpu_executable_deserialize(rt, bytes, size, &again));
-  CHECK_OK(tpu_executable_execute(rt, again, 0, &in, 1, NULL, &out));
+  CHECK_OK(tpu_executable_execute(rt, again, 0, &in, 1, NULL, true, &out));
   CHECK_OK(tpu_buffer_to_host(rt, out, y, sizeof y));
   CHECK(y[0] == 2 && y[3] == 8);
   tpu_buffer_destroy(rt, out);
@@ -148,14 +148,14 @@ static void test_donation(void) {
   tpu_buffer *in = NULL, *out = NULL;
   CHECK_OK(tpu_buffer_from_host(rt, 0, x, TPU_S64, &dims, 1, &in));
   bool donate = true;
-  CHECK_OK(tpu_executable_execute(rt, exe, 0, &in, 1, &donate, &out));
+  CHECK_OK(tpu_executable_execute(rt, exe, 0, &in, 1, &donate, true, &out));
   tpu_buffer_destroy(rt, in);
   CHECK_OK(tpu_buffer_to_host(rt, out, y, sizeof y));
   CHECK(y[0] == 2 && y[1] == -4 && y[2] == 6);
   /* Not donated: the input stays readable. */
   donate = false;
   tpu_buffer *out2 = NULL;
-  CHECK_OK(tpu_executable_execute(rt, exe, 0, &out, 1, &donate, &out2));
+  CHECK_OK(tpu_executable_execute(rt, exe, 0, &out, 1, &donate, true, &out2));
   CHECK_OK(tpu_buffer_to_host(rt, out, y, sizeof y));
   CHECK(y[0] == 2);
   CHECK_OK(tpu_buffer_to_host(rt, out2, y, sizeof y));
