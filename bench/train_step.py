@@ -7,11 +7,14 @@ forward+backward+AdamW, side by side in one process:
   torch inductor      torch.compile with Inductor on the CPU
   jax jit             the same model written in JAX, step under jax.jit
 
-    python bench/train_step.py [--repeats 5] [--layers 8] [--skip inductor,jax]
+    python bench/train_step.py [--repeats 7] [--layers 8] [--skip inductor,jax]
 
-Reports the median milliseconds of --repeats steps after two warm-up steps
-(the first step's time, compiles included, is printed separately) and ratios
-against torchtpu compiled. Timings include a device sync per step.
+Every system is built and warmed up first (its first step, compiles
+included, is reported separately); then --repeats rounds each time one step
+of every system in turn, so drift of the machine affects all alike, and the
+medians are reported with ratios against torchtpu compiled. Timings include
+a device sync per step. The on-disk compile cache is off (cold compiles)
+unless --disk-cache.
 """
 import argparse
 import os
@@ -71,23 +74,25 @@ def sync(device):
         torch.tpu.synchronize()
 
 
-def time_steps(fn, device, repeats):
+def first_call_ms(fn, device):
+    """The first call (compiles included), then one warm-up call."""
     t0 = time.perf_counter()
     fn()
     sync(device)
-    first = time.perf_counter() - t0
+    first = (time.perf_counter() - t0) * 1e3
     fn()
     sync(device)
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        sync(device)
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples) * 1e3, first * 1e3
+    return first
 
 
-def torch_case(model, data, device, mode, repeats):
+def timed_ms(fn, device):
+    t0 = time.perf_counter()
+    fn()
+    sync(device)
+    return (time.perf_counter() - t0) * 1e3
+
+
+def torch_case(model, data, device, mode):
     m = copy.deepcopy(model).to(device)
     opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
     x, y = (t.to(device) for t in data)
@@ -111,12 +116,10 @@ def torch_case(model, data, device, mode, repeats):
         opt_step()
         return loss
 
-    f_ms, f_first = time_steps(forward, device, repeats)
-    s_ms, s_first = time_steps(step, device, repeats)
-    return {"forward": f_ms, "step": s_ms, "first_step": s_first, "first_forward": f_first}
+    return device, forward, step
 
 
-def jax_case(model, data, repeats):
+def jax_case(model, data):
     try:
         import jax
         import jax.numpy as jnp
@@ -183,14 +186,12 @@ def jax_case(model, data, repeats):
                                                               float(state["step"]), idx, targets)
         loss.block_until_ready()
 
-    f_ms, f_first = time_steps(run_forward, "cpu", repeats)
-    s_ms, s_first = time_steps(run_step, "cpu", repeats)
-    return {"forward": f_ms, "step": s_ms, "first_step": s_first, "first_forward": f_first}
+    return "cpu", run_forward, run_step
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--layers", type=int, default=8)
     p.add_argument("--d", type=int, default=256)
     p.add_argument("--vocab", type=int, default=8192)
@@ -204,20 +205,31 @@ def main():
     model = GPT(args.vocab, args.d, 8, args.layers, args.seq)
     nparams = sum(q.numel() for q in model.parameters())
     data = (torch.randint(0, args.vocab, (args.batch, args.seq)), torch.randint(0, args.vocab, (args.batch, args.seq)))
-    results = {"torchtpu compiled": torch_case(model, data, "tpu", "tpu", args.repeats)}
+    cases = {"torchtpu compiled": torch_case(model, data, "tpu", "tpu")}
     if "tpu_eager" not in skip:
-        results["torchtpu eager"] = torch_case(model, data, "tpu", "eager", args.repeats)
+        cases["torchtpu eager"] = torch_case(model, data, "tpu", "eager")
     if "cpu" not in skip:
-        results["torch cpu eager"] = torch_case(model, data, "cpu", "eager", args.repeats)
+        cases["torch cpu eager"] = torch_case(model, data, "cpu", "eager")
     if "inductor" not in skip:
-        results["torch inductor (cpu)"] = torch_case(model, data, "cpu", "inductor", args.repeats)
+        cases["torch inductor (cpu)"] = torch_case(model, data, "cpu", "inductor")
     if "jax" not in skip:
-        r = jax_case(model, data, args.repeats)
-        if r:
-            results["jax jit (cpu)"] = r
+        case = jax_case(model, data)
+        if case:
+            cases["jax jit (cpu)"] = case
+    results = {}
+    for name, (device, forward, step) in cases.items():
+        results[name] = {"first_forward": first_call_ms(forward, device), "first_step": first_call_ms(step, device),
+                         "forward": [], "step": []}
+    for _ in range(args.repeats):  # interleaved rounds
+        for name, (device, forward, step) in cases.items():
+            results[name]["forward"].append(timed_ms(forward, device))
+            results[name]["step"].append(timed_ms(step, device))
+    for r in results.values():
+        r["forward"] = statistics.median(r["forward"])
+        r["step"] = statistics.median(r["step"])
     base = results["torchtpu compiled"]
     print(f"GPT: {nparams / 1e6:.1f}M parameters, batch {args.batch} x seq {args.seq}; platform "
-          f"{torchtpu._C._info()['platform']}, torch {torch.__version__}; medians of {args.repeats} steps")
+          f"{torchtpu._C._info()['platform']}, torch {torch.__version__}; medians of {args.repeats} interleaved rounds")
     print("| system | forward (ms) | train step (ms) | step / torchtpu compiled | first step (ms) |")
     print("|---|---|---|---|---|")
     for name, r in results.items():

@@ -183,3 +183,43 @@ class TestValues:
         for v in (0.25, 1.5, -3.0, 7.0):
             torch.testing.assert_close((t * v).cpu(), torch.ones(4) * v)
         assert torchtpu.stats()["cache_misses"] == before
+
+
+class TestCopies:
+    """Copies CPU<->tpu and tpu<->tpu: non-contiguous sources and targets,
+    dtype conversion, broadcasting."""
+
+    def test_cpu_to_tpu(self, no_fallbacks):
+        src = torch.arange(24.0).reshape(4, 6)
+        assert torch.equal(src.t().to("tpu").cpu(), src.t())               # non-contiguous source
+        assert torch.equal(src.to("tpu", torch.int32).cpu(), src.int())    # converting
+        dst = torch.zeros(6, 4, device="tpu")
+        dst.t()[1:3].copy_(src[1:3])                                       # into a view
+        ref = torch.zeros(6, 4)
+        ref.t()[1:3].copy_(src[1:3])
+        assert torch.equal(dst.cpu(), ref)
+        b = torch.zeros(3, 4, device="tpu", dtype=torch.float16)
+        b.copy_(torch.tensor([1, 2, 3, 4]))                                # broadcast + convert
+        assert torch.equal(b.cpu(), torch.tensor([1, 2, 3, 4]).expand(3, 4).half())
+
+    def test_tpu_to_cpu(self, no_fallbacks):
+        src = torch.arange(24.0).reshape(4, 6)
+        t = src.to("tpu")
+        assert torch.equal(t[:, ::2].cpu(), src[:, ::2])
+        out = torch.empty(6, 4).t()                                        # non-contiguous target
+        out.copy_(t)
+        assert torch.equal(out, src)
+        assert torch.equal(t.to(torch.bfloat16).cpu(), src.bfloat16())
+        assert torch.equal(t.cpu().to(torch.int64), t.to(torch.int64).cpu())
+
+    def test_tpu_to_tpu(self, no_fallbacks):
+        src = torch.arange(24.0).reshape(4, 6).to("tpu")
+        dst = torch.empty(6, 4, device="tpu", dtype=torch.float64)
+        dst.copy_(src.t())
+        assert torch.equal(dst.cpu(), torch.arange(24.0).reshape(4, 6).t().double())
+        c = src.clone()
+        c[:, 1:].copy_(src[:, :-1])                                        # overlapping regions of one storage
+        ref = torch.arange(24.0).reshape(4, 6)
+        ref2 = ref.clone()
+        ref2[:, 1:].copy_(ref[:, :-1])
+        assert torch.equal(c.cpu(), ref2)
