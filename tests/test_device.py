@@ -85,3 +85,15 @@ def test_fallback_warns_once_and_counts():
         torch.fft.rfft(x)
     fb = torchtpu.stats()["fallbacks"]
     assert sum(fb.values()) >= 2 and all(k.startswith("aten::") for k in fb)
+
+
+def test_decomposition_runs_before_fallback():
+    """An op without a rule but with a PyTorch decomposition runs on tpu,
+    decomposed, and is counted apart from fallbacks."""
+    torchtpu.reset_stats()
+    x = torch.randn(5, 4)
+    got = torch.nn.functional.hardshrink(x.to("tpu"), 0.5)
+    torch.testing.assert_close(got.cpu(), torch.nn.functional.hardshrink(x, 0.5))
+    s = torchtpu.stats()
+    assert s["fallbacks"] == {}
+    assert s["decompositions"].get("aten::hardshrink.out") == 1

@@ -39,6 +39,9 @@ torch.utils.generate_methods_for_privateuse1_backend(
     for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True)
 
 _C._set_fallback_mode(os.environ.get("TORCHTPU_FALLBACK", "warn"))
+from . import _decomp  # noqa: E402
+
+_C._set_decomposer(_decomp.run)
 if os.environ.get("TORCHTPU_DUMP_DIR"):
     _C._set_dump_dir(os.environ["TORCHTPU_DUMP_DIR"])
 
@@ -46,7 +49,7 @@ if os.environ.get("TORCHTPU_DUMP_DIR"):
 def stats():
     """Counters since start (or reset_stats()): ops, cache_hits, cache_misses,
     cache_loads, compile_seconds, executions, h2d_bytes, d2h_bytes, fallbacks
-    (op name -> count) and cached_programs."""
+    and decompositions (op name -> count) and cached_programs."""
     return _C._stats()
 
 

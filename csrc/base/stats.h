@@ -29,6 +29,7 @@ const char *tpu_stats_name(tpu_counter_t c);
 /* Named per-op counters, one table per kind (fallbacks, decompositions). */
 typedef enum tpu_op_counter_kind {
   TPU_OPSTAT_FALLBACK = 0,
+  TPU_OPSTAT_DECOMPOSITION,
   TPU_OPSTAT_KIND_COUNT_
 } tpu_op_counter_kind_t;
 

@@ -49,6 +49,12 @@ py::dict stats() {
       [](void* ctx, const char* name, uint64_t count) { (*static_cast<py::dict*>(ctx))[name] = count; },
       &fallbacks);
   d["fallbacks"] = fallbacks;
+  py::dict decompositions;
+  tpu_stats_op_each(
+      TPU_OPSTAT_DECOMPOSITION,
+      [](void* ctx, const char* name, uint64_t count) { (*static_cast<py::dict*>(ctx))[name] = count; },
+      &decompositions);
+  d["decompositions"] = decompositions;
   d["cached_programs"] = tpu_eager_cache_size();
   return d;
 }
@@ -82,6 +88,7 @@ PYBIND11_MODULE(_C, m) {
     else if (mode == "silent") set_fallback_mode(FallbackMode::kSilent);
     else TORCH_CHECK_VALUE(false, "TORCHTPU_FALLBACK must be warn, error or silent, got '", mode, "'");
   });
+  m.def("_set_decomposer", [](py::object fn) { set_decomposer(fn.ptr()); });
   m.def("_set_dump_dir", [](const std::string& dir) { TPU_CHECK(tpu_eager_set_dump_dir(dir.c_str())); });
   m.def("_cache_clear", []() { tpu_eager_cache_clear(); });
   m.def("_default_generator", [](int device) {

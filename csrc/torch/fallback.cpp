@@ -2,6 +2,7 @@
 // CPU kernel, copy results (and mutated arguments) back. Every use is counted
 // per op; TORCHTPU_FALLBACK chooses warn-once (default), error or silent.
 #include <ATen/native/CPUFallback.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/library.h>
 
 #include <atomic>
@@ -16,9 +17,62 @@ namespace torchtpu {
 namespace {
 
 std::atomic<FallbackMode> g_mode{FallbackMode::kWarn};
+PyObject* g_decomposer = nullptr;  // torchtpu._decomp.run, set at import
+
+// Runs PyTorch's decomposition of |op| (torchtpu/_decomp.py) on the stack's
+// tpu tensors; true when it did. Ops that write an input in place keep their
+// aliasing only through a real kernel, so they are not decomposed (out=
+// arguments are: the result is copied into them). Any failure leaves the
+// stack as it was: the CPU fallback then runs, and raises PyTorch's own error
+// for bad input.
+bool decompose(const c10::OperatorHandle& op, const std::string& name, torch::jit::Stack* stack) {
+  if (g_decomposer == nullptr) return false;
+  const c10::FunctionSchema& schema = op.schema();
+  for (const auto& arg : schema.arguments())
+    if (arg.alias_info() != nullptr && arg.alias_info()->isWrite() && !arg.kwarg_only()) return false;
+  for (const auto& ret : schema.returns())
+    if (ret.type()->kind() != c10::TypeKind::TensorType) return false;
+  const size_t n = schema.arguments().size();
+  pybind11::gil_scoped_acquire gil;
+  try {
+    pybind11::list args;
+    pybind11::dict kwargs;
+    auto ivs = torch::jit::last(*stack, n);
+    for (size_t i = 0; i < n; i++) {
+      pybind11::object v = torch::jit::toPyObject(ivs[i]);
+      if (schema.arguments()[i].kwarg_only()) kwargs[pybind11::str(schema.arguments()[i].name())] = v;
+      else args.append(v);
+    }
+    pybind11::object result = pybind11::reinterpret_borrow<pybind11::object>(g_decomposer)(
+        pybind11::str(name), pybind11::tuple(args), kwargs);
+    if (result.ptr() == Py_NotImplemented) return false;
+    std::vector<c10::IValue> outs;
+    const auto& rets = schema.returns();
+    if (rets.size() == 1) {
+      outs.push_back(torch::jit::toIValue(result, rets[0].type()));
+    } else {
+      auto items = result.cast<pybind11::tuple>();
+      if (items.size() != rets.size()) return false;
+      for (size_t i = 0; i < rets.size(); i++) outs.push_back(torch::jit::toIValue(items[i], rets[i].type()));
+    }
+    for (const auto& v : outs)
+      if (!v.isTensor() || (v.toTensor().defined() && v.toTensor().device().type() != c10::DeviceType::PrivateUse1))
+        return false;
+    torch::jit::drop(*stack, n);
+    for (auto& v : outs) stack->push_back(std::move(v));
+    return true;
+  } catch (const std::exception&) {
+    PyErr_Clear();
+    return false;
+  }
+}
 
 void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const std::string name = c10::toString(op.schema().operator_name());
+  if (decompose(op, name, stack)) {
+    tpu_stats_op_bump(TPU_OPSTAT_DECOMPOSITION, name.c_str());
+    return;
+  }
   FallbackMode mode = g_mode.load(std::memory_order_relaxed);
   TORCH_CHECK_NOT_IMPLEMENTED(mode != FallbackMode::kError, "The operator '", name,
                               "' is not implemented for the tpu device and TORCHTPU_FALLBACK=error forbids "
@@ -33,6 +87,12 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 }  // namespace
 
 void set_fallback_mode(FallbackMode mode) { g_mode.store(mode); }
+
+void set_decomposer(PyObject* fn) {
+  Py_XINCREF(fn);
+  Py_XDECREF(g_decomposer);
+  g_decomposer = fn;
+}
 
 }  // namespace torchtpu
 

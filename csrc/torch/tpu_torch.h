@@ -6,6 +6,8 @@
 #include <ATen/ATen.h>
 #include <c10/core/Allocator.h>
 
+#include <Python.h>
+
 #include <string>
 
 extern "C" {
@@ -59,5 +61,8 @@ at::Tensor to_host(const at::Tensor& src);
 // Fallback policy (TORCHTPU_FALLBACK): warn once per op, error, or silent.
 enum class FallbackMode { kWarn, kError, kSilent };
 void set_fallback_mode(FallbackMode mode);
+// The Python function fallbacks try first (torchtpu._decomp.run); a new
+// reference is taken.
+void set_decomposer(PyObject* fn);
 
 }  // namespace torchtpu

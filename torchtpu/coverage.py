@@ -1,0 +1,444 @@
+"""python -m torchtpu.coverage ops: PyTorch's own op database, on tpu vs CPU.
+
+Runs every OpInfo of torch.testing._internal.common_methods_invocations.op_db
+(its sample inputs, generated on the CPU) on tpu and on the CPU and compares
+the results with torch.testing tolerances: float32 and int64/bool exactly as
+PyTorch's defaults, bfloat16 looser (rtol 1.6e-2, atol 1e-2) as PyTorch's own
+reduced-precision tests. A float mismatch is arbitrated by a float64 CPU
+reference: the tpu result passes if it is at least as close to it as the CPU
+result (RMSE within 2x, the rule of PyTorch's benchmark harness). Random ops
+(whose CPU results change with the seed) are compared by shape and dtype;
+their distributions are tested in tests/test_random.py. Differentiable
+float32 samples also compare gradients.
+
+Each op runs in a worker process with a per-sample time limit, so a crash or
+a hang costs that op, not the sweep. Results go to a state file as they come
+(the sweep resumes where it stopped) and docs/COVERAGE.md is written from it.
+
+    python -m torchtpu.coverage ops                       # the full sweep (eager)
+    python -m torchtpu.coverage ops --compiled            # the same through torch.compile
+    python -m torchtpu.coverage ops --ops add,sum,mm      # a slice
+    python -m torchtpu.coverage report                    # rewrite the report from the state
+"""
+import argparse
+import json
+import multiprocessing as mp
+import os
+import sys
+import time
+import traceback
+
+DTYPES = ("float32", "bfloat16", "int64", "bool")
+STATUSES = ("pass", "mismatch", "error", "fallback", "timeout", "crash")
+BF16_TOL = {"rtol": 1.6e-2, "atol": 1e-2}
+
+
+def _key(name, dtype, mode):
+    return f"{name}|{dtype}|{mode}"
+
+
+# --- the worker --------------------------------------------------------------------------
+
+def _load_ops():
+    os.environ.setdefault("PYTORCH_TEST_WITH_SLOW", "0")
+    from torch.testing._internal.common_methods_invocations import op_db
+    return {(op.name + ("." + op.variant_test_name if op.variant_test_name else "")): op for op in op_db}
+
+
+class _Mismatch(Exception):
+    pass
+
+
+def _rmse(a, b):
+    import torch
+    a, b = a.double(), b.double()
+    finite = torch.isfinite(a) & torch.isfinite(b)
+    if not finite.any():
+        return 0.0
+    return float(((a - b)[finite] ** 2).mean().sqrt())
+
+
+def _compare(got, want, ref, tol, path="output"):
+    """Raises _Mismatch unless |got| matches |want| (or |ref|, the float64
+    reference, arbitrates in its favour)."""
+    import torch
+    if isinstance(want, torch.Tensor):
+        if not isinstance(got, torch.Tensor):
+            raise _Mismatch(f"{path}: expected a tensor, got {type(got).__name__}")
+        got = got.detach().cpu()
+        want = want.detach()
+        if got.shape != want.shape or got.dtype != want.dtype:
+            raise _Mismatch(f"{path}: {got.dtype}{list(got.shape)} vs CPU's {want.dtype}{list(want.shape)}")
+        try:
+            torch.testing.assert_close(got, want, equal_nan=True, **tol)
+        except AssertionError as e:
+            if ref is None or not (want.is_floating_point() or want.is_complex()):
+                raise _Mismatch(f"{path}: {str(e).splitlines()[0]} {_worst(got, want)}") from None
+            ref = ref.detach().to(want.dtype if want.is_complex() else torch.float64)
+            nan_ok = torch.equal(torch.isnan(got), torch.isnan(want))
+            if not nan_ok or _rmse(got, ref) > 2 * _rmse(want, ref) + 1e-12:
+                raise _Mismatch(f"{path}: {str(e).splitlines()[0]} {_worst(got, want)} "
+                                f"(float64 reference: tpu RMSE {_rmse(got, ref):.3g}, CPU {_rmse(want, ref):.3g})") from None
+        return
+    if isinstance(want, (list, tuple)):
+        if not isinstance(got, (list, tuple)) or len(got) != len(want):
+            raise _Mismatch(f"{path}: structure differs")
+        refs = ref if isinstance(ref, (list, tuple)) and len(ref) == len(want) else [None] * len(want)
+        for i, (g, w, r) in enumerate(zip(got, want, refs)):
+            _compare(g, w, r, tol, f"{path}[{i}]")
+        return
+    if isinstance(want, float) and isinstance(got, float):
+        if not (abs(got - want) <= 1e-5 + 1e-5 * abs(want) or (got != got and want != want)):
+            raise _Mismatch(f"{path}: {got} vs CPU's {want}")
+        return
+    if got != want:
+        raise _Mismatch(f"{path}: {got!r} vs CPU's {want!r}")
+
+
+def _worst(got, want):
+    import torch
+    diff = (got.double() - want.double()).abs()
+    diff = torch.where(torch.isnan(diff), torch.zeros_like(diff), diff)
+    if diff.numel() == 0:
+        return ""
+    i = int(diff.argmax())
+    return f"(worst at flat index {i}: {got.reshape(-1)[i].item()!r} vs {want.reshape(-1)[i].item()!r})"
+
+
+def _tensors(x):
+    import torch
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (list, tuple)):
+        return [t for v in x for t in _tensors(v)]
+    return []
+
+
+def _shape_of(x):
+    import torch
+    if isinstance(x, torch.Tensor):
+        return ("t", x.dtype, tuple(x.shape))
+    if isinstance(x, (list, tuple)):
+        return tuple(_shape_of(v) for v in x)
+    return type(x).__name__
+
+
+def _run_sample(op, sample, dtype, compiled, grad, progress):
+    """One sample on CPU and tpu; returns None or (status, reason)."""
+    import torch
+    import torchtpu
+
+    def call(s):
+        return op(s.input, *s.args, **s.kwargs)
+
+    def to(device):
+        def move(t):  # SampleInput.transform also passes dtypes through here
+            if not isinstance(t, torch.Tensor):
+                return t
+            y = t.detach().to(device)
+            return y.requires_grad_(t.requires_grad) if t.requires_grad else y
+        return move
+
+    torch.manual_seed(0)
+    try:
+        want = call(sample)
+    except Exception:  # noqa: BLE001 - a sample CPU rejects says nothing about tpu
+        return None
+    torch.manual_seed(1)
+    try:
+        random = _shape_of(want) == _shape_of(call(sample)) and any(
+            not torch.equal(a, b) for a, b in zip(_tensors(want), _tensors(call(sample)))
+            if a.dtype == b.dtype and not a.is_complex())
+    except Exception:  # noqa: BLE001
+        random = False
+    ref = None
+    if dtype in (torch.float32, torch.bfloat16) and not random:
+        try:
+            ref = call(sample.transform(
+                lambda t: t.detach().double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t))
+        except Exception:  # noqa: BLE001 - float64 is only a referee
+            ref = None
+    tpu_sample = sample.transform(to("tpu"))
+    fn = call
+    if compiled:
+        import torch._dynamo
+        torch._dynamo.reset()
+        fn = torch.compile(lambda s: call(s), backend="tpu", fullgraph=False, dynamic=False)
+    torchtpu.reset_stats()
+    try:
+        got = fn(tpu_sample)
+    except Exception as e:  # noqa: BLE001
+        return "error", f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+    fallbacks = torchtpu.stats()["fallbacks"]
+    if fallbacks:
+        return "fallback", "runs on the CPU: " + ", ".join(sorted(fallbacks))
+    tol = BF16_TOL if dtype == torch.bfloat16 else {}
+    try:
+        if random:
+            if _shape_of(got) != _shape_of(want):
+                raise _Mismatch(f"random op: {_shape_of(got)} vs CPU's {_shape_of(want)}")
+        else:
+            _compare(got, want, ref, tol)
+    except _Mismatch as e:
+        return "mismatch", str(e)[:500]
+    if grad and not random:
+        return _run_grad(op, sample, tpu_sample, want, got, call)
+    return None
+
+
+def _run_grad(op, sample, tpu_sample, want, got, call):
+    import torch
+    import torchtpu
+    ins_cpu = [t for t in _tensors([sample.input, sample.args, list(sample.kwargs.values())]) if t.requires_grad]
+    ins_tpu = [t for t in _tensors([tpu_sample.input, tpu_sample.args, list(tpu_sample.kwargs.values())])
+               if t.requires_grad]
+    outs_cpu = [t for t in _tensors(want) if t.requires_grad and t.is_floating_point()]
+    outs_tpu = [t for t in _tensors(got) if t.requires_grad and t.is_floating_point()]
+    if not ins_cpu or not outs_cpu or len(outs_cpu) != len(outs_tpu):
+        return None
+    gen = torch.Generator().manual_seed(2)
+    grads = [torch.randn(t.shape, generator=gen, dtype=t.dtype) for t in outs_cpu]
+    try:
+        g_cpu = torch.autograd.grad(outs_cpu, ins_cpu, grads, allow_unused=True)
+    except Exception:  # noqa: BLE001 - CPU has no gradient here either
+        return None
+    torchtpu.reset_stats()
+    try:
+        g_tpu = torch.autograd.grad(outs_tpu, ins_tpu, [g.to("tpu") for g in grads], allow_unused=True)
+    except Exception as e:  # noqa: BLE001
+        return "grad-error", f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+    fallbacks = torchtpu.stats()["fallbacks"]
+    if fallbacks:
+        return "grad-fallback", "backward runs on the CPU: " + ", ".join(sorted(fallbacks))
+    try:
+        for i, (a, b) in enumerate(zip(g_tpu, g_cpu)):
+            if (a is None) != (b is None):
+                raise _Mismatch(f"grad[{i}] defined on one side only")
+            if b is not None:
+                ref64 = None
+                _compare(a, b, ref64, {"rtol": 1e-4, "atol": 1e-5}, f"grad[{i}]")
+    except _Mismatch as e:
+        return "grad-mismatch", str(e)[:500]
+    return None
+
+
+def _run_task(ops, name, dtype_name, mode, grad, send):
+    import torch
+    op = ops[name]
+    dtype = getattr(torch, dtype_name)
+    if dtype not in op.supported_dtypes("cpu"):
+        return {"status": "n/a"}
+    compiled = mode == "compiled"
+    want_grad = grad and dtype == torch.float32 and op.supports_autograd and not compiled
+    try:
+        samples = list(op.sample_inputs("cpu", dtype, requires_grad=want_grad))
+    except Exception as e:  # noqa: BLE001
+        return {"status": "n/a", "reason": f"no samples: {type(e).__name__}"}
+    result = {"status": "pass", "samples": 0, "grad": "pass" if want_grad else "n/a"}
+    for i, sample in enumerate(samples):
+        send(("progress", i))
+        out = _run_sample(op, sample, dtype, compiled, want_grad, send)
+        if out is None:
+            result["samples"] += 1
+            continue
+        status, reason = out
+        if status.startswith("grad-"):
+            if result["grad"] == "pass":
+                result["grad"] = status[5:]
+                result["grad_reason"] = f"sample {i}: {reason}"
+            result["samples"] += 1
+            continue
+        result.update(status=status, reason=f"sample {i}: {reason}")
+        break
+    if result["samples"] == 0 and result["status"] == "pass":
+        result["status"] = "n/a"
+        result["reason"] = "CPU rejects every sample"
+    return result
+
+
+def _worker(conn):
+    os.environ.setdefault("TORCHTPU_FALLBACK", "silent")
+    import warnings
+    warnings.simplefilter("ignore")
+    import torch  # noqa: F401
+    import torchtpu  # noqa: F401
+    ops = _load_ops()
+    conn.send(("ready", sorted(ops)))
+    while True:
+        task = conn.recv()
+        if task is None:
+            return
+        name, dtype, mode, grad = task
+        try:
+            result = _run_task(ops, name, dtype, mode, grad, conn.send)
+        except Exception as e:  # noqa: BLE001
+            result = {"status": "error", "reason": f"{type(e).__name__}: {e}"[:300],
+                      "trace": traceback.format_exc()[-800:]}
+        conn.send(("done", result))
+
+
+class _Worker:
+    def __init__(self):
+        ctx = mp.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker, args=(child,), daemon=True)
+        self.proc.start()
+        kind, self.names = self.conn.recv()
+
+    def run(self, task, sample_timeout):
+        self.conn.send(task)
+        sample = -1
+        while True:
+            if not self.conn.poll(sample_timeout):
+                return {"status": "timeout", "reason": f"sample {sample}: over {sample_timeout:.0f} s"}, True
+            try:
+                kind, value = self.conn.recv()
+            except EOFError:
+                return {"status": "crash", "reason": f"sample {sample}: the worker process died "
+                                                     f"(exit code {self.proc.exitcode})"}, True
+            if kind == "progress":
+                sample = value
+            else:
+                return value, False
+
+    def stop(self):
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join()
+
+
+# --- the sweep ------------------------------------------------------------------------------
+
+def _load_state(path):
+    state = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                try:
+                    entry = json.loads(line)
+                    state[entry["key"]] = entry["result"]
+                except (ValueError, KeyError):
+                    continue  # a torn last line after an interruption
+    return state
+
+
+def sweep(args):
+    state = {} if args.fresh else _load_state(args.state)
+    worker = _Worker()
+    names = worker.names
+    if args.ops:
+        wanted = set(args.ops.split(","))
+        names = [n for n in names if n in wanted or n.split(".")[0] in wanted]
+    mode = "compiled" if args.compiled else "eager"
+    tasks = [(n, d, mode, not args.no_grad) for n in names for d in args.dtypes.split(",")]
+    todo = [t for t in tasks if _key(t[0], t[1], mode) not in state]
+    start = time.time()
+    with open(args.state, "a") as out:
+        for i, task in enumerate(todo):
+            elapsed = time.time() - start
+            eta = elapsed / i * (len(todo) - i) if i else 0
+            print(f"\r[{i + 1}/{len(todo)}] {task[0]:<40.40} {task[1]:<9} eta {eta / 60:5.1f} min ",
+                  end="", file=sys.stderr, flush=True)
+            result, restart = worker.run(task, args.timeout)
+            if restart:
+                worker.stop()
+                worker = _Worker()
+            state[_key(task[0], task[1], mode)] = result
+            out.write(json.dumps({"key": _key(task[0], task[1], mode), "result": result}) + "\n")
+            out.flush()
+    worker.conn.send(None)
+    worker.stop()
+    print(file=sys.stderr)
+    return state
+
+
+def _summary(state, names, dtypes, mode):
+    rows = []
+    for dtype in dtypes:
+        counts = {s: 0 for s in STATUSES}
+        total = 0
+        for n in names:
+            r = state.get(_key(n, dtype, mode))
+            if r is None or r["status"] == "n/a":
+                continue
+            total += 1
+            counts[r["status"]] = counts.get(r["status"], 0) + 1
+        if total:
+            rows.append((dtype, total, counts))
+    return rows
+
+
+def report(state, out_path, names):
+    modes = [m for m in ("eager", "compiled") if any(k.endswith("|" + m) for k in state)]
+    lines = ["# Op coverage: PyTorch's OpInfo database on tpu", "",
+             "Generated by `python -m torchtpu.coverage ops` (and `--compiled`): every OpInfo of "
+             "`torch.testing._internal.common_methods_invocations.op_db`, its sample inputs on tpu vs CPU "
+             "(float32 and integer/bool with torch.testing's default tolerances, bfloat16 with rtol 1.6e-2 "
+             "atol 1e-2; float mismatches arbitrated by a float64 reference; random ops by shape and dtype). "
+             "An op passes a dtype when all its samples pass with nothing run on the CPU fallback.", ""]
+    for mode in modes:
+        lines += [f"## Summary ({mode})", "", "| dtype | OpInfos | pass | mismatch | error | fallback | timeout | crash | pass rate |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for dtype, total, c in _summary(state, names, DTYPES, mode):
+            lines.append(f"| {dtype} | {total} | " + " | ".join(str(c.get(s, 0)) for s in STATUSES)
+                         + f" | {100 * c['pass'] / total:.1f}% |")
+        graded = [state[_key(n, 'float32', mode)] for n in names
+                  if _key(n, 'float32', mode) in state and state[_key(n, 'float32', mode)].get("grad", "n/a") != "n/a"]
+        if graded:
+            ok = sum(1 for r in graded if r["grad"] == "pass")
+            lines += ["", f"Gradients (float32, differentiable OpInfos): {ok}/{len(graded)} match CPU "
+                          f"({100 * ok / len(graded):.1f}%)."]
+        lines.append("")
+    lines += ["## Per op", "", "| op | " + " | ".join(DTYPES) + " | grad | " +
+              ("compiled f32 | " if "compiled" in modes else "") + "first failure |",
+              "|---|" + "---|" * (len(DTYPES) + 2 + ("compiled" in modes))]
+    for n in names:
+        cells, reason = [], ""
+        for d in DTYPES:
+            r = state.get(_key(n, d, "eager"))
+            cells.append("" if r is None else ("-" if r["status"] == "n/a" else r["status"]))
+            if r and r["status"] not in ("pass", "n/a") and not reason:
+                reason = f"{d}: {r.get('reason', '')}"
+        r32 = state.get(_key(n, "float32", "eager"))
+        grad = r32.get("grad", "n/a") if r32 else ""
+        cells.append("-" if grad == "n/a" else grad)
+        if r32 and r32.get("grad") not in (None, "pass", "n/a") and not reason:
+            reason = f"grad: {r32.get('grad_reason', '')}"
+        if "compiled" in modes:
+            rc = state.get(_key(n, "float32", "compiled"))
+            cells.append("" if rc is None else ("-" if rc["status"] == "n/a" else rc["status"]))
+            if rc and rc["status"] not in ("pass", "n/a") and not reason:
+                reason = f"compiled: {rc.get('reason', '')}"
+        reason = reason.replace("|", "\\|").replace("\n", " ")
+        lines.append(f"| `{n}` | " + " | ".join(cells) + f" | {reason} |")
+    with open(out_path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m torchtpu.coverage", description=__doc__.split("\n")[0])
+    p.add_argument("command", choices=["ops", "report"])
+    p.add_argument("--ops", default="", help="comma-separated OpInfo names (default: all)")
+    p.add_argument("--dtypes", default=",".join(DTYPES))
+    p.add_argument("--compiled", action="store_true", help="run each op through torch.compile(backend='tpu')")
+    p.add_argument("--no-grad", action="store_true", help="skip the gradient checks")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds allowed per sample")
+    p.add_argument("--state", default=".coverage-state.jsonl", help="results so far (the sweep resumes from it)")
+    p.add_argument("--fresh", action="store_true", help="ignore earlier results")
+    p.add_argument("--out", default=os.path.join("docs", "COVERAGE.md"))
+    args = p.parse_args(argv)
+    if args.command == "ops":
+        state = sweep(args)
+    else:
+        state = _load_state(args.state)
+    names = sorted({k.split("|")[0] for k in state})
+    report(state, args.out, names)
+    for mode in ("eager", "compiled"):
+        for dtype, total, c in _summary(state, names, DTYPES, mode):
+            print(f"{mode:8} {dtype:9} {c['pass']:4}/{total:<4} pass ({100 * c['pass'] / total:.1f}%)")
+    print(f"report: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
