@@ -23,6 +23,10 @@ static const rule_table tables[] = {
     {tpu_rules_random, &tpu_rules_random_count},
     {tpu_rules_conv, &tpu_rules_conv_count},
     {tpu_rules_view, &tpu_rules_view_count},
+    {tpu_rules_fft, &tpu_rules_fft_count},
+    {tpu_rules_sort, &tpu_rules_sort_count},
+    {tpu_rules_special, &tpu_rules_special_count},
+    {tpu_rules_factor, &tpu_rules_factor_count},
 };
 
 int tpu_lower_rule_count(void) {

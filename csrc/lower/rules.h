@@ -18,6 +18,10 @@ TPU_RULE_TABLE(index);
 TPU_RULE_TABLE(random);
 TPU_RULE_TABLE(conv);
 TPU_RULE_TABLE(view);
+TPU_RULE_TABLE(fft);
+TPU_RULE_TABLE(sort);
+TPU_RULE_TABLE(special);
+TPU_RULE_TABLE(factor);
 
 /* Shorthands every family uses: the builder, the first output's type, and
  * the arithmetic a formula is written in. */
