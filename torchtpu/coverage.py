@@ -210,16 +210,35 @@ def _run_grad(op, sample, tpu_sample, want, got, call):
     fallbacks = torchtpu.stats()["fallbacks"]
     if fallbacks:
         return "grad-fallback", "backward runs on the CPU: " + ", ".join(sorted(fallbacks))
+    refs = _grad_reference(sample, call, grads)
     try:
         for i, (a, b) in enumerate(zip(g_tpu, g_cpu)):
             if (a is None) != (b is None):
                 raise _Mismatch(f"grad[{i}] defined on one side only")
             if b is not None:
-                ref64 = None
-                _compare(a, b, ref64, {"rtol": 1e-4, "atol": 1e-5}, f"grad[{i}]")
+                _compare(a, b, refs[i] if refs else None, {"rtol": 1e-4, "atol": 1e-5}, f"grad[{i}]")
     except _Mismatch as e:
         return "grad-mismatch", str(e)[:500]
     return None
+
+
+def _grad_reference(sample, call, grads):
+    """The same gradients computed in float64 on the CPU (None if that fails)."""
+    import torch
+
+    def double(t):
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+            return t
+        return t.detach().double().requires_grad_(t.requires_grad)
+    try:
+        s64 = sample.transform(double)
+        ins = [t for t in _tensors([s64.input, s64.args, list(s64.kwargs.values())]) if t.requires_grad]
+        outs = [t for t in _tensors(call(s64)) if t.requires_grad and t.is_floating_point()]
+        if len(outs) != len(grads):
+            return None
+        return torch.autograd.grad(outs, ins, [g.double() for g in grads], allow_unused=True)
+    except Exception:  # noqa: BLE001 - float64 is only a referee
+        return None
 
 
 def _run_task(ops, name, dtype_name, mode, grad, send):

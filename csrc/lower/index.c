@@ -226,6 +226,8 @@ static tpu_status_t embedding_rule(tpu_lower_ctx *c) {
 
 /* gather(self, dim, index, *, sparse_grad) */
 static tpu_status_t gather_rule(tpu_lower_ctx *c) {
+  /* PyTorch skips its rank check for an empty index: the result is empty. */
+  if (tpu_hlo_type_numel(OUT) == 0) return done(c, tpu_hlo_const_f64(B, OUT, 0.0));
   tpu_hlo_value x = at_least_1d(c, tpu_lower_tensor(c, 0));
   tpu_hlo_value idx = at_least_1d(c, index_arg(c, 2));
   int rank = tpu_hlo_rank(B, x), dim = tpu_lower_wrap_dim(tpu_lower_int(c, 1, 0), rank);

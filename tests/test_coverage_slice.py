@@ -1,0 +1,85 @@
+"""A representative slice of the OpInfo sweep (python -m torchtpu.coverage ops).
+
+The full sweep takes long; CI runs these OpInfos through the same code, in this
+process: every float32 sample and its gradients, and for some ops bfloat16,
+int64 or the compiled path. One op per family at least, so a change that breaks
+a family's lowering, the sweep's comparison or the compile path shows here.
+"""
+import pytest
+
+from torchtpu import coverage
+
+# op -> dtypes (float32 also checks gradients where the op is differentiable)
+SLICE = {
+    "add": ("float32", "bfloat16", "int64", "bool"),
+    "mul": ("float32", "int64"),
+    "div.floor_rounding": ("float32", "int64"),
+    "remainder": ("float32", "int64"),
+    "pow": ("float32",),
+    "exp": ("float32", "bfloat16"),
+    "tanh": ("float32",),
+    "clamp": ("float32", "int64"),
+    "where": ("float32", "bool"),
+    "bitwise_and": ("int64", "bool"),
+    "sum": ("float32", "bfloat16", "int64"),
+    "mean": ("float32",),
+    "var": ("float32",),
+    "amax": ("float32", "int64"),
+    "argmax": ("float32",),
+    "logsumexp": ("float32",),
+    "cumsum": ("float32", "int64"),
+    "mm": ("float32", "bfloat16"),
+    "addmm": ("float32",),
+    "bmm": ("float32",),
+    "softmax": ("float32", "bfloat16"),
+    "nn.functional.gelu": ("float32",),
+    "nn.functional.layer_norm": ("float32",),
+    "nn.functional.cross_entropy": ("float32",),
+    "nn.functional.conv2d": ("float32",),
+    "nn.functional.max_pool2d": ("float32",),
+    "nn.functional.embedding": ("float32",),
+    "gather": ("float32", "int64"),
+    "index_select": ("float32",),
+    "index_put": ("float32",),
+    "scatter_add": ("float32",),
+    "masked_select": ("float32", "bool"),
+    "nonzero": ("float32", "int64"),
+    "cat": ("float32", "int64"),
+    "permute": ("float32",),
+    "narrow": ("float32",),
+    "tril": ("float32",),
+    "flip": ("float32", "bool"),
+    "arange": ("float32", "int64"),
+    "bernoulli": ("float32",),
+}
+COMPILED = ("add", "sum", "mm", "softmax", "nn.functional.gelu", "cat")
+
+
+@pytest.fixture(scope="module")
+def ops():
+    return coverage._load_ops()
+
+
+def _check(ops, name, dtype, mode):
+    result = coverage._run_task(ops, name, dtype, mode, True, lambda message: None)
+    assert result["status"] == "pass", f"{name} {dtype} {mode}: {result}"
+    assert result.get("grad", "n/a") in ("pass", "n/a"), f"{name} gradients: {result}"
+    assert result["samples"] > 0
+
+
+@pytest.mark.parametrize("name,dtype", [(n, d) for n, ds in SLICE.items() for d in ds])
+def test_eager(ops, name, dtype):
+    _check(ops, name, dtype, "eager")
+
+
+@pytest.mark.parametrize("name", COMPILED)
+def test_compiled(ops, name):
+    _check(ops, name, "float32", "compiled")
+
+
+def test_sweep_catches_a_wrong_result(ops, monkeypatch):
+    """The comparison can fail: a tpu result that is off reports a mismatch."""
+    real = ops["exp"].op
+    monkeypatch.setattr(ops["exp"], "op", lambda x, *a, **k: real(x) * (1.001 if x.device.type == "tpu" else 1))
+    result = coverage._run_task(ops, "exp", "float32", "eager", False, lambda message: None)
+    assert result["status"] == "mismatch", result
