@@ -1,6 +1,7 @@
 /* Reductions: sum, mean, prod, amax/amin, max/min with indices, argmax/argmin,
  * var/std, logsumexp, vector norms, all/any, count_nonzero, softmax and
- * log_softmax with their backwards, cumulative sums and products.
+ * log_softmax with their backwards, cumulative sums, products and
+ * logcumsumexp.
  *
  * Sums accumulate in the output's opmath type (float32 for half types) and
  * round once, as PyTorch's CPU kernels do; integer and bool sums accumulate
@@ -370,6 +371,43 @@ static tpu_status_t cumulative_rule(tpu_lower_ctx *c) {
   return NULL;
 }
 
+/* logcumsumexp(self, dim): a scan of log(exp(a) + exp(b)) written as PyTorch
+ * does, max + log1p(exp(min - max)), keeping a when both are the same
+ * infinity; computed in opmath. */
+static tpu_status_t logcumsumexp_rule(tpu_lower_ctx *c) {
+  tpu_dtype_t t = c->args[0].dtype;
+  if (!tpu_dtype_is_float(t))
+    return tpu_lower_error(c, TPU_ERR_NOT_IMPLEMENTED, "\"logcumsumexp_out_cpu\" not implemented for '%s'",
+                           torch_int_name(t));
+  int rank = c->args[0].rank;
+  int dim = tpu_lower_wrap_dim(tpu_lower_int(c, 1, 0), rank);
+  t = tpu_lower_opmath(OUT->dtype);
+  tpu_hlo_value x = input(c, t);
+  if (rank == 0) x = tpu_hlo_reshape(B, x, 1, (int64_t[]){1});
+  const tpu_hlo_type *xt = tpu_hlo_type_of(B, x);
+  int64_t size = xt->dims[dim];
+  if (size > 1) {
+    tpu_hlo_type s[2] = {tpu_hlo_make_type(t, 0, NULL), tpu_hlo_make_type(t, 0, NULL)};
+    tpu_hlo_value a[2];
+    tpu_hlo_region body;
+    tpu_hlo_window w;
+    tpu_hlo_window_init(&w, xt->rank);
+    w.dims[dim] = size;
+    w.pad_lo[dim] = size - 1;
+    tpu_hlo_region_begin(B, 2, s, a);
+    tpu_hlo_value hi = tpu_hlo_binary(B, TPU_HLO_MAX, a[0], a[1]), lo = tpu_hlo_binary(B, TPU_HLO_MIN, a[0], a[1]);
+    tpu_hlo_value r = add(c, un(c, TPU_HLO_LOG1P, un(c, TPU_HLO_EXP, sub(c, lo, hi))), hi);
+    tpu_hlo_value general = or_(c, cmp(c, TPU_HLO_NE, lo, hi), un(c, TPU_HLO_IS_FINITE, lo));
+    r = sel(c, general, r, a[0]);
+    /* XLA's max and min may drop a NaN; PyTorch's formula propagates it */
+    r = sel(c, is_nan(c, a[1]), a[1], sel(c, is_nan(c, a[0]), a[0], r));
+    tpu_hlo_region_end(B, &r, 1, &body);
+    tpu_hlo_value init = tpu_hlo_scalar_f64(B, t, -INFINITY);
+    tpu_hlo_reduce_window(B, &x, &init, 1, &w, &body, &x);
+  }
+  return done(c, x);
+}
+
 /* --- the table ------------------------------------------------------------------------ */
 
 const tpu_lower_rule tpu_rules_reduce[] = {
@@ -413,5 +451,6 @@ const tpu_lower_rule tpu_rules_reduce[] = {
 
     {{"cumsum", "cumsum_", "cumsum.out"}, cumulative_rule, 0, TPU_HLO_ADD},
     {{"cumprod", "cumprod_", "cumprod.out"}, cumulative_rule, 0, TPU_HLO_MUL},
+    {{"logcumsumexp", "logcumsumexp.out"}, logcumsumexp_rule, 0, 0},
 };
 TPU_COUNT_RULES(reduce);
