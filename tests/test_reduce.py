@@ -770,6 +770,23 @@ class TestBackward:
         compare_grad(lambda x: torch.linalg.vector_norm(x, ord), make(SHAPE))
 
 
+@pytest.mark.usefixtures("no_fallbacks")
+class TestHashTensor:
+    @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.int8, torch.bool])
+    @pytest.mark.parametrize("dim", [None, 1, (0, -1)])
+    def test_dims(self, dtype, dim):
+        kw = {} if dim is None else {"dim": dim}
+        compare(lambda x: torch.hash_tensor(x, **kw), make(SHAPE, dtype))
+        compare(lambda x: torch.hash_tensor(x, **kw, keepdim=True), make(SHAPE, dtype, "transposed"))
+
+    def test_nan_and_signed_zero(self):
+        compare(torch.hash_tensor, torch.tensor([NAN, -0.0, 0.0, INF]))
+
+    def test_empty_is_an_error(self):
+        with pytest.raises(RuntimeError, match="hash_tensor: Expected reduction dim to be specified"):
+            torch.hash_tensor(torch.empty(0, device="tpu"))
+
+
 class TestBackwardThroughOtherFamilies:
     """Gradients whose backward formulas use ops of other families (nonzero,
     flip, cat, scatter)."""

@@ -1,6 +1,6 @@
 /* Reductions: sum, mean, prod, amax/amin, max/min with indices, argmax/argmin,
- * var/std, logsumexp, vector norms, all/any, count_nonzero, softmax and
- * log_softmax with their backwards, cumulative sums, products and
+ * var/std, logsumexp, vector norms, all/any, count_nonzero, hash_tensor,
+ * softmax and log_softmax with their backwards, cumulative sums, products and
  * logcumsumexp.
  *
  * Sums accumulate in the output's opmath type (float32 for half types) and
@@ -298,6 +298,21 @@ static tpu_status_t count_nonzero_rule(tpu_lower_ctx *c) {
   return NULL;
 }
 
+/* hash_tensor(self, dim[], *, keepdim, mode): the XOR of the elements' 64-bit
+ * patterns, as PyTorch's mode 0: floats as float64 bits, integers
+ * sign-extended. */
+static tpu_status_t hash_tensor_rule(tpu_lower_ctx *c) {
+  int64_t dims[TPU_HLO_MAX_RANK];
+  int n = dims_arg(c, 1, dims);
+  bool is_float = tpu_dtype_is_float(c->args[0].dtype);
+  tpu_hlo_value x = input(c, is_float ? TPU_F64 : TPU_S64);
+  tpu_hlo_type bits = *tpu_hlo_type_of(B, x);
+  bits.dtype = TPU_U64;
+  x = tpu_hlo_bitcast(B, x, &bits);
+  tpu_lower_set_output(c, 0, tpu_lower_reduce(B, x, TPU_HLO_XOR, dims, n));
+  return NULL;
+}
+
 /* --- softmax ------------------------------------------------------------------------ */
 
 /* PyTorch's name for an integer dtype in "not implemented for" errors. */
@@ -443,6 +458,7 @@ const tpu_lower_rule tpu_rules_reduce[] = {
     {{"any.dims", "any.dims_out"}, all_any_rule, 0, TPU_HLO_OR},
     {{"count_nonzero", "count_nonzero.out"}, count_nonzero_rule, 0, 0},
     {{"count_nonzero.dim_IntList", "count_nonzero.dim_IntList_out"}, count_nonzero_rule, 0, 0},
+    {{"hash_tensor", "hash_tensor.out"}, hash_tensor_rule, 0, 0},
 
     {{"_softmax", "_softmax.out"}, softmax_rule, 0, 0},
     {{"_log_softmax", "_log_softmax.out"}, softmax_rule, 0, 1},
