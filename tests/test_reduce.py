@@ -787,6 +787,45 @@ class TestHashTensor:
             torch.hash_tensor(torch.empty(0, device="tpu"))
 
 
+@pytest.mark.usefixtures("no_fallbacks")
+class TestSegmentReduce:
+    REDUCTIONS = ["sum", "mean", "max", "min", "prod"]
+
+    @pytest.mark.parametrize("reduce", REDUCTIONS)
+    @pytest.mark.parametrize("initial", [None, 2.0])
+    def test_lengths(self, reduce, initial):
+        x = make((6, 3))
+        x[4, 1] = NAN
+        lengths = torch.tensor([2, 0, 3, 1])
+        compare(lambda x, n: torch.segment_reduce(x, reduce, lengths=n, initial=initial), x, lengths)
+
+    @pytest.mark.parametrize("reduce", REDUCTIONS)
+    def test_offsets_along_axis_1(self, reduce):
+        offsets = torch.tensor([[0, 2, 2, 5], [0, 1, 3, 5], [0, 0, 4, 5]])
+        compare(lambda x, o: torch.segment_reduce(x, reduce, offsets=o, axis=1, initial=1), make((3, 5, 2)), offsets)
+
+    @pytest.mark.parametrize("reduce", REDUCTIONS)
+    def test_grad(self, reduce):
+        x = make((7, 2))
+        x[1, 0] = 0.0  # prod's zero
+        x[5] = x[4]  # max/min ties
+        lengths = torch.tensor([3, 0, 2, 1])
+        compare_grad(lambda x: torch.segment_reduce(x, reduce, lengths=lengths.to(x.device), unsafe=True), x)
+        compare_grad(lambda x: torch.segment_reduce(x, reduce, lengths=lengths.to(x.device), unsafe=True,
+                                                    initial=2), x)
+
+    def test_bad_reduce_is_an_error(self):
+        with pytest.raises(RuntimeError, match="reduce argument must be either sum, prod, mean, amax or amin, got x"):
+            torch.segment_reduce(torch.ones(3, device="tpu"), "x", lengths=torch.tensor([3], device="tpu"))
+
+    def test_bad_lengths_are_an_error(self):
+        x = torch.ones(5, device="tpu")
+        with pytest.raises(RuntimeError, match="lengths contains negative value!"):
+            torch.segment_reduce(x, "sum", lengths=torch.tensor([-1, 6], device="tpu"))
+        with pytest.raises(RuntimeError, match=r"Expected all rows of lengths along axis to sum"):
+            torch.segment_reduce(x, "sum", lengths=torch.tensor([1, 2], device="tpu"))
+
+
 class TestBackwardThroughOtherFamilies:
     """Gradients whose backward formulas use ops of other families (nonzero,
     flip, cat, scatter)."""
