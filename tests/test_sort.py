@@ -1,7 +1,7 @@
 """Sorting and the ops built on it on tpu against PyTorch on CPU: sort and
 argsort (stable, descending, NaN greatest), topk, kthvalue, median and
-nanmedian, mode, cummax/cummin, logcumsumexp, searchsorted, histc, unique and
-unique_consecutive, with edge cases (NaN, empty, 0-dim, negative dims) and
+nanmedian, mode, cummax/cummin, logcumsumexp, searchsorted, histc, histogram and
+histogramdd, unique and unique_consecutive, with edge cases (NaN, empty, 0-dim, negative dims) and
 PyTorch's errors."""
 import itertools
 import math
@@ -191,6 +191,48 @@ class TestSearch:
             torch.histc(torch.ones(3, device="tpu"), 5, 0, INF)
         with pytest.raises(RuntimeError, match="torch.histc: range of"):
             torch.histc(torch.tensor([1.0, INF], device="tpu"), 5)
+
+
+@pytest.mark.usefixtures("no_fallbacks")
+class TestHistogram:
+    @pytest.mark.parametrize("shape", [(), (7,), (4, 5), (3, 0)])
+    @pytest.mark.parametrize("density", [False, True])
+    def test_bin_count(self, shape, density):
+        x, w = torch.randn(shape), torch.rand(shape)
+        compare(lambda x: torch.histogram(x, 4, density=density), x)
+        compare(lambda x, w: torch.histogram(x, 3, weight=w, density=density), x, w)
+        compare(lambda x: torch.histogram(x, 5, range=(-0.5, 0.5), density=density), x)
+        compare(lambda x: torch.histogram(x, 2), torch.full(shape, 2.0))
+
+    def test_edge_tensors_sorted_or_not(self):
+        x = torch.tensor([-2.0, -1.0, 0.0, 0.3, 1.0, 1.5, 2.0, 9.0, NAN])
+        compare(lambda x, b: torch.histogram(x, b), x, torch.tensor([-1.0, 0.0, 0.5, 2.0]))
+        # the CPU's binary search over unsorted edges, step by step
+        compare(lambda x, b: torch.histogram(x, b), x, torch.tensor([-1.0, 1.2, -0.5, 0.2, 2.0]))
+
+    @pytest.mark.parametrize("density", [False, True])
+    def test_histogramdd(self, density):
+        x, w = torch.randn(20, 3), torch.rand(20)
+        compare(lambda x: torch.histogramdd(x, [2, 3, 1], density=density), x)
+        compare(lambda x, w: torch.histogramdd(x, [3, 3, 2], weight=w, density=density), x, w)
+        compare(lambda x: torch.histogramdd(x, 2, range=[-1.0, 1.0, 0.0, 2.0, -1.0, 0.0]), x)
+        edges = [torch.tensor([0.5, -1.0, 1.0]), torch.tensor([-1.0, 0.0]), torch.tensor([-2.0, 0.0, 0.1, 3.0])]
+        compare(lambda x, *e: torch.histogramdd(x, list(e)), x, *edges)
+
+    def test_errors(self):
+        x = torch.randn(5, device="tpu")
+        with pytest.raises(RuntimeError, match=r"torch.histogram\(\): bins must be > 0, but got 0 for dimension 0"):
+            torch.histogram(x, 0)
+        with pytest.raises(RuntimeError, match="min should not exceed max, but got min 1 max 0 for dimension 0"):
+            torch.histogram(x, 4, range=(1.0, 0.0))
+        with pytest.raises(RuntimeError, match=r"dimension 0's range \[-inf, inf\] is not finite"):
+            torch.histogram(x / 0, 4)
+        with pytest.raises(RuntimeError, match="if weight tensor is provided it should have the same shape"):
+            torch.histogram(x, 3, weight=torch.ones(4, device="tpu"))
+        with pytest.raises(RuntimeError, match="bins tensor should have one dimension"):
+            torch.histogram(x, torch.ones(2, 2, device="tpu"))
+        with pytest.raises(RuntimeError, match="The size of bins must be equal to the innermost dimension"):
+            torch.histogramdd(x.view(5, 1), [2, 2])
 
 
 @pytest.mark.usefixtures("no_fallbacks")

@@ -2,6 +2,7 @@
 // indexing with boolean masks, unique) and ops that return host values
 // (equal). Each reads one size back from the device, then runs lowered ops of
 // static shape (nonzero_static, index_select …): one sync, no CPU fallback.
+// Histograms read back the data's range the same way, for PyTorch's checks.
 #include <ATen/ATen.h>
 #include <ATen/native/Resize.h>
 #include <torch/library.h>
@@ -110,6 +111,138 @@ Unique unique_consecutive_impl(const at::Tensor& self, bool return_inverse, bool
   return {u, return_inverse ? inverse.view(self.sizes()) : inverse, counts};
 }
 
+// histogram and histogramdd, as PyTorch's CPU kernel over |rows| ([N, D]):
+// the outer edges of each dim are the range argument or the data's extremes
+// (read back: PyTorch checks them on the host), widened by 0.5 when equal.
+std::vector<at::Tensor> histogram_edges(const at::Tensor& rows, at::IntArrayRef bins,
+                                        std::optional<at::ArrayRef<double>> range) {
+  int64_t dims = rows.size(1);
+  TORCH_CHECK(static_cast<int64_t>(bins.size()) == dims,
+              "histogramdd: The size of bins must be equal to the innermost dimension of the input.");
+  std::vector<double> lo(dims, 0.0), hi(dims, 1.0);
+  if (range.has_value()) {
+    TORCH_CHECK(static_cast<int64_t>(range->size()) == 2 * dims, "torch.histogramdd: for a ", dims,
+                "-dimensional histogram range should have ", 2 * dims, " elements, but got ", range->size());
+    for (int64_t d = 0; d < dims; d++) lo[d] = (*range)[2 * d], hi[d] = (*range)[2 * d + 1];
+  } else if (rows.numel() > 0) {
+    at::Tensor extremes = at::stack({rows.amin(0), rows.amax(0)}).to(at::kDouble).cpu();  // the one sync
+    for (int64_t d = 0; d < dims; d++) lo[d] = extremes[0][d].item<double>(), hi[d] = extremes[1][d].item<double>();
+  }
+  std::vector<at::Tensor> edges;
+  for (int64_t d = 0; d < dims; d++) {
+    TORCH_CHECK(bins[d] > 0, "torch.histogram(): bins must be > 0, but got ", bins[d], " for dimension ", d);
+    TORCH_CHECK(std::isfinite(lo[d]) && std::isfinite(hi[d]), "torch.histogramdd: dimension ", d, "'s range [",
+                lo[d], ", ", hi[d], "] is not finite");
+    TORCH_CHECK(lo[d] <= hi[d], "torch.histogramdd: min should not exceed max, but got min ", lo[d], " max ", hi[d],
+                " for dimension ", d);
+    if (lo[d] == hi[d]) lo[d] -= 0.5, hi[d] += 0.5;
+    edges.push_back(at::linspace(lo[d], hi[d], bins[d] + 1, rows.options()));
+  }
+  return edges;
+}
+
+// std::upper_bound(edges, x) for each element of |x|, step by step as the
+// binary search goes: unsorted edges bin exactly as on the CPU.
+at::Tensor upper_bound(const at::Tensor& edges, const at::Tensor& x) {
+  int64_t n = edges.size(0);
+  at::Tensor first = at::zeros(x.sizes(), x.options().dtype(at::kLong));
+  at::Tensor len = at::full_like(first, n);
+  for (int64_t steps = n; steps > 0; steps >>= 1) {
+    at::Tensor half = len.div(2, "floor");
+    at::Tensor mid = first.add(half);
+    at::Tensor right = len.gt(0).logical_and_(x.lt(edges.index_select(0, mid.clamp_max(n - 1))).logical_not_());
+    first = at::where(right, mid.add(1), first);
+    len = at::where(right, len.sub(half).sub_(1), half);
+  }
+  return first;
+}
+
+// The histogram of |rows| over |edges| (one tensor per dim): an element
+// outside any dim's outer edges is not counted, the top edge belongs to the
+// last bin.
+at::Tensor histogram_counts(const at::Tensor& rows, at::TensorList edges, const std::optional<at::Tensor>& weight,
+                            bool density) {
+  int64_t n = rows.size(0);
+  TORCH_CHECK(static_cast<int64_t>(edges.size()) == rows.size(1),
+              "histogramdd: The size of bins must be equal to the innermost dimension of the input.");
+  at::Tensor flat = at::zeros({n}, rows.options().dtype(at::kLong));
+  at::Tensor inside = at::ones({n}, rows.options().dtype(at::kBool));
+  std::vector<int64_t> shape;
+  for (size_t d = 0; d < edges.size(); d++) {
+    const at::Tensor& e = edges[d];
+    TORCH_CHECK(e.dim() == 1, "torch.histogramdd: bins tensor should have one dimension, but got ", e.dim(),
+                " dimensions in the bins tensor for dimension ", d);
+    int64_t count = e.size(0) - 1;
+    at::Tensor x = rows.select(1, d);
+    at::Tensor bin = upper_bound(e, x).sub_(1).clamp_(0, std::max<int64_t>(count - 1, 0));
+    inside.logical_and_(x.ge(e[0]).logical_and_(x.le(e[count])));
+    flat = flat.mul(count).add_(bin);
+    shape.push_back(count);
+  }
+  at::Tensor w = weight.has_value() ? weight->reshape({n}) : at::ones({n}, rows.options());
+  w = at::where(inside, w, at::zeros({}, w.options()));
+  at::Tensor hist = at::zeros({c10::multiply_integers(shape)}, rows.options()).index_add_(0, flat, w).view(shape);
+  if (density) {
+    hist = hist.div(hist.sum());
+    for (size_t d = 0; d < edges.size(); d++) {
+      std::vector<int64_t> along(edges.size(), 1);
+      along[d] = shape[d];
+      hist = hist.div(edges[d].diff().view(along));
+    }
+  }
+  return hist;
+}
+
+at::Tensor histogram_rows(const at::Tensor& self, const std::optional<at::Tensor>& weight) {
+  TORCH_CHECK(self.dim() >= 1, "torch.histogramdd: input tensor should have at least 2 dimensions");
+  at::Tensor rows = self.reshape({-1, self.size(-1)});
+  if (weight.has_value())
+    TORCH_CHECK(weight->dim() == self.dim() - 1 && weight->sizes() == self.sizes().slice(0, self.dim() - 1),
+                "torch.histogramdd: if weight tensor is provided it should have the same shape as the input tensor "
+                "excluding its innermost dimension, but got input with shape ",
+                self.sizes(), " and weight with shape ", weight->sizes());
+  return rows;
+}
+
+// histogram's input as one-column rows, its weight flattened alike.
+at::Tensor histogram_column(const at::Tensor& self, const std::optional<at::Tensor>& weight) {
+  std::optional<at::Tensor> flat;
+  if (weight.has_value()) flat = weight->reshape({-1});
+  return histogram_rows(self.reshape({-1, 1}), flat);
+}
+
+std::tuple<at::Tensor, at::Tensor> histogram_bin_ct(const at::Tensor& self, int64_t bins,
+                                                    std::optional<at::ArrayRef<double>> range,
+                                                    const std::optional<at::Tensor>& weight, bool density) {
+  at::Tensor rows = histogram_column(self, weight);
+  std::vector<at::Tensor> edges = histogram_edges(rows, {bins}, range);
+  return {histogram_counts(rows, edges, weight, density), edges[0]};
+}
+
+std::tuple<at::Tensor, at::Tensor> histogram_bins_tensor(const at::Tensor& self, const at::Tensor& bins,
+                                                         const std::optional<at::Tensor>& weight, bool density) {
+  return {histogram_counts(histogram_column(self, weight), {bins}, weight, density), bins.clone()};
+}
+
+std::vector<at::Tensor> histogramdd_bin_edges(const at::Tensor& self, at::IntArrayRef bins,
+                                              std::optional<at::ArrayRef<double>> range,
+                                              const std::optional<at::Tensor>& weight, bool density) {
+  (void)density;
+  return histogram_edges(histogram_rows(self, weight), bins, range);
+}
+
+at::Tensor histogramdd_from_bin_cts(const at::Tensor& self, at::IntArrayRef bins,
+                                    std::optional<at::ArrayRef<double>> range, const std::optional<at::Tensor>& weight,
+                                    bool density) {
+  at::Tensor rows = histogram_rows(self, weight);
+  return histogram_counts(rows, histogram_edges(rows, bins, range), weight, density);
+}
+
+at::Tensor histogramdd_from_bin_tensors(const at::Tensor& self, at::TensorList bins,
+                                        const std::optional<at::Tensor>& weight, bool density) {
+  return histogram_counts(histogram_rows(self, weight), bins, weight, density);
+}
+
 bool equal_impl(const at::Tensor& self, const at::Tensor& other) {
   if (self.sizes() != other.sizes()) return false;
   TORCH_CHECK(self.device() == other.device(), "Cannot compare two tensors on different devices. Got: ",
@@ -137,6 +270,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("unique_dim", TORCH_FN(torchtpu::unique_dim_impl));
   m.impl("unique_consecutive", TORCH_FN(torchtpu::unique_consecutive_impl));
   m.impl("unique_dim_consecutive", TORCH_FN(torchtpu::unique_dim_consecutive_impl));
+  m.impl("histogram.bin_ct", TORCH_FN(torchtpu::histogram_bin_ct));
+  m.impl("histogram.bins_tensor", TORCH_FN(torchtpu::histogram_bins_tensor));
+  m.impl("_histogramdd_bin_edges", TORCH_FN(torchtpu::histogramdd_bin_edges));
+  m.impl("_histogramdd_from_bin_cts", TORCH_FN(torchtpu::histogramdd_from_bin_cts));
+  m.impl("_histogramdd_from_bin_tensors", TORCH_FN(torchtpu::histogramdd_from_bin_tensors));
   m.impl("equal", TORCH_FN(torchtpu::equal_impl));
   m.impl("is_nonzero", TORCH_FN(torchtpu::is_nonzero_impl));
 }
