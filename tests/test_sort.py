@@ -1,7 +1,7 @@
 """Sorting and the ops built on it on tpu against PyTorch on CPU: sort and
 argsort (stable, descending, NaN greatest), topk, kthvalue, median and
 nanmedian, mode, cummax/cummin, logcumsumexp, searchsorted, histc, histogram and
-histogramdd, unique and unique_consecutive, with edge cases (NaN, empty, 0-dim, negative dims) and
+histogramdd, bincount, unique and unique_consecutive, with edge cases (NaN, empty, 0-dim, negative dims) and
 PyTorch's errors."""
 import itertools
 import math
@@ -218,6 +218,22 @@ class TestHistogram:
         compare(lambda x: torch.histogramdd(x, 2, range=[-1.0, 1.0, 0.0, 2.0, -1.0, 0.0]), x)
         edges = [torch.tensor([0.5, -1.0, 1.0]), torch.tensor([-1.0, 0.0]), torch.tensor([-2.0, 0.0, 0.1, 3.0])]
         compare(lambda x, *e: torch.histogramdd(x, list(e)), x, *edges)
+
+    def test_bincount(self):
+        x = torch.tensor([3, 0, 3, 1])
+        compare(torch.bincount, x)
+        compare(lambda x: torch.bincount(x, minlength=7), x.to(torch.uint8))
+        compare(lambda x, w: torch.bincount(x, w), x, torch.tensor([0.5, 1.0, 2.0, 3.0]))
+        compare(lambda x, w: torch.bincount(x, w), x, torch.tensor([1, 2, 3, 4]))  # counts in double
+        compare(lambda x: torch.bincount(x, minlength=3), torch.tensor([], dtype=torch.long))
+
+    def test_bincount_errors(self):
+        with pytest.raises(RuntimeError, match="bincount only supports 1-d non-negative integral inputs"):
+            torch.bincount(torch.tensor([-1, 2], device="tpu"))
+        with pytest.raises(NotImplementedError, match="not implemented for 'Float'"):
+            torch.bincount(torch.ones(2, device="tpu"))
+        with pytest.raises(RuntimeError, match="weights should be 1-d and have the same length as input"):
+            torch.bincount(torch.tensor([1, 2], device="tpu"), torch.ones(3, device="tpu"))
 
     def test_errors(self):
         x = torch.randn(5, device="tpu")

@@ -3,6 +3,7 @@
 // (equal). Each reads one size back from the device, then runs lowered ops of
 // static shape (nonzero_static, index_select …): one sync, no CPU fallback.
 // Histograms read back the data's range the same way, for PyTorch's checks.
+// bincount reads back its largest value, the size of its result.
 #include <ATen/ATen.h>
 #include <ATen/native/Resize.h>
 #include <torch/library.h>
@@ -243,6 +244,26 @@ at::Tensor histogramdd_from_bin_tensors(const at::Tensor& self, at::TensorList b
   return histogram_counts(histogram_rows(self, weight), bins, weight, density);
 }
 
+// bincount: as many bins as the largest value + 1 (read back with the
+// smallest, which PyTorch checks), at least minlength. Float weights count in
+// float, others in double, as PyTorch's CPU kernel.
+at::Tensor bincount_impl(const at::Tensor& self, const std::optional<at::Tensor>& weights, int64_t minlength) {
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isIntegralType(self.scalar_type(), /*includeBool=*/true),
+                              "\"bincount_cpu\" not implemented for '", self.scalar_type(), "'");
+  TORCH_CHECK(minlength >= 0, "minlength should be >= 0");
+  TORCH_CHECK(self.dim() == 1, "bincount only supports 1-d non-negative integral inputs.");
+  if (self.numel() == 0) return at::zeros({minlength}, self.options().dtype(at::kLong));
+  bool weighted = weights.has_value() && weights->defined();
+  TORCH_CHECK(!weighted || (weights->dim() == 1 && weights->size(0) == self.size(0)),
+              "weights should be 1-d and have the same length as input");
+  at::Tensor extremes = at::stack({self.min(), self.max()}).to(at::kLong).cpu();  // the one sync
+  TORCH_CHECK(extremes[0].item<int64_t>() >= 0, "bincount only supports 1-d non-negative integral inputs.");
+  int64_t bins = std::max(extremes[1].item<int64_t>() + 1, minlength);
+  at::ScalarType dtype = !weighted ? at::kLong : weights->scalar_type() == at::kFloat ? at::kFloat : at::kDouble;
+  at::Tensor w = weighted ? weights->to(dtype) : at::ones({self.size(0)}, self.options().dtype(dtype));
+  return at::zeros({bins}, w.options()).index_add_(0, self.to(at::kLong), w);
+}
+
 bool equal_impl(const at::Tensor& self, const at::Tensor& other) {
   if (self.sizes() != other.sizes()) return false;
   TORCH_CHECK(self.device() == other.device(), "Cannot compare two tensors on different devices. Got: ",
@@ -275,6 +296,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_histogramdd_bin_edges", TORCH_FN(torchtpu::histogramdd_bin_edges));
   m.impl("_histogramdd_from_bin_cts", TORCH_FN(torchtpu::histogramdd_from_bin_cts));
   m.impl("_histogramdd_from_bin_tensors", TORCH_FN(torchtpu::histogramdd_from_bin_tensors));
+  m.impl("bincount", TORCH_FN(torchtpu::bincount_impl));
   m.impl("equal", TORCH_FN(torchtpu::equal_impl));
   m.impl("is_nonzero", TORCH_FN(torchtpu::is_nonzero_impl));
 }
