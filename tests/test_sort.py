@@ -191,6 +191,8 @@ class TestSearch:
             torch.histc(torch.ones(3, device="tpu"), 5, 0, INF)
         with pytest.raises(RuntimeError, match="torch.histc: range of"):
             torch.histc(torch.tensor([1.0, INF], device="tpu"), 5)
+        with pytest.raises(RuntimeError, match="torch.histc: range of"):
+            torch.histc(torch.tensor([1.0, NAN, 2.0], device="tpu"), 5)
 
 
 @pytest.mark.usefixtures("no_fallbacks")

@@ -67,7 +67,7 @@ static tpu_hlo_value pick(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value pos, 
                                (int64_t[]){dim}, 1);
 }
 
-/* A rank-0-or-more s64 constant shaped like |x| without |dim|. */
+/* The s64 constant |v| shaped like |x| without |dim|. */
 static tpu_hlo_value positions(tpu_lower_ctx *c, tpu_hlo_value x, int dim, int64_t v) {
   const tpu_hlo_type *t = tpu_hlo_type_of(B, x);
   tpu_hlo_type pt = tpu_hlo_make_type(TPU_S64, 0, NULL);
@@ -91,12 +91,10 @@ static tpu_status_t sort_rule(tpu_lower_ctx *c) {
 }
 
 /* topk(self, k, dim, largest, sorted): the first k of a sort (so always
- * sorted). */
+ * sorted). PyTorch's meta function checks k, as kthvalue's does. */
 static tpu_status_t topk_rule(tpu_lower_ctx *c) {
   int dim = dim_arg(c, 2, -1);
   int64_t k = tpu_lower_int(c, 1, 0);
-  int64_t size = c->args[0].rank ? c->args[0].sizes[dim] : 1;
-  if (k < 0 || k > size) return tpu_lower_error(c, TPU_ERR_INDEX, "selected index k out of range");
   tpu_hlo_value values, indices;
   sort_dim(c, input_vector(c), dim, tpu_lower_bool(c, 3, true), &values, &indices);
   tpu_lower_set_output(c, 0, tpu_hlo_slice_dim(B, values, dim, 0, k, 1));
@@ -115,9 +113,6 @@ static void set_picked(tpu_lower_ctx *c, tpu_hlo_value values, tpu_hlo_value ind
 static tpu_status_t kthvalue_rule(tpu_lower_ctx *c) {
   int dim = dim_arg(c, 2, -1);
   int64_t k = tpu_lower_int(c, 1, 0);
-  int64_t size = c->args[0].rank ? c->args[0].sizes[dim] : 1;
-  if (k < 1 || k > size)
-    return tpu_lower_error(c, TPU_ERR_INDEX, "kthvalue(): selected number k out of range for dimension %d", dim);
   tpu_hlo_value values, indices;
   sort_dim(c, input_vector(c), dim, false, &values, &indices);
   set_picked(c, values, indices, positions(c, values, dim, k - 1), dim);
@@ -301,8 +296,12 @@ static tpu_status_t histc_rule(tpu_lower_ctx *c) {
     tpu_hlo_value one = tpu_hlo_scalar_f64(B, t, 1.0), same = cmp(c, TPU_HLO_EQ, left, right);
     left = sel(c, same, sub(c, left, one), left);
     right = sel(c, same, add(c, right, one), right);
-    tpu_lower_require(c, and_(c, un(c, TPU_HLO_IS_FINITE, left), un(c, TPU_HLO_IS_FINITE, right)),
-                      TPU_ERR_RUNTIME, "torch.histc: range of [min, max] is not finite");
+    /* XLA's min and max may skip a NaN, PyTorch's range check sees it */
+    tpu_hlo_value any_nan = tpu_hlo_reduce_simple(B, is_nan(c, x), tpu_hlo_scalar_i64(B, TPU_BOOL, 0), TPU_HLO_OR,
+                                                  (int64_t[]){0}, 1);
+    tpu_hlo_value finite = and_(c, un(c, TPU_HLO_IS_FINITE, left), un(c, TPU_HLO_IS_FINITE, right));
+    tpu_lower_require(c, and_(c, finite, un(c, TPU_HLO_NOT, any_nan)), TPU_ERR_RUNTIME,
+                      "torch.histc: range of [min, max] is not finite");
   } else {
     if (lo == hi) lo -= 1, hi += 1;
     if (!isfinite(lo) || !isfinite(hi))
