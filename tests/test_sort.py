@@ -169,6 +169,21 @@ class TestSearch:
         v = torch.tensor([-2.0, 0.0, 0.3, 5.0])
         compare(lambda s, v, i: torch.searchsorted(s, v, sorter=i), seq, v, torch.argsort(seq))
 
+    @pytest.mark.parametrize("right", [False, True])
+    def test_searchsorted_follows_the_binary_search(self, right):
+        # unsorted or NaN boundaries: the CPU's answer is where its search stops
+        v = torch.tensor([[NAN, -1.0, 0.1, 0.7], [1.5, 2.5, -3.0, 0.0]])
+        for seq in (torch.tensor([0.0, 1.0, NAN]), torch.tensor([2.0, -1.0, 0.5, 3.0, 0.0]),
+                    torch.tensor([[0.5, -1.0, 2.0], [NAN, 0.0, 1.0]])):
+            compare(lambda s, v: torch.searchsorted(s, v, right=right), seq, v)
+        seq = torch.tensor([2.0, -1.0, 0.5, 3.0, 0.0])
+        compare(lambda s, v, i: torch.searchsorted(s, v, right=right, sorter=i), seq, v, torch.tensor([4, 0, 1, 3, 2]))
+
+    def test_searchsorted_bad_sorter_is_an_error(self):
+        with pytest.raises(RuntimeError, match=r"torch.searchsorted\(\): sorter index out of range"):
+            torch.searchsorted(torch.ones(3, device="tpu"), torch.ones(2, device="tpu"),
+                               sorter=torch.tensor([0, 5, 1], device="tpu"))
+
     def test_searchsorted_shape_is_an_error(self):
         with pytest.raises(RuntimeError, match="boundaries tensor should be 1 dimension"):
             torch.searchsorted(torch.ones(2, 3, device="tpu"), torch.ones(3, 3, device="tpu"))

@@ -251,30 +251,61 @@ static tpu_status_t running_rule(tpu_lower_ctx *c) {
 
 /* --- searching and counting ------------------------------------------------------ */
 
+/* flat[idx] for a 1-D |flat| and an s64 |idx| of any shape; an index out of
+ * range is clamped (gather's rule). */
+static tpu_hlo_value take(tpu_lower_ctx *c, tpu_hlo_value flat, tpu_hlo_value idx) {
+  tpu_hlo_type out = *tpu_hlo_type_of(B, idx);
+  out.dtype = tpu_hlo_dtype(B, flat);
+  tpu_hlo_gather_dims g = {.num_collapsed = 1, .num_start_map = 1, .index_vector_dim = out.rank};
+  return tpu_hlo_gather(B, flat, idx, &g, (int64_t[]){1}, &out);
+}
+
 /* searchsorted.Tensor/.Scalar(sorted_sequence, self, *, out_int32, right,
- * side, sorter): per value, how many boundaries of its row lie before it,
- * counted as PyTorch's binary search decides (left: !(b >= v), right:
- * !(b > v)). A count needs no sorter: it does not depend on the order. */
+ * side, sorter): PyTorch's binary search, step by step for every value at
+ * once (floor(log2 n) + 1 steps over its row of n boundaries, read through
+ * sorter when given), so that even unsorted or NaN boundaries give the CPU's
+ * answer. Left moves past a boundary b when !(b >= v), right when !(b > v). */
 static tpu_status_t searchsorted_rule(tpu_lower_ctx *c) {
   bool right = tpu_lower_bool(c, 3, false);
   if (c->args[4].kind == TPU_ARG_STRING) right = c->args[4].s[0] == 'r';
   tpu_dtype_t t = c->common_dtype;
-  tpu_hlo_value seq = tpu_hlo_convert(B, tpu_lower_tensor(c, 0), t);
   tpu_hlo_value v = c->args[1].kind == TPU_ARG_TENSOR ? tpu_hlo_convert(B, tpu_lower_tensor(c, 1), t)
                                                       : tpu_lower_scalar(c, 1, t);
-  tpu_hlo_type vt = *tpu_hlo_type_of(B, v), st = *tpu_hlo_type_of(B, seq);
-  /* compare as [..., values, boundaries] */
-  tpu_hlo_type pair = vt;
-  pair.dims[pair.rank++] = st.dims[st.rank - 1];
-  int64_t vdims[TPU_HLO_MAX_RANK], sdims[TPU_HLO_MAX_RANK];
-  for (int i = 0; i < vt.rank; i++) vdims[i] = i;
-  for (int i = 0; i < st.rank - 1; i++) sdims[i] = i;
-  sdims[st.rank - 1] = pair.rank - 1;
-  tpu_hlo_value bv = tpu_hlo_broadcast_in_dim(B, v, &pair, vdims);
-  tpu_hlo_value bs = tpu_hlo_broadcast_in_dim(B, seq, &pair, st.rank == 1 ? (int64_t[]){pair.rank - 1} : sdims);
-  tpu_hlo_value before = un(c, TPU_HLO_NOT, cmp(c, right ? TPU_HLO_GT : TPU_HLO_GE, bs, bv));
-  tpu_hlo_value n = tpu_lower_reduce(B, tpu_hlo_convert(B, before, TPU_S64), TPU_HLO_ADD, (int64_t[]){pair.rank - 1}, 1);
-  return done(c, n);
+  const tpu_lower_arg *seq = &c->args[0];
+  int64_t n = seq->sizes[seq->rank - 1], numel = 1;
+  for (int i = 0; i < seq->rank; i++) numel *= seq->sizes[i];
+  tpu_hlo_type it = *tpu_hlo_type_of(B, v);
+  it.dtype = TPU_S64;
+  tpu_hlo_value start = tpu_hlo_const_i64(B, &it, 0), end = tpu_hlo_const_i64(B, &it, n);
+  if (n == 0) return done(c, start);
+  tpu_hlo_value flat = tpu_hlo_reshape(B, tpu_hlo_convert(B, tpu_lower_tensor(c, 0), t), 1, &numel);
+  /* the first boundary of each value's row: rows follow the leading dims */
+  tpu_hlo_value base = tpu_hlo_const_i64(B, &it, 0);
+  for (int i = 0; seq->rank > 1 && i < it.rank - 1; i++)
+    base = add(c, mul(c, base, tpu_hlo_const_i64(B, &it, it.dims[i])), tpu_hlo_iota(B, &it, i));
+  base = mul(c, base, tpu_hlo_const_i64(B, &it, n));
+  tpu_hlo_value sorter = TPU_HLO_NONE;
+  if (!tpu_lower_is_none(c, 5)) {
+    sorter = tpu_hlo_reshape(B, tpu_hlo_convert(B, tpu_lower_tensor(c, 5), TPU_S64), 1, &numel);
+    tpu_hlo_type st = *tpu_hlo_type_of(B, sorter);
+    tpu_hlo_value ok = and_(c, cmp(c, TPU_HLO_GE, sorter, tpu_hlo_const_i64(B, &st, 0)),
+                            cmp(c, TPU_HLO_LT, sorter, tpu_hlo_const_i64(B, &st, n)));
+    tpu_lower_require(c, tpu_lower_reduce(B, ok, TPU_HLO_AND, (int64_t[]){0}, 1), TPU_ERR_RUNTIME,
+                      "torch.searchsorted(): sorter index out of range");
+  }
+  tpu_hlo_value one = tpu_hlo_const_i64(B, &it, 1);
+  for (int64_t steps = n; steps > 0; steps >>= 1) {
+    tpu_hlo_value active = cmp(c, TPU_HLO_LT, start, end);
+    tpu_hlo_value mid = add(c, start, tpu_hlo_binary(B, TPU_HLO_SHR_ARITH, sub(c, end, start), one));
+    tpu_hlo_value at = add(c, base, mid);
+    if (sorter != TPU_HLO_NONE) at = add(c, base, take(c, sorter, at));
+    tpu_hlo_value b = take(c, flat, at);
+    tpu_hlo_value past = and_(c, active, un(c, TPU_HLO_NOT, cmp(c, right ? TPU_HLO_GT : TPU_HLO_GE, b, v)));
+    tpu_hlo_value before = and_(c, active, un(c, TPU_HLO_NOT, past));
+    start = sel(c, past, add(c, mid, one), start);
+    end = sel(c, before, mid, end);
+  }
+  return done(c, start);
 }
 
 /* histc(self, bins, min, max) with constant min/max: counts per bin of

@@ -142,22 +142,6 @@ std::vector<at::Tensor> histogram_edges(const at::Tensor& rows, at::IntArrayRef 
   return edges;
 }
 
-// std::upper_bound(edges, x) for each element of |x|, step by step as the
-// binary search goes: unsorted edges bin exactly as on the CPU.
-at::Tensor upper_bound(const at::Tensor& edges, const at::Tensor& x) {
-  int64_t n = edges.size(0);
-  at::Tensor first = at::zeros(x.sizes(), x.options().dtype(at::kLong));
-  at::Tensor len = at::full_like(first, n);
-  for (int64_t steps = n; steps > 0; steps >>= 1) {
-    at::Tensor half = len.div(2, "floor");
-    at::Tensor mid = first.add(half);
-    at::Tensor right = len.gt(0).logical_and_(x.lt(edges.index_select(0, mid.clamp_max(n - 1))).logical_not_());
-    first = at::where(right, mid.add(1), first);
-    len = at::where(right, len.sub(half).sub_(1), half);
-  }
-  return first;
-}
-
 // The histogram of |rows| over |edges| (one tensor per dim): an element
 // outside any dim's outer edges is not counted, the top edge belongs to the
 // last bin.
@@ -175,7 +159,9 @@ at::Tensor histogram_counts(const at::Tensor& rows, at::TensorList edges, const 
                 " dimensions in the bins tensor for dimension ", d);
     int64_t count = e.size(0) - 1;
     at::Tensor x = rows.select(1, d);
-    at::Tensor bin = upper_bound(e, x).sub_(1).clamp_(0, std::max<int64_t>(count - 1, 0));
+    // std::upper_bound as the CPU kernel searches, step by step (unsorted edges too)
+    at::Tensor bin = at::searchsorted(e, x, /*out_int32=*/false, /*right=*/true).sub_(1);
+    bin.clamp_(0, std::max<int64_t>(count - 1, 0));
     inside.logical_and_(x.ge(e[0]).logical_and_(x.le(e[count])));
     flat = flat.mul(count).add_(bin);
     shape.push_back(count);
