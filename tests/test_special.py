@@ -50,3 +50,28 @@ def test_polynomial_scalar_and_empty(name, no_fallbacks):
     out = torch.empty(9).to("tpu")
     fn(x.to("tpu"), torch.tensor(4.0).to("tpu"), out=out)
     torch.testing.assert_close(out.cpu(), fn(x, torch.tensor(4.0)))
+
+
+UNARY = [
+    "bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1", "modified_bessel_i0", "modified_bessel_i1",
+    "modified_bessel_k0", "modified_bessel_k1", "scaled_modified_bessel_k0", "scaled_modified_bessel_k1",
+    "spherical_bessel_j0",
+]
+
+# Both sides of every branch point (0, 1e-5, 0.5, 2, 5, 8), large values and
+# the non-finite ones.
+EDGES = [0.0, -0.0, 1e-6, -1e-6, 0.49, 0.51, 1.99, 2.0, 2.01, 4.99, 5.0, 5.01, 7.99, 8.0, 8.01, 50.0, -50.0,
+         80.0, 700.0, 1e4, INF, -INF, NAN]
+
+
+@pytest.mark.parametrize("name", UNARY)
+def test_special_unary(name, no_fallbacks):
+    fn = getattr(torch.special, name)
+    compare(fn, torch.linspace(-30, 30, 601), rtol=2e-5, atol=1e-6)
+    compare(fn, torch.tensor(EDGES), rtol=2e-5, atol=1e-6)
+    compare(fn, torch.tensor(3.5))
+    compare(fn, torch.empty(0, 2))
+    compare(fn, torch.arange(-3, 4))  # integers compute in the default float type
+    out = torch.empty(5).to("tpu")
+    fn(torch.linspace(0.5, 9, 5).to("tpu"), out=out)
+    torch.testing.assert_close(out.cpu(), fn(torch.linspace(0.5, 9, 5)))

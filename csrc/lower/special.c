@@ -194,10 +194,315 @@ static tpu_status_t polynomial_rule(tpu_lower_ctx *c) {
   return done(c, sel(c, lt(c, nf, 0.0), k(c, 0.0), r));
 }
 
+/* --- Bessel functions ------------------------------------------------------------ */
+
+/* Cephes' coefficients as PyTorch uses them: rational approximations for
+ * J0/J1/Y0/Y1 (the P/Q asymptotic ones are shared by J and Y), Chebyshev
+ * series for the modified functions. */
+static const double J0_PP[7] = {
+    7.96936729297347051624e-04, 8.28352392107440799803e-02, 1.23953371646414299388e+00,
+    5.44725003058768775090e+00, 8.74716500199817011941e+00, 5.30324038235394892183e+00,
+    9.99999999999999997821e-01,
+};
+static const double J0_PQ[7] = {
+    9.24408810558863637013e-04, 8.56288474354474431428e-02, 1.25352743901058953537e+00,
+    5.47097740330417105182e+00, 8.76190883237069594232e+00, 5.30605288235394617618e+00,
+    1.00000000000000000218e+00,
+};
+static const double J0_QP[8] = {
+    -1.13663838898469149931e-02, -1.28252718670509318512e+00, -1.95539544257735972385e+01,
+    -9.32060152123768231369e+01, -1.77681167980488050595e+02, -1.47077505154951170175e+02,
+    -5.14105326766599330220e+01, -6.05014350600728481186e+00,
+};
+static const double J0_QQ[7] = {
+    6.43178256118178023184e+01, 8.56430025976980587198e+02, 3.88240183605401609683e+03,
+    7.24046774195652478189e+03, 5.93072701187316984827e+03, 2.06209331660327847417e+03,
+    2.42005740240291393179e+02,
+};
+static const double J0_RP[4] = {
+    -4.79443220978201773821e+09, 1.95617491946556577543e+12, -2.49248344360967716204e+14,
+    9.70862251047306323952e+15,
+};
+static const double J0_RQ[8] = {
+    4.99563147152651017219e+02, 1.73785401676374683123e+05, 4.84409658339962045305e+07,
+    1.11855537045356834862e+10, 2.11277520115489217587e+12, 3.10518229857422583814e+14,
+    3.18121955943204943306e+16, 1.71086294081043136091e+18,
+};
+static const double J1_PP[7] = {
+    7.62125616208173112003e-04, 7.31397056940917570436e-02, 1.12719608129684925192e+00,
+    5.11207951146807644818e+00, 8.42404590141772420927e+00, 5.21451598682361504063e+00,
+    1.00000000000000000254e+00,
+};
+static const double J1_PQ[7] = {
+    5.71323128072548699714e-04, 6.88455908754495404082e-02, 1.10514232634061696926e+00,
+    5.07386386128601488557e+00, 8.39985554327604159757e+00, 5.20982848682361821619e+00,
+    9.99999999999999997461e-01,
+};
+static const double J1_QP[8] = {
+    5.10862594750176621635e-02, 4.98213872951233449420e+00, 7.58238284132545283818e+01,
+    3.66779609360150777800e+02, 7.10856304998926107277e+02, 5.97489612400613639965e+02,
+    2.11688757100572135698e+02, 2.52070205858023719784e+01,
+};
+static const double J1_QQ[7] = {
+    7.42373277035675149943e+01, 1.05644886038262816351e+03, 4.98641058337653607651e+03,
+    9.56231892404756170795e+03, 7.99704160447350683650e+03, 2.82619278517639096600e+03,
+    3.36093607810698293419e+02,
+};
+static const double J1_RP[4] = {
+    -8.99971225705559398224e+08, 4.52228297998194034323e+11, -7.27494245221818276015e+13,
+    3.68295732863852883286e+15,
+};
+static const double J1_RQ[8] = {
+    6.20836478118054335476e+02, 2.56987256757748830383e+05, 8.35146791431949253037e+07,
+    2.21511595479792499675e+10, 4.74914122079991414898e+12, 7.84369607876235854894e+14,
+    8.95222336184627338078e+16, 5.32278620332680085395e+18,
+};
+static const double Y0_YP[8] = {
+    1.55924367855235737965e+04, -1.46639295903971606143e+07, 5.43526477051876500413e+09,
+    -9.82136065717911466409e+11, 8.75906394395366999549e+13, -3.46628303384729719441e+15,
+    4.42733268572569800351e+16, -1.84950800436986690637e+16,
+};
+static const double Y0_YQ[7] = {
+    1.04128353664259848412e+03, 6.26107330137134956842e+05, 2.68919633393814121987e+08,
+    8.64002487103935000337e+10, 2.02979612750105546709e+13, 3.17157752842975028269e+15,
+    2.50596256172653059228e+17,
+};
+static const double Y1_YP[6] = {
+    1.26320474790178026440e+09, -6.47355876379160291031e+11, 1.14509511541823727583e+14,
+    -8.12770255501325109621e+15, 2.02439475713594898196e+17, -7.78877196265950026825e+17,
+};
+static const double Y1_YQ[8] = {
+    5.94301592346128195359e+02, 2.35564092943068577943e+05, 7.34811944459721705660e+07,
+    1.87601316108706159478e+10, 3.88231277496238566008e+12, 6.20557727146953693363e+14,
+    6.87141087355300489866e+16, 3.97270608116560655612e+18,
+};
+static const double I0_A[30] = {
+    -4.41534164647933937950e-18, 3.33079451882223809783e-17, -2.43127984654795469359e-16,
+    1.71539128555513303061e-15, -1.16853328779934516808e-14, 7.67618549860493561688e-14,
+    -4.85644678311192946090e-13, 2.95505266312963983461e-12, -1.72682629144155570723e-11,
+    9.67580903537323691224e-11, -5.18979560163526290666e-10, 2.65982372468238665035e-09,
+    -1.30002500998624804212e-08, 6.04699502254191894932e-08, -2.67079385394061173391e-07,
+    1.11738753912010371815e-06, -4.41673835845875056359e-06, 1.64484480707288970893e-05,
+    -5.75419501008210370398e-05, 1.88502885095841655729e-04, -5.76375574538582365885e-04,
+    1.63947561694133579842e-03, -4.32430999505057594430e-03, 1.05464603945949983183e-02,
+    -2.37374148058994688156e-02, 4.93052842396707084878e-02, -9.49010970480476444210e-02,
+    1.71620901522208775349e-01, -3.04682672343198398683e-01, 6.76795274409476084995e-01,
+};
+static const double I0_B[25] = {
+    -7.23318048787475395456e-18, -4.83050448594418207126e-18, 4.46562142029675999901e-17,
+    3.46122286769746109310e-17, -2.82762398051658348494e-16, -3.42548561967721913462e-16,
+    1.77256013305652638360e-15, 3.81168066935262242075e-15, -9.55484669882830764870e-15,
+    -4.15056934728722208663e-14, 1.54008621752140982691e-14, 3.85277838274214270114e-13,
+    7.18012445138366623367e-13, -1.79417853150680611778e-12, -1.32158118404477131188e-11,
+    -3.14991652796324136454e-11, 1.18891471078464383424e-11, 4.94060238822496958910e-10,
+    3.39623202570838634515e-09, 2.26666899049817806459e-08, 2.04891858946906374183e-07,
+    2.89137052083475648297e-06, 6.88975834691682398426e-05, 3.36911647825569408990e-03,
+    8.04490411014108831608e-01,
+};
+static const double I1_A[29] = {
+    2.77791411276104639959e-18, -2.11142121435816608115e-17, 1.55363195773620046921e-16,
+    -1.10559694773538630805e-15, 7.60068429473540693410e-15, -5.04218550472791168711e-14,
+    3.22379336594557470981e-13, -1.98397439776494371520e-12, 1.17361862988909016308e-11,
+    -6.66348972350202774223e-11, 3.62559028155211703701e-10, -1.88724975172282928790e-09,
+    9.38153738649577178388e-09, -4.44505912879632808065e-08, 2.00329475355213526229e-07,
+    -8.56872026469545474066e-07, 3.47025130813767847674e-06, -1.32731636560394358279e-05,
+    4.78156510755005422638e-05, -1.61760815825896745588e-04, 5.12285956168575772895e-04,
+    -1.51357245063125314899e-03, 4.15642294431288815669e-03, -1.05640848946261981558e-02,
+    2.47264490306265168283e-02, -5.29459812080949914269e-02, 1.02643658689847095384e-01,
+    -1.76416518357834055153e-01, 2.52587186443633654823e-01,
+};
+static const double I1_B[25] = {
+    7.51729631084210481353e-18, 4.41434832307170791151e-18, -4.65030536848935832153e-17,
+    -3.20952592199342395980e-17, 2.96262899764595013876e-16, 3.30820231092092828324e-16,
+    -1.88035477551078244854e-15, -3.81440307243700780478e-15, 1.04202769841288027642e-14,
+    4.27244001671195135429e-14, -2.10154184277266431302e-14, -4.08355111109219731823e-13,
+    -7.19855177624590851209e-13, 2.03562854414708950722e-12, 1.41258074366137813316e-11,
+    3.25260358301548823856e-11, -1.89749581235054123450e-11, -5.58974346219658380687e-10,
+    -3.83538038596423702205e-09, -2.63146884688951950684e-08, -2.51223623787020892529e-07,
+    -3.88256480887769039346e-06, -1.10588938762623716291e-04, -9.76109749136146840777e-03,
+    7.78576235018280120474e-01,
+};
+static const double K0_A[10] = {
+    1.37446543561352307156e-16, 4.25981614279661018399e-14, 1.03496952576338420167e-11,
+    1.90451637722020886025e-09, 2.53479107902614945675e-07, 2.28621210311945178607e-05,
+    1.26461541144692592338e-03, 3.59799365153615016266e-02, 3.44289899924628486886e-01,
+    -5.35327393233902768720e-01,
+};
+static const double K0_B[25] = {
+    5.30043377268626276149e-18, -1.64758043015242134646e-17, 5.21039150503902756861e-17,
+    -1.67823109680541210385e-16, 5.51205597852431940784e-16, -1.84859337734377901440e-15,
+    6.34007647740507060557e-15, -2.22751332699166985548e-14, 8.03289077536357521100e-14,
+    -2.98009692317273043925e-13, 1.14034058820847496303e-12, -4.51459788337394416547e-12,
+    1.85594911495471785253e-11, -7.95748924447710747776e-11, 3.57739728140030116597e-10,
+    -1.69753450938905987466e-09, 8.57403401741422608519e-09, -4.66048989768794782956e-08,
+    2.76681363944501510342e-07, -1.83175552271911948767e-06, 1.39498137188764993662e-05,
+    -1.28495495816278026384e-04, 1.56988388573005337491e-03, -3.14481013119645005427e-02,
+    2.44030308206595545468e+00,
+};
+static const double K1_A[11] = {
+    -7.02386347938628759343e-18, -2.42744985051936593393e-15, -6.66690169419932900609e-13,
+    -1.41148839263352776110e-10, -2.21338763073472585583e-08, -2.43340614156596823496e-06,
+    -1.73028895751305206302e-04, -6.97572385963986435018e-03, -1.22611180822657148235e-01,
+    -3.53155960776544875667e-01, 1.52530022733894777053e+00,
+};
+static const double K1_B[25] = {
+    -5.75674448366501715755e-18, 1.79405087314755922667e-17, -5.68946255844285935196e-17,
+    1.83809354436663880070e-16, -6.05704724837331885336e-16, 2.03870316562433424052e-15,
+    -7.01983709041831346144e-15, 2.47715442448130437068e-14, -8.97670518232499435011e-14,
+    3.34841966607842919884e-13, -1.28917396095102890680e-12, 5.13963967348173025100e-12,
+    -2.12996783842756842877e-11, 9.21831518760500529508e-11, -4.19035475934189648750e-10,
+    2.01504975519703286596e-09, -1.03457624656780970260e-08, 5.74108412545004946722e-08,
+    -3.50196060308781257119e-07, 2.40648494783721712015e-06, -1.93619797416608296024e-05,
+    1.95215518471351631108e-04, -2.85781685962277938680e-03, 1.03923736576817238437e-01,
+    2.72062619048444266945e+00,
+};
+
+#define LEN(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+/* co[0] z^(n-1) + … + co[n-1] (Horner). */
+static tpu_hlo_value horner(tpu_lower_ctx *c, tpu_hlo_value z, const double *co, int n) {
+  tpu_hlo_value r = kl(c, z, co[0]);
+  for (int i = 1; i < n; i++) r = add(c, mul(c, r, z), kl(c, z, co[i]));
+  return r;
+}
+
+/* A Chebyshev series at z (Cephes' chbevl). */
+static tpu_hlo_value chbevl(tpu_lower_ctx *c, tpu_hlo_value z, const double *co, int n) {
+  tpu_hlo_value b0 = kl(c, z, co[0]), b1 = kl(c, z, 0.0), b2 = b1;
+  for (int i = 1; i < n; i++) {
+    b2 = b1;
+    b1 = b0;
+    b0 = add(c, sub(c, mul(c, z, b1), b2), kl(c, z, co[i]));
+  }
+  return mul(c, kl(c, z, 0.5), sub(c, b0, b2));
+}
+
+/* J (or Y) of order 0 or 1 for x > 5: the Hankel asymptotic form. */
+static tpu_hlo_value bessel_far(tpu_lower_ctx *c, tpu_hlo_value x, int order, bool y) {
+  tpu_hlo_value five = kl(c, x, 5.0);
+  tpu_hlo_value z = order == 0 ? dvd(c, kl(c, x, 25.0), mul(c, x, x)) : mul(c, dvd(c, five, x), dvd(c, five, x));
+  tpu_hlo_value p = order == 0 ? dvd(c, horner(c, z, J0_PP, LEN(J0_PP)), horner(c, z, J0_PQ, LEN(J0_PQ)))
+                               : dvd(c, horner(c, z, J1_PP, LEN(J1_PP)), horner(c, z, J1_PQ, LEN(J1_PQ)));
+  tpu_hlo_value q = order == 0 ? dvd(c, horner(c, z, J0_QP, LEN(J0_QP)), horner(c, z, J0_QQ, LEN(J0_QQ)))
+                               : dvd(c, horner(c, z, J1_QP, LEN(J1_QP)), horner(c, z, J1_QQ, LEN(J1_QQ)));
+  tpu_hlo_value th = sub(c, x, kl(c, x, order == 0 ? 0.785398163397448309615660845819875721
+                                                    : 2.356194490192344928846982537459627163));
+  tpu_hlo_value s = un(c, TPU_HLO_SIN, th), co = un(c, TPU_HLO_COS, th);
+  tpu_hlo_value q5 = mul(c, dvd(c, five, x), q);
+  tpu_hlo_value v = y ? add(c, mul(c, p, s), mul(c, q5, co)) : sub(c, mul(c, p, co), mul(c, q5, s));
+  return dvd(c, mul(c, v, kl(c, x, 0.797884560802865355879892119868763737)), un(c, TPU_HLO_SQRT, x));
+}
+
+static tpu_hlo_value bessel_j0(tpu_lower_ctx *c, tpu_hlo_value x) {
+  x = un(c, TPU_HLO_ABS, x);
+  tpu_hlo_value xx = mul(c, x, x);
+  tpu_hlo_value near = dvd(c, mul(c, mul(c, sub(c, xx, kl(c, x, 5.78318596294678452118e+00)),
+                                         sub(c, xx, kl(c, x, 3.04712623436620863991e+01))),
+                                  horner(c, xx, J0_RP, LEN(J0_RP))),
+                           horner(c, xx, J0_RQ, LEN(J0_RQ)));
+  near = sel(c, lt(c, x, 0.00001), sub(c, kl(c, x, 1.0), dvd(c, xx, kl(c, x, 4.0))), near);
+  return sel(c, cmp(c, TPU_HLO_LE, x, kl(c, x, 5.0)), near, bessel_far(c, x, 0, false));
+}
+
+static tpu_hlo_value bessel_j1(tpu_lower_ctx *c, tpu_hlo_value x) {
+  tpu_hlo_value ax = un(c, TPU_HLO_ABS, x), xx = mul(c, ax, ax);
+  tpu_hlo_value near = mul(c, mul(c, mul(c, dvd(c, horner(c, xx, J1_RP, LEN(J1_RP)), horner(c, xx, J1_RQ, LEN(J1_RQ))), ax),
+                                  sub(c, xx, kl(c, x, 1.46819706421238932572e+01))),
+                           sub(c, xx, kl(c, x, 4.92184563216946036703e+01)));
+  tpu_hlo_value v = sel(c, cmp(c, TPU_HLO_LE, ax, kl(c, x, 5.0)), near, bessel_far(c, ax, 1, false));
+  return sel(c, lt(c, x, 0.0), neg(c, v), v);
+}
+
+/* Y0/Y1: -inf at 0, NaN below. */
+static tpu_hlo_value bessel_y(tpu_lower_ctx *c, tpu_hlo_value x, int order) {
+  tpu_hlo_value xx = mul(c, x, x), two_pi = kl(c, x, 0.636619772367581343075535053490057448);
+  tpu_hlo_value log_x = un(c, TPU_HLO_LOG, x), near;
+  if (order == 0) {
+    tpu_hlo_value r = dvd(c, horner(c, xx, Y0_YP, LEN(Y0_YP)), horner(c, xx, Y0_YQ, LEN(Y0_YQ)));
+    near = add(c, r, mul(c, mul(c, two_pi, log_x), bessel_j0(c, x)));
+  } else {
+    tpu_hlo_value r = mul(c, x, dvd(c, horner(c, xx, Y1_YP, LEN(Y1_YP)), horner(c, xx, Y1_YQ, LEN(Y1_YQ))));
+    near = add(c, r, mul(c, two_pi, sub(c, mul(c, bessel_j1(c, x), log_x), dvd(c, kl(c, x, 1.0), x))));
+  }
+  near = sel(c, lt(c, x, 0.0), kl(c, x, NAN), near);
+  near = sel(c, eq(c, x, 0.0), kl(c, x, -INFINITY), near);
+  return sel(c, cmp(c, TPU_HLO_LE, x, kl(c, x, 5.0)), near, bessel_far(c, x, order, true));
+}
+
+/* I0 or I1 times exp(-|x|): the Chebyshev series on [0, 8] and beyond.
+ * |x| > 8 also divides by sqrt(|x|). */
+static tpu_hlo_value bessel_i_scaled(tpu_lower_ctx *c, tpu_hlo_value ax, int order) {
+  tpu_hlo_value z = sub(c, dvd(c, ax, kl(c, ax, 2.0)), kl(c, ax, 2.0));
+  tpu_hlo_value near = order == 0 ? chbevl(c, z, I0_A, LEN(I0_A)) : mul(c, chbevl(c, z, I1_A, LEN(I1_A)), ax);
+  tpu_hlo_value zf = sub(c, dvd(c, kl(c, ax, 32.0), ax), kl(c, ax, 2.0));
+  tpu_hlo_value far = order == 0 ? chbevl(c, zf, I0_B, LEN(I0_B)) : chbevl(c, zf, I1_B, LEN(I1_B));
+  return sel(c, cmp(c, TPU_HLO_LE, ax, kl(c, ax, 8.0)), near, far);
+}
+
+/* modified_bessel_i0/i1 as PyTorch orders the products. */
+static tpu_hlo_value bessel_i(tpu_lower_ctx *c, tpu_hlo_value x, int order) {
+  tpu_hlo_value ax = un(c, TPU_HLO_ABS, x), e = un(c, TPU_HLO_EXP, ax);
+  tpu_hlo_value s = bessel_i_scaled(c, ax, order);
+  tpu_hlo_value near = order == 0 ? mul(c, e, s) : mul(c, s, e);
+  tpu_hlo_value v = sel(c, cmp(c, TPU_HLO_LE, ax, kl(c, ax, 8.0)), near, dvd(c, mul(c, e, s), un(c, TPU_HLO_SQRT, ax)));
+  return order == 0 ? v : sel(c, lt(c, x, 0.0), neg(c, v), v);
+}
+
+/* K0/K1, times exp(x) when |scaled|: inf at 0, NaN below. */
+static tpu_hlo_value bessel_k(tpu_lower_ctx *c, tpu_hlo_value x, int order, bool scaled) {
+  tpu_hlo_value z = sub(c, mul(c, x, x), kl(c, x, 2.0));
+  tpu_hlo_value log_half = un(c, TPU_HLO_LOG, mul(c, kl(c, x, 0.5), x)), near;
+  if (order == 0) near = sub(c, chbevl(c, z, K0_A, LEN(K0_A)), mul(c, log_half, bessel_i(c, x, 0)));
+  else near = add(c, mul(c, log_half, bessel_i(c, x, 1)), dvd(c, chbevl(c, z, K1_A, LEN(K1_A)), x));
+  tpu_hlo_value zf = sub(c, dvd(c, kl(c, x, 8.0), x), kl(c, x, 2.0));
+  tpu_hlo_value far = order == 0 ? chbevl(c, zf, K0_B, LEN(K0_B)) : chbevl(c, zf, K1_B, LEN(K1_B));
+  if (scaled) {
+    near = mul(c, near, un(c, TPU_HLO_EXP, x));
+    far = dvd(c, far, un(c, TPU_HLO_SQRT, x));
+  } else {
+    far = dvd(c, mul(c, un(c, TPU_HLO_EXP, neg(c, x)), far), un(c, TPU_HLO_SQRT, x));
+  }
+  tpu_hlo_value v = sel(c, cmp(c, TPU_HLO_LE, x, kl(c, x, 2.0)), near, far);
+  v = sel(c, lt(c, x, 0.0), kl(c, x, NAN), v);
+  return sel(c, eq(c, x, 0.0), kl(c, x, INFINITY), v);
+}
+
+/* sin(x) / x, by its Taylor series near 0; 0 at the infinities. */
+static tpu_hlo_value spherical_j0(tpu_lower_ctx *c, tpu_hlo_value x) {
+  static const double taylor[] = {1.0 / 6227020800.0, -1.0 / 39916800.0, 1.0 / 362880.0, -1.0 / 5040.0,
+                                  1.0 / 120.0, -1.0 / 6.0};
+  tpu_hlo_value xx = mul(c, x, x), t = kl(c, x, taylor[0]);
+  for (int i = 1; i < LEN(taylor); i++) t = add(c, kl(c, x, taylor[i]), mul(c, xx, t));
+  t = add(c, kl(c, x, 1.0), mul(c, xx, t));
+  tpu_hlo_value v = sel(c, lt(c, un(c, TPU_HLO_ABS, x), 0.5), t, dvd(c, un(c, TPU_HLO_SIN, x), x));
+  return sel(c, eq(c, un(c, TPU_HLO_ABS, x), INFINITY), kl(c, x, 0.0), v);
+}
+
+enum { BESSEL_J0, BESSEL_J1, BESSEL_Y0, BESSEL_Y1, BESSEL_I0, BESSEL_I1, BESSEL_K0, BESSEL_K1, BESSEL_K0E,
+       BESSEL_K1E, SPHERICAL_J0 };
+
+/* special_*bessel*(x); data: which. */
+static tpu_status_t bessel_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value x = in(c, 0);
+  switch (c->data) {
+    case BESSEL_J0: return done(c, bessel_j0(c, x));
+    case BESSEL_J1: return done(c, bessel_j1(c, x));
+    case BESSEL_Y0: return done(c, bessel_y(c, x, 0));
+    case BESSEL_Y1: return done(c, bessel_y(c, x, 1));
+    case BESSEL_I0: return done(c, bessel_i(c, x, 0));
+    case BESSEL_I1: return done(c, bessel_i(c, x, 1));
+    case BESSEL_K0: case BESSEL_K1: return done(c, bessel_k(c, x, (int)(c->data - BESSEL_K0), false));
+    case BESSEL_K0E: case BESSEL_K1E: return done(c, bessel_k(c, x, (int)(c->data - BESSEL_K0E), true));
+    default: return done(c, spherical_j0(c, x));
+  }
+}
+
 #define POLY(n, kind)                                                                           \
   {{"special_" n, "special_" n ".out"}, polynomial_rule, 0, kind},                              \
   {{"special_" n ".x_scalar", "special_" n ".x_scalar_out"}, polynomial_rule, 0, kind},         \
   {{"special_" n ".n_scalar", "special_" n ".n_scalar_out"}, polynomial_rule, 0, kind}
+
+#define UNARY(n, which) {{"special_" n, "special_" n ".out"}, bessel_rule, 0, which}
 
 const tpu_lower_rule tpu_rules_special[] = {
     POLY("chebyshev_polynomial_t", CHEB_T),
@@ -212,5 +517,16 @@ const tpu_lower_rule tpu_rules_special[] = {
     POLY("hermite_polynomial_he", HERMITE_HE),
     POLY("laguerre_polynomial_l", LAGUERRE),
     POLY("legendre_polynomial_p", LEGENDRE),
+    UNARY("bessel_j0", BESSEL_J0),
+    UNARY("bessel_j1", BESSEL_J1),
+    UNARY("bessel_y0", BESSEL_Y0),
+    UNARY("bessel_y1", BESSEL_Y1),
+    UNARY("modified_bessel_i0", BESSEL_I0),
+    UNARY("modified_bessel_i1", BESSEL_I1),
+    UNARY("modified_bessel_k0", BESSEL_K0),
+    UNARY("modified_bessel_k1", BESSEL_K1),
+    UNARY("scaled_modified_bessel_k0", BESSEL_K0E),
+    UNARY("scaled_modified_bessel_k1", BESSEL_K1E),
+    UNARY("spherical_bessel_j0", SPHERICAL_J0),
 };
 TPU_COUNT_RULES(special);
