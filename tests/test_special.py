@@ -75,3 +75,45 @@ def test_special_unary(name, no_fallbacks):
     out = torch.empty(5).to("tpu")
     fn(torch.linspace(0.5, 9, 5).to("tpu"), out=out)
     torch.testing.assert_close(out.cpu(), fn(torch.linspace(0.5, 9, 5)))
+
+
+def test_zeta(no_fallbacks):
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(6, 1, generator=g) * 8 + 1.01
+    q = torch.randn(7, generator=g) * 5
+    compare(torch.special.zeta, x, q)
+    # the special cases: x == 1, x < 1, q a non-positive integer, q < 0 with x
+    # integral or not, a q far below 0 (a long direct sum), NaN
+    xs = torch.tensor([1.0, 0.5, 2.0, 2.0, 3.0, 2.5, 4.0, 2.0, NAN, 2.0, INF])
+    qs = torch.tensor([2.0, 2.0, 0.0, -3.0, -2.5, -2.5, -40.5, 1e-3, 1.0, NAN, 2.0])
+    compare(torch.special.zeta, xs, qs)
+    compare(torch.special.zeta, 2.0, torch.tensor([1.0, 2.0, 10.0]))
+    compare(torch.special.zeta, torch.tensor([2.0, 3.0]), 1.5)
+    compare(torch.special.zeta, torch.empty(0), torch.empty(0))
+    compare(torch.special.zeta, x.double(), q.double())
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 4, 7])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_polygamma(n, dtype, no_fallbacks):
+    x = torch.cat([torch.linspace(-9.7, 9.7, 40), torch.tensor([-3.0, 0.0, 0.25, 30.0, INF, NAN])]).to(dtype)
+    compare(torch.polygamma, n, x, rtol=1e-4 if dtype == torch.float32 else None, atol=1e-4 if dtype == torch.float32 else None)
+    compare(lambda t: torch.polygamma(n, t, out=torch.empty_like(t)), x)
+    compare(lambda t: t.clone().polygamma_(n), x)
+
+
+def test_polygamma_negative_n():
+    x = torch.rand(3).to("tpu")
+    with pytest.raises(RuntimeError, match="does not support negative n"):
+        torch.polygamma(-1, x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_digamma(dtype, no_fallbacks):
+    # ±0 give ∓inf, negative integers NaN, negative non-integers reflect;
+    # 10 is PyTorch's exact PSI(10) branch
+    x = torch.tensor([0.0, -0.0, -1.0, -2.0, -2.5, 1e-8, -1e-8, INF, -INF, NAN, 1e30, -7.7, 0.5, 3.3, 10.0, 9.0, 123.4])
+    compare(torch.digamma, x.to(dtype))
+    compare(torch.digamma, (torch.randn(200, generator=torch.Generator().manual_seed(0)) * 20).to(dtype),
+            rtol=1e-4, atol=1e-5)
+    compare(lambda t: t.clone().digamma_(), x.to(dtype))

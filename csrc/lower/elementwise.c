@@ -664,7 +664,6 @@ const tpu_lower_rule tpu_rules_elementwise[] = {
     UNARY("erfc", TPU_HLO_ERFC),
     UNARY("erfinv", TPU_HLO_ERF_INV),
     UNARY("lgamma", TPU_HLO_LGAMMA),
-    UNARY("digamma", TPU_HLO_DIGAMMA),
     {{"log2", "log2_", "log2.out"}, log_base, 0, 2},
     {{"log10", "log10_", "log10.out"}, log_base, 0, 10},
     {{"exp2", "exp2_", "exp2.out"}, exp2_rule, 0, 0},

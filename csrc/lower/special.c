@@ -27,6 +27,41 @@ static tpu_hlo_value eq(tpu_lower_ctx *c, tpu_hlo_value x, double v) { return cm
 static tpu_hlo_value lt(tpu_lower_ctx *c, tpu_hlo_value x, double v) { return cmp(c, TPU_HLO_LT, x, kl(c, x, v)); }
 static tpu_hlo_value gt(tpu_lower_ctx *c, tpu_hlo_value x, double v) { return cmp(c, TPU_HLO_GT, x, kl(c, x, v)); }
 
+static tpu_hlo_value trunc_of(tpu_lower_ctx *c, tpu_hlo_value x) {
+  return sel(c, lt(c, x, 0.0), un(c, TPU_HLO_CEIL, x), un(c, TPU_HLO_FLOOR, x));
+}
+
+/* --- loops ------------------------------------------------------------------------ */
+
+typedef tpu_hlo_value (*live_fn)(tpu_lower_ctx *c, const tpu_hlo_value *state);
+typedef void (*step_fn)(tpu_lower_ctx *c, const tpu_hlo_value *state, tpu_hlo_value *next);
+
+/* A stablehlo.while over |n| state values, updated in place. state[0] is
+ * the step counter (a rank-0 s64, set here to |first|); the loop runs while
+ * any element of live(state) is true, and step writes next[1 .. n-1]. */
+static void while_any(tpu_lower_ctx *c, int n, tpu_hlo_value *state, int64_t first, live_fn live, step_fn step) {
+  enum { MAX_STATE = 8 };
+  tpu_hlo_type ts[MAX_STATE];
+  state[0] = tpu_hlo_scalar_i64(B, TPU_S64, first);
+  /* Copies: the builder's type table moves as it grows. */
+  for (int i = 0; i < n; i++) ts[i] = *tpu_hlo_type_of(B, state[i]);
+  int64_t dims[TPU_HLO_MAX_RANK];
+  for (int i = 0; i < ts[1].rank; i++) dims[i] = i;
+  tpu_hlo_value a[MAX_STATE], next[MAX_STATE];
+  tpu_hlo_region regions[2];
+  tpu_hlo_region_begin(B, n, ts, a);
+  tpu_hlo_value any = tpu_hlo_reduce_simple(B, live(c, a), tpu_hlo_scalar_i64(B, TPU_BOOL, 0), TPU_HLO_OR, dims,
+                                            ts[1].rank);
+  tpu_hlo_region_end(B, &any, 1, &regions[0]);
+  tpu_hlo_region_begin(B, n, ts, a);
+  next[0] = add(c, a[0], tpu_hlo_scalar_i64(B, TPU_S64, 1));
+  step(c, a, next);
+  tpu_hlo_region_end(B, next, n, &regions[1]);
+  tpu_hlo_value out[MAX_STATE];
+  tpu_hlo_op(B, "stablehlo.while", state, n, regions, 2, NULL, ts, n, out);
+  for (int i = 0; i < n; i++) state[i] = out[i];
+}
+
 /* --- orthogonal polynomials -------------------------------------------------------- */
 
 /* Each family is P0 = 1, P1 = first(x), P(k+1) = step(k, P(k-1), P(k), x),
@@ -75,38 +110,29 @@ static tpu_hlo_value poly_step(tpu_lower_ctx *c, int kind, tpu_hlo_value kf, tpu
   }
 }
 
-/* P(n) by the recurrence where n >= 2 (elsewhere P1): a while loop whose
- * state is (k, P(k-1), P(k), x, n) and which runs while some element still
- * has k < n and a P(k) that is not NaN (PyTorch's loop stops at NaN). */
+/* P(n) by the recurrence where n >= 2 (elsewhere P1): state (k, P(k-1),
+ * P(k), x, n); an element steps while k < n and P(k) is not NaN (PyTorch's
+ * loop stops at NaN). */
+static tpu_hlo_value poly_live(tpu_lower_ctx *c, const tpu_hlo_value *st) {
+  tpu_hlo_value kb = tpu_hlo_broadcast_to(B, st[0], tpu_hlo_type_of(B, st[4]));
+  return and_(c, cmp(c, TPU_HLO_LT, kb, st[4]), cmp(c, TPU_HLO_EQ, st[2], st[2]));
+}
+
+static void poly_body(tpu_lower_ctx *c, const tpu_hlo_value *st, tpu_hlo_value *next) {
+  tpu_hlo_value kb = tpu_hlo_broadcast_to(B, st[0], tpu_hlo_type_of(B, st[4]));
+  tpu_hlo_value active = cmp(c, TPU_HLO_LT, kb, st[4]);
+  tpu_hlo_value kf = tpu_hlo_convert(B, kb, tpu_hlo_type_of(B, st[3])->dtype);
+  tpu_hlo_value r = poly_step(c, (int)c->data, kf, st[1], st[2], st[3]);
+  next[1] = sel(c, active, st[2], st[1]);
+  next[2] = sel(c, active, r, st[2]);
+  next[3] = st[3];
+  next[4] = st[4];
+}
+
 static tpu_hlo_value poly_loop(tpu_lower_ctx *c, int kind, tpu_hlo_value x, tpu_hlo_value n) {
-  /* Copies: the builder's type table moves as it grows. */
-  tpu_hlo_type xv = *tpu_hlo_type_of(B, x), nv = *tpu_hlo_type_of(B, n);
-  const tpu_hlo_type *xt = &xv, *nt = &nv;
-  tpu_hlo_type ts[5] = {tpu_hlo_make_type(TPU_S64, 0, NULL), xv, xv, xv, nv};
-  int64_t dims[8];
-  for (int i = 0; i < xt->rank; i++) dims[i] = i;
-  tpu_hlo_value init[5] = {tpu_hlo_scalar_i64(B, TPU_S64, 1), kl(c, x, 1.0), poly_first(c, kind, x), x, n};
-
-  tpu_hlo_value a[5];
-  tpu_hlo_region regions[2];
-  tpu_hlo_region_begin(B, 5, ts, a);
-  tpu_hlo_value kb = tpu_hlo_broadcast_to(B, a[0], nt);
-  tpu_hlo_value live = and_(c, cmp(c, TPU_HLO_LT, kb, a[4]), cmp(c, TPU_HLO_EQ, a[2], a[2]));
-  tpu_hlo_value any = tpu_hlo_reduce_simple(B, live, tpu_hlo_scalar_i64(B, TPU_BOOL, 0), TPU_HLO_OR, dims, xt->rank);
-  tpu_hlo_region_end(B, &any, 1, &regions[0]);
-
-  tpu_hlo_region_begin(B, 5, ts, a);
-  kb = tpu_hlo_broadcast_to(B, a[0], nt);
-  tpu_hlo_value active = cmp(c, TPU_HLO_LT, kb, a[4]);
-  tpu_hlo_value kf = tpu_hlo_convert(B, kb, xt->dtype);
-  tpu_hlo_value r = poly_step(c, kind, kf, a[1], a[2], a[3]);
-  tpu_hlo_value next[5] = {add(c, a[0], tpu_hlo_scalar_i64(B, TPU_S64, 1)), sel(c, active, a[2], a[1]),
-                           sel(c, active, r, a[2]), a[3], a[4]};
-  tpu_hlo_region_end(B, next, 5, &regions[1]);
-
-  tpu_hlo_value out[5];
-  tpu_hlo_op(B, "stablehlo.while", init, 5, regions, 2, NULL, ts, 5, out);
-  return out[2];
+  tpu_hlo_value st[5] = {0, kl(c, x, 1.0), poly_first(c, kind, x), x, n};
+  while_any(c, 5, st, 1, poly_live, poly_body);
+  return st[2];
 }
 
 /* (-1)^n * v for integral n held as a float. */
@@ -497,6 +523,145 @@ static tpu_status_t bessel_rule(tpu_lower_ctx *c) {
   }
 }
 
+/* --- zeta and polygamma ------------------------------------------------------------- */
+
+static const double MACHEP = 1.11022302462515654042e-16;
+
+/* Hurwitz zeta, phase 1: s = sum of (q + i)^-x until a term is negligible
+ * (that element is finished) or i >= 9 and q + i > 9. State: (i, x, a, b,
+ * s, running, finished). */
+static tpu_hlo_value zeta_live(tpu_lower_ctx *c, const tpu_hlo_value *st) { (void)c; return st[5]; }
+
+static void zeta_step(tpu_lower_ctx *c, const tpu_hlo_value *st, tpu_hlo_value *next) {
+  tpu_hlo_value x = st[1], run = st[5];
+  tpu_hlo_value a = add(c, st[2], kl(c, x, 1.0));
+  tpu_hlo_value b = tpu_hlo_binary(B, TPU_HLO_POW, a, neg(c, x));
+  tpu_hlo_value s = add(c, st[4], b);
+  tpu_hlo_value tol = mul(c, kl(c, x, MACHEP), s);
+  tpu_hlo_value small = and_(c, cmp(c, TPU_HLO_LT, neg(c, tol), b), cmp(c, TPU_HLO_LT, b, tol));
+  tpu_hlo_value i = tpu_hlo_broadcast_to(B, next[0], tpu_hlo_type_of(B, run));
+  tpu_hlo_value more = or_(c, cmp(c, TPU_HLO_LT, i, tpu_hlo_const_i64(B, tpu_hlo_type_of(B, i), 9)), cmp(c, TPU_HLO_LE, a, kl(c, x, 9.0)));
+  next[1] = x;
+  next[2] = sel(c, run, a, st[2]);
+  next[3] = sel(c, run, b, st[3]);
+  next[4] = sel(c, run, s, st[4]);
+  next[5] = and_(c, run, and_(c, un(c, TPU_HLO_NOT, small), more));
+  next[6] = or_(c, st[6], and_(c, run, small));
+}
+
+/* zeta(x, q) as PyTorch's CPU computes it (Cephes: a direct sum, then the
+ * Euler-Maclaurin tail), in |x|'s type. */
+static tpu_hlo_value zeta_of(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value q) {
+  static const double A[12] = {12.0, -720.0, 30240.0, -1209600.0, 47900160.0, -1.8924375803183791606e9,
+                               7.47242496e10, -2.950130727918164224e12, 1.1646782814350067249e14,
+                               -4.5979787224074726105e15, 1.8152105401943546773e17, -7.1661652561756670113e18};
+  tpu_hlo_value one = kl(c, x, 1.0), zero = kl(c, x, 0.0);
+  tpu_hlo_value inf = kl(c, x, INFINITY), nan = kl(c, x, NAN);
+  tpu_hlo_value q_int = cmp(c, TPU_HLO_EQ, q, un(c, TPU_HLO_FLOOR, q));
+  tpu_hlo_value x_int = cmp(c, TPU_HLO_EQ, x, un(c, TPU_HLO_FLOOR, x));
+  tpu_hlo_value q_neg = cmp(c, TPU_HLO_LE, q, zero);
+  tpu_hlo_value special = or_(c, cmp(c, TPU_HLO_LE, x, one), and_(c, q_neg, or_(c, q_int, un(c, TPU_HLO_NOT, x_int))));
+  tpu_hlo_value st[7] = {0, x, q, zero, tpu_hlo_binary(B, TPU_HLO_POW, q, neg(c, x)), un(c, TPU_HLO_NOT, special),
+                         tpu_hlo_convert(B, zero, TPU_BOOL)};
+  while_any(c, 7, st, 0, zeta_live, zeta_step);
+  tpu_hlo_value a = st[2], b = st[3], s = st[4], done_ = st[6];
+  tpu_hlo_value w = a;
+  s = add(c, s, dvd(c, mul(c, b, w), sub(c, x, one)));
+  s = sub(c, s, mul(c, kl(c, x, 0.5), b));
+  a = one;
+  tpu_hlo_value kk = zero;
+  for (int i = 0; i < 12; i++) {
+    a = mul(c, a, add(c, x, kk));
+    b = dvd(c, b, w);
+    tpu_hlo_value t = dvd(c, mul(c, a, b), kl(c, x, A[i]));
+    tpu_hlo_value s_new = add(c, s, t);
+    s = sel(c, done_, s, s_new);
+    done_ = or_(c, done_, lt(c, un(c, TPU_HLO_ABS, dvd(c, t, s_new)), MACHEP));
+    kk = add(c, kk, one);
+    a = mul(c, a, add(c, x, kk));
+    b = dvd(c, b, w);
+    kk = add(c, kk, one);
+  }
+  tpu_hlo_value r = sel(c, st[6], st[4], s);
+  r = sel(c, and_(c, q_neg, un(c, TPU_HLO_NOT, x_int)), nan, r);
+  r = sel(c, and_(c, q_neg, q_int), inf, r);
+  r = sel(c, lt(c, x, 1.0), nan, r);
+  return sel(c, eq(c, x, 1.0), inf, r);
+}
+
+/* PyTorch accumulates zeta in double for float32 (its CPU acc_type). */
+static tpu_dtype_t zeta_type(tpu_lower_ctx *c) { return out_math(c) == TPU_F32 ? TPU_F64 : out_math(c); }
+
+static tpu_status_t zeta_rule(tpu_lower_ctx *c) {
+  tpu_dtype_t t = zeta_type(c);
+  return done(c, zeta_of(c, tpu_hlo_convert(B, in(c, 0), t), tpu_hlo_convert(B, in(c, 1), t)));
+}
+
+/* digamma as PyTorch's CPU computes it (Cephes): ∓inf at ±0, NaN at the
+ * negative integers, reflection for x < 0 (with pi / tan(pi r) in double,
+ * r the fractional part), then steps up to x >= 10 and the asymptotic
+ * series. */
+static tpu_hlo_value digamma_of(tpu_lower_ctx *c, tpu_hlo_value x) {
+  static const double A[7] = {8.33333333333333333333E-2, -2.10927960927960927961E-2, 7.57575757575757575758E-3,
+                              -4.16666666666666666667E-3, 3.96825396825396825397E-3, -8.33333333333333333333E-3,
+                              8.33333333333333333333E-2};
+  tpu_hlo_value one = kl(c, x, 1.0), negative = lt(c, x, 0.0);
+  tpu_hlo_value y = sel(c, negative, sub(c, one, x), x), r = kl(c, x, 0.0);
+  for (int i = 0; i < 10; i++) { /* y > 0 here: ten steps reach 10 */
+    tpu_hlo_value m = lt(c, y, 10.0);
+    r = sel(c, m, sub(c, r, dvd(c, one, y)), r);
+    y = sel(c, m, add(c, y, one), y);
+  }
+  tpu_hlo_value z = dvd(c, one, mul(c, y, y));
+  tpu_hlo_value tail = sel(c, lt(c, y, 1.0e17), mul(c, z, horner(c, z, A, LEN(A))), kl(c, x, 0.0));
+  tpu_hlo_value v = sub(c, sub(c, add(c, r, un(c, TPU_HLO_LOG, y)), dvd(c, kl(c, x, 0.5), y)), tail);
+  v = sel(c, eq(c, y, 10.0), add(c, r, kl(c, x, 2.25175258906672110764)), v);
+  tpu_dtype_t t = tpu_hlo_type_of(B, x)->dtype;
+  tpu_hlo_value xd = tpu_hlo_convert(B, x, TPU_F64);
+  tpu_hlo_value frac = sub(c, xd, trunc_of(c, xd));
+  tpu_hlo_value cot = dvd(c, kl(c, xd, M_PI), un(c, TPU_HLO_TAN, mul(c, kl(c, xd, M_PI), frac)));
+  v = sel(c, negative, sub(c, v, tpu_hlo_convert(B, cot, t)), v);
+  v = sel(c, and_(c, negative, cmp(c, TPU_HLO_EQ, x, trunc_of(c, x))), kl(c, x, NAN), v);
+  return sel(c, eq(c, x, 0.0), neg(c, dvd(c, one, x)), v); /* copysign(inf, -x) */
+}
+
+static tpu_status_t digamma_rule(tpu_lower_ctx *c) { return done(c, digamma_of(c, in(c, 0))); }
+
+/* 1/x^2 summed upwards, then the asymptotic series; reflection below 1/2. */
+static tpu_hlo_value trigamma_of(tpu_lower_ctx *c, tpu_hlo_value x) {
+  tpu_hlo_value one = kl(c, x, 1.0), pi = kl(c, x, M_PI);
+  tpu_hlo_value reflect = lt(c, x, 0.5);
+  tpu_hlo_value sp = un(c, TPU_HLO_SIN, mul(c, pi, x));
+  tpu_hlo_value r = sel(c, reflect, neg(c, dvd(c, mul(c, pi, pi), mul(c, sp, sp))), kl(c, x, 0.0));
+  x = sel(c, reflect, sub(c, one, x), x);
+  for (int i = 0; i < 6; i++) {
+    r = add(c, r, dvd(c, one, mul(c, x, x)));
+    x = add(c, x, one);
+  }
+  tpu_hlo_value ixx = dvd(c, one, mul(c, x, x));
+  tpu_hlo_value series = sub(c, kl(c, x, 1.0 / 30), mul(c, ixx, kl(c, x, 1.0 / 42)));
+  series = sub(c, kl(c, x, 1.0 / 6), mul(c, ixx, series));
+  series = add(c, add(c, one, dvd(c, one, mul(c, kl(c, x, 2.0), x))), mul(c, ixx, series));
+  r = add(c, r, dvd(c, series, x));
+  return sel(c, reflect, neg(c, r), r);
+}
+
+/* polygamma(n, self): digamma, trigamma, else (-1)^(n+1) n! zeta(n + 1, x).
+ * data 1: polygamma_(self, n), whose arguments come the other way round. */
+static tpu_status_t polygamma_rule(tpu_lower_ctx *c) {
+  int64_t n = tpu_lower_int(c, c->data ? 1 : 0, 0);
+  if (n < 0) return tpu_lower_error(c, TPU_ERR_RUNTIME, "polygamma(n, x) does not support negative n.");
+  tpu_hlo_value x = in(c, c->data ? 0 : 1);
+  if (n == 0) return done(c, digamma_of(c, x));
+  if (n == 1) return done(c, trigamma_of(c, x));
+  tpu_dtype_t t = zeta_type(c);
+  tpu_hlo_value xz = tpu_hlo_convert(B, x, t);
+  tpu_hlo_value z = tpu_hlo_convert(B, zeta_of(c, kl(c, xz, (double)(n + 1)), xz), out_math(c));
+  double factor = (n % 2 ? 1.0 : -1.0) * exp(lgamma((double)n + 1.0));
+  if (out_math(c) == TPU_F32) factor = (n % 2 ? 1.0f : -1.0f) * expf(lgammaf((float)n + 1.0f));
+  return done(c, mul(c, kl(c, z, factor), z));
+}
+
 #define POLY(n, kind)                                                                           \
   {{"special_" n, "special_" n ".out"}, polynomial_rule, 0, kind},                              \
   {{"special_" n ".x_scalar", "special_" n ".x_scalar_out"}, polynomial_rule, 0, kind},         \
@@ -528,5 +693,11 @@ const tpu_lower_rule tpu_rules_special[] = {
     UNARY("scaled_modified_bessel_k0", BESSEL_K0E),
     UNARY("scaled_modified_bessel_k1", BESSEL_K1E),
     UNARY("spherical_bessel_j0", SPHERICAL_J0),
+    {{"special_zeta", "special_zeta.out"}, zeta_rule, 0, 0},
+    {{"special_zeta.self_scalar", "special_zeta.self_scalar_out"}, zeta_rule, 0, 0},
+    {{"special_zeta.other_scalar", "special_zeta.other_scalar_out"}, zeta_rule, 0, 0},
+    {{"digamma", "digamma_", "digamma.out"}, digamma_rule, 0, 0},
+    {{"polygamma", "polygamma.out"}, polygamma_rule, 0, 0},
+    {{"polygamma_"}, polygamma_rule, 0, 1},
 };
 TPU_COUNT_RULES(special);
