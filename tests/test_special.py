@@ -117,3 +117,24 @@ def test_digamma(dtype, no_fallbacks):
     compare(torch.digamma, (torch.randn(200, generator=torch.Generator().manual_seed(0)) * 20).to(dtype),
             rtol=1e-4, atol=1e-5)
     compare(lambda t: t.clone().digamma_(), x.to(dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_frexp(dtype, no_fallbacks):
+    # zeros, infinities, NaN, subnormals of each type, the largest finite
+    x = torch.tensor([0.0, -0.0, 1.0, -3.5, INF, -INF, NAN, 1e-40, -1e-45, 3e38, 1.17549435e-38, 0.75, -1e-39])
+    if dtype == torch.float64:
+        x = torch.cat([x.double(), torch.tensor([5e-324, -2.5e-310, 1e-300, 1.7e308], dtype=torch.float64)])
+    x = x.to(dtype)
+    got = compare(torch.frexp, x)
+    assert got.exponent.dtype == torch.int32
+    compare(torch.frexp, torch.randn(3, 4).to(dtype) * 100)
+    compare(torch.frexp, torch.empty(0, dtype=dtype))
+    m, e = torch.empty(0).to(dtype).to("tpu"), torch.empty(0, dtype=torch.int32).to("tpu")
+    torch.frexp(x.to("tpu"), out=(m, e))
+    torch.testing.assert_close((m.cpu(), e.cpu()), tuple(torch.frexp(x)), equal_nan=True)
+
+
+def test_frexp_integer_input():
+    with pytest.raises(RuntimeError, match="only supports floating-point"):
+        torch.frexp(torch.arange(3).to("tpu"))
