@@ -55,7 +55,7 @@ def test_polynomial_scalar_and_empty(name, no_fallbacks):
 UNARY = [
     "bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1", "modified_bessel_i0", "modified_bessel_i1",
     "modified_bessel_k0", "modified_bessel_k1", "scaled_modified_bessel_k0", "scaled_modified_bessel_k1",
-    "spherical_bessel_j0",
+    "spherical_bessel_j0", "i0", "i0e", "i1", "i1e",
 ]
 
 # Both sides of every branch point (0, 1e-5, 0.5, 2, 5, 8), large values and
@@ -75,6 +75,13 @@ def test_special_unary(name, no_fallbacks):
     out = torch.empty(5).to("tpu")
     fn(torch.linspace(0.5, 9, 5).to("tpu"), out=out)
     torch.testing.assert_close(out.cpu(), fn(torch.linspace(0.5, 9, 5)))
+
+
+@pytest.mark.parametrize("name", ["i0", "i0e", "i1", "i1e"])
+def test_bessel_i_bfloat16(name, no_fallbacks):
+    fn = getattr(torch.special, name)
+    compare(fn, torch.linspace(-12, 12, 97).bfloat16())
+    compare(lambda t: torch.i0_(t.clone()), torch.tensor([-9.0, 0.0, 3.0]))
 
 
 def test_zeta(no_fallbacks):

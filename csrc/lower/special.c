@@ -474,6 +474,13 @@ static tpu_hlo_value bessel_i(tpu_lower_ctx *c, tpu_hlo_value x, int order) {
   return order == 0 ? v : sel(c, lt(c, x, 0.0), neg(c, v), v);
 }
 
+/* i0e/i1e: I0/I1 times exp(-|x|). */
+static tpu_hlo_value bessel_ie(tpu_lower_ctx *c, tpu_hlo_value x, int order) {
+  tpu_hlo_value ax = un(c, TPU_HLO_ABS, x), s = bessel_i_scaled(c, ax, order);
+  tpu_hlo_value v = sel(c, cmp(c, TPU_HLO_LE, ax, kl(c, ax, 8.0)), s, dvd(c, s, un(c, TPU_HLO_SQRT, ax)));
+  return order == 0 ? v : sel(c, lt(c, x, 0.0), neg(c, v), v);
+}
+
 /* K0/K1, times exp(x) when |scaled|: inf at 0, NaN below. */
 static tpu_hlo_value bessel_k(tpu_lower_ctx *c, tpu_hlo_value x, int order, bool scaled) {
   tpu_hlo_value z = sub(c, mul(c, x, x), kl(c, x, 2.0));
@@ -504,8 +511,8 @@ static tpu_hlo_value spherical_j0(tpu_lower_ctx *c, tpu_hlo_value x) {
   return sel(c, eq(c, un(c, TPU_HLO_ABS, x), INFINITY), kl(c, x, 0.0), v);
 }
 
-enum { BESSEL_J0, BESSEL_J1, BESSEL_Y0, BESSEL_Y1, BESSEL_I0, BESSEL_I1, BESSEL_K0, BESSEL_K1, BESSEL_K0E,
-       BESSEL_K1E, SPHERICAL_J0 };
+enum { BESSEL_J0, BESSEL_J1, BESSEL_Y0, BESSEL_Y1, BESSEL_I0, BESSEL_I1, BESSEL_I0E, BESSEL_I1E, BESSEL_K0,
+       BESSEL_K1, BESSEL_K0E, BESSEL_K1E, SPHERICAL_J0 };
 
 /* special_*bessel*(x); data: which. */
 static tpu_status_t bessel_rule(tpu_lower_ctx *c) {
@@ -517,6 +524,7 @@ static tpu_status_t bessel_rule(tpu_lower_ctx *c) {
     case BESSEL_Y1: return done(c, bessel_y(c, x, 1));
     case BESSEL_I0: return done(c, bessel_i(c, x, 0));
     case BESSEL_I1: return done(c, bessel_i(c, x, 1));
+    case BESSEL_I0E: case BESSEL_I1E: return done(c, bessel_ie(c, x, (int)(c->data - BESSEL_I0E)));
     case BESSEL_K0: case BESSEL_K1: return done(c, bessel_k(c, x, (int)(c->data - BESSEL_K0), false));
     case BESSEL_K0E: case BESSEL_K1E: return done(c, bessel_k(c, x, (int)(c->data - BESSEL_K0E), true));
     default: return done(c, spherical_j0(c, x));
@@ -693,6 +701,10 @@ const tpu_lower_rule tpu_rules_special[] = {
     UNARY("scaled_modified_bessel_k0", BESSEL_K0E),
     UNARY("scaled_modified_bessel_k1", BESSEL_K1E),
     UNARY("spherical_bessel_j0", SPHERICAL_J0),
+    UNARY("i0e", BESSEL_I0E),
+    UNARY("i1", BESSEL_I1),
+    UNARY("i1e", BESSEL_I1E),
+    {{"i0", "i0_", "i0.out"}, bessel_rule, 0, BESSEL_I0},
     {{"special_zeta", "special_zeta.out"}, zeta_rule, 0, 0},
     {{"special_zeta.self_scalar", "special_zeta.self_scalar_out"}, zeta_rule, 0, 0},
     {{"special_zeta.other_scalar", "special_zeta.other_scalar_out"}, zeta_rule, 0, 0},
