@@ -145,3 +145,14 @@ def test_frexp(dtype, no_fallbacks):
 def test_frexp_integer_input():
     with pytest.raises(RuntimeError, match="only supports floating-point"):
         torch.frexp(torch.arange(3).to("tpu"))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_airy_ai(dtype, no_fallbacks):
+    # every branch: the negative asymptotic form, the series, the positive
+    # form (with and without the series run), the underflow to 0, ±inf -> NaN
+    x = torch.cat([torch.linspace(-30, 30, 601),
+                   torch.tensor([0.0, -2.09, 2.09, 8.3203353, 8.33, 103.8, 104.0, INF, -INF, NAN, -1e6])])
+    compare(torch.special.airy_ai, x.to(dtype))
+    compare(torch.special.airy_ai, torch.empty(0, 4, dtype=dtype))
+    compare(torch.special.airy_ai, torch.tensor(-1.5, dtype=dtype))
