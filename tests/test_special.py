@@ -156,3 +156,27 @@ def test_airy_ai(dtype, no_fallbacks):
     compare(torch.special.airy_ai, x.to(dtype))
     compare(torch.special.airy_ai, torch.empty(0, 4, dtype=dtype))
     compare(torch.special.airy_ai, torch.tensor(-1.5, dtype=dtype))
+
+
+def _igamma_inputs(dtype):
+    """Each method's region: both series, the continued fraction, the
+    asymptotic expansion (20 < a < 200 near x, and a > 200), and the edges."""
+    g = torch.Generator().manual_seed(0)
+    a = torch.cat([torch.rand(200, generator=g) * 10, torch.rand(100, generator=g) * 100 + 15,
+                   torch.rand(60, generator=g) * 3000 + 150]).double()
+    x = a * (0.5 + torch.rand(a.shape, generator=g).double())
+    x[::7] = torch.rand(x[::7].shape, generator=g).double() * 2
+    edge_a = torch.tensor([0.0, 0.0, 0.0, -1.0, 1.0, INF, INF, 2.0, NAN, 1.0, 25.0, 25.0, 300.0, 300.0, 0.5, 3.0])
+    edge_x = torch.tensor([1.0, 0.0, -1.0, 1.0, -1.0, 1.0, INF, INF, 1.0, NAN, 25.0, 30.0, 300.0, 310.0, 1.05, 0.4])
+    return torch.cat([a, edge_a.double()]).to(dtype), torch.cat([x, edge_x.double()]).to(dtype)
+
+
+@pytest.mark.parametrize("upper", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_igamma(upper, dtype, no_fallbacks):
+    fn = torch.igammac if upper else torch.igamma
+    a, x = _igamma_inputs(dtype)
+    compare(fn, a, x)
+    compare(fn, a.reshape(-1, 1)[:20], x[:30])  # broadcasting
+    compare(fn, torch.empty(0, dtype=dtype), torch.empty(0, dtype=dtype))
+    compare(lambda p, q: getattr(p.clone(), fn.__name__ + "_")(q), a, x)
