@@ -38,7 +38,8 @@ typedef void (*step_fn)(tpu_lower_ctx *c, const tpu_hlo_value *state, tpu_hlo_va
 
 /* A stablehlo.while over |n| state values, updated in place. state[0] is
  * the step counter (a rank-0 s64, set here to |first|); the loop runs while
- * any element of live(state) is true, and step writes next[1 .. n-1]. */
+ * any element of live(state) is true (live NULL: of the last state value, a
+ * "still running" mask), and step writes next[1 .. n-1]. */
 static void while_any(tpu_lower_ctx *c, int n, tpu_hlo_value *state, int64_t first, live_fn live, step_fn step) {
   enum { MAX_STATE = 10 };
   tpu_hlo_type ts[MAX_STATE];
@@ -50,8 +51,8 @@ static void while_any(tpu_lower_ctx *c, int n, tpu_hlo_value *state, int64_t fir
   tpu_hlo_value a[MAX_STATE], next[MAX_STATE];
   tpu_hlo_region regions[2];
   tpu_hlo_region_begin(B, n, ts, a);
-  tpu_hlo_value any = tpu_hlo_reduce_simple(B, live(c, a), tpu_hlo_scalar_i64(B, TPU_BOOL, 0), TPU_HLO_OR, dims,
-                                            ts[1].rank);
+  tpu_hlo_value mask = live ? live(c, a) : a[n - 1];
+  tpu_hlo_value any = tpu_hlo_reduce_simple(B, mask, tpu_hlo_scalar_i64(B, TPU_BOOL, 0), TPU_HLO_OR, dims, ts[1].rank);
   tpu_hlo_region_end(B, &any, 1, &regions[0]);
   tpu_hlo_region_begin(B, n, ts, a);
   next[0] = add(c, a[0], tpu_hlo_scalar_i64(B, TPU_S64, 1));
@@ -393,6 +394,8 @@ static const double K1_B[25] = {
 };
 
 #define LEN(a) ((int)(sizeof(a) / sizeof((a)[0])))
+/* A polynomial at z with a coefficient array's own length. */
+#define POLY_AT(z, co) horner(c, z, co, LEN(co))
 
 /* co[0] z^(n-1) + … + co[n-1] (Horner). */
 static tpu_hlo_value horner(tpu_lower_ctx *c, tpu_hlo_value z, const double *co, int n) {
@@ -416,10 +419,10 @@ static tpu_hlo_value chbevl(tpu_lower_ctx *c, tpu_hlo_value z, const double *co,
 static tpu_hlo_value bessel_far(tpu_lower_ctx *c, tpu_hlo_value x, int order, bool y) {
   tpu_hlo_value five = kl(c, x, 5.0);
   tpu_hlo_value z = order == 0 ? dvd(c, kl(c, x, 25.0), mul(c, x, x)) : mul(c, dvd(c, five, x), dvd(c, five, x));
-  tpu_hlo_value p = order == 0 ? dvd(c, horner(c, z, J0_PP, LEN(J0_PP)), horner(c, z, J0_PQ, LEN(J0_PQ)))
-                               : dvd(c, horner(c, z, J1_PP, LEN(J1_PP)), horner(c, z, J1_PQ, LEN(J1_PQ)));
-  tpu_hlo_value q = order == 0 ? dvd(c, horner(c, z, J0_QP, LEN(J0_QP)), horner(c, z, J0_QQ, LEN(J0_QQ)))
-                               : dvd(c, horner(c, z, J1_QP, LEN(J1_QP)), horner(c, z, J1_QQ, LEN(J1_QQ)));
+  tpu_hlo_value p = order == 0 ? dvd(c, POLY_AT(z, J0_PP), POLY_AT(z, J0_PQ))
+                               : dvd(c, POLY_AT(z, J1_PP), POLY_AT(z, J1_PQ));
+  tpu_hlo_value q = order == 0 ? dvd(c, POLY_AT(z, J0_QP), POLY_AT(z, J0_QQ))
+                               : dvd(c, POLY_AT(z, J1_QP), POLY_AT(z, J1_QQ));
   tpu_hlo_value th = sub(c, x, kl(c, x, order == 0 ? 0.785398163397448309615660845819875721
                                                     : 2.356194490192344928846982537459627163));
   tpu_hlo_value s = un(c, TPU_HLO_SIN, th), co = un(c, TPU_HLO_COS, th);
@@ -433,15 +436,15 @@ static tpu_hlo_value bessel_j0(tpu_lower_ctx *c, tpu_hlo_value x) {
   tpu_hlo_value xx = mul(c, x, x);
   tpu_hlo_value near = dvd(c, mul(c, mul(c, sub(c, xx, kl(c, x, 5.78318596294678452118e+00)),
                                          sub(c, xx, kl(c, x, 3.04712623436620863991e+01))),
-                                  horner(c, xx, J0_RP, LEN(J0_RP))),
-                           horner(c, xx, J0_RQ, LEN(J0_RQ)));
+                                  POLY_AT(xx, J0_RP)),
+                           POLY_AT(xx, J0_RQ));
   near = sel(c, lt(c, x, 0.00001), sub(c, kl(c, x, 1.0), dvd(c, xx, kl(c, x, 4.0))), near);
   return sel(c, cmp(c, TPU_HLO_LE, x, kl(c, x, 5.0)), near, bessel_far(c, x, 0, false));
 }
 
 static tpu_hlo_value bessel_j1(tpu_lower_ctx *c, tpu_hlo_value x) {
   tpu_hlo_value ax = un(c, TPU_HLO_ABS, x), xx = mul(c, ax, ax);
-  tpu_hlo_value near = mul(c, mul(c, mul(c, dvd(c, horner(c, xx, J1_RP, LEN(J1_RP)), horner(c, xx, J1_RQ, LEN(J1_RQ))), ax),
+  tpu_hlo_value near = mul(c, mul(c, mul(c, dvd(c, POLY_AT(xx, J1_RP), POLY_AT(xx, J1_RQ)), ax),
                                   sub(c, xx, kl(c, x, 1.46819706421238932572e+01))),
                            sub(c, xx, kl(c, x, 4.92184563216946036703e+01)));
   tpu_hlo_value v = sel(c, cmp(c, TPU_HLO_LE, ax, kl(c, x, 5.0)), near, bessel_far(c, ax, 1, false));
@@ -453,10 +456,10 @@ static tpu_hlo_value bessel_y(tpu_lower_ctx *c, tpu_hlo_value x, int order) {
   tpu_hlo_value xx = mul(c, x, x), two_pi = kl(c, x, 0.636619772367581343075535053490057448);
   tpu_hlo_value log_x = un(c, TPU_HLO_LOG, x), near;
   if (order == 0) {
-    tpu_hlo_value r = dvd(c, horner(c, xx, Y0_YP, LEN(Y0_YP)), horner(c, xx, Y0_YQ, LEN(Y0_YQ)));
+    tpu_hlo_value r = dvd(c, POLY_AT(xx, Y0_YP), POLY_AT(xx, Y0_YQ));
     near = add(c, r, mul(c, mul(c, two_pi, log_x), bessel_j0(c, x)));
   } else {
-    tpu_hlo_value r = mul(c, x, dvd(c, horner(c, xx, Y1_YP, LEN(Y1_YP)), horner(c, xx, Y1_YQ, LEN(Y1_YQ))));
+    tpu_hlo_value r = mul(c, x, dvd(c, POLY_AT(xx, Y1_YP), POLY_AT(xx, Y1_YQ)));
     near = add(c, r, mul(c, two_pi, sub(c, mul(c, bessel_j1(c, x), log_x), dvd(c, kl(c, x, 1.0), x))));
   }
   near = sel(c, lt(c, x, 0.0), kl(c, x, NAN), near);
@@ -479,7 +482,8 @@ static tpu_hlo_value bessel_i(tpu_lower_ctx *c, tpu_hlo_value x, int order) {
   tpu_hlo_value ax = un(c, TPU_HLO_ABS, x), e = un(c, TPU_HLO_EXP, ax);
   tpu_hlo_value s = bessel_i_scaled(c, ax, order);
   tpu_hlo_value near = order == 0 ? mul(c, e, s) : mul(c, s, e);
-  tpu_hlo_value v = sel(c, cmp(c, TPU_HLO_LE, ax, kl(c, ax, 8.0)), near, dvd(c, mul(c, e, s), un(c, TPU_HLO_SQRT, ax)));
+  tpu_hlo_value far = dvd(c, mul(c, e, s), un(c, TPU_HLO_SQRT, ax));
+  tpu_hlo_value v = sel(c, cmp(c, TPU_HLO_LE, ax, kl(c, ax, 8.0)), near, far);
   return order == 0 ? v : sel(c, lt(c, x, 0.0), neg(c, v), v);
 }
 
@@ -546,11 +550,9 @@ static const double MACHEP = 1.11022302462515654042e-16;
 
 /* Hurwitz zeta, phase 1: s = sum of (q + i)^-x until a term is negligible
  * (that element is finished) or i >= 9 and q + i > 9. State: (i, x, a, b,
- * s, running, finished). */
-static tpu_hlo_value zeta_live(tpu_lower_ctx *c, const tpu_hlo_value *st) { (void)c; return st[5]; }
-
+ * s, finished, running). */
 static void zeta_step(tpu_lower_ctx *c, const tpu_hlo_value *st, tpu_hlo_value *next) {
-  tpu_hlo_value x = st[1], run = st[5];
+  tpu_hlo_value x = st[1], run = st[6];
   tpu_hlo_value a = add(c, st[2], kl(c, x, 1.0));
   tpu_hlo_value b = tpu_hlo_binary(B, TPU_HLO_POW, a, neg(c, x));
   tpu_hlo_value s = add(c, st[4], b);
@@ -561,8 +563,8 @@ static void zeta_step(tpu_lower_ctx *c, const tpu_hlo_value *st, tpu_hlo_value *
   next[2] = sel(c, run, a, st[2]);
   next[3] = sel(c, run, b, st[3]);
   next[4] = sel(c, run, s, st[4]);
-  next[5] = and_(c, run, and_(c, un(c, TPU_HLO_NOT, small), more));
-  next[6] = or_(c, st[6], and_(c, run, small));
+  next[5] = or_(c, st[5], and_(c, run, small));
+  next[6] = and_(c, run, and_(c, un(c, TPU_HLO_NOT, small), more));
 }
 
 /* zeta(x, q) as PyTorch's CPU computes it (Cephes: a direct sum, then the
@@ -577,10 +579,10 @@ static tpu_hlo_value zeta_of(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value q)
   tpu_hlo_value x_int = cmp(c, TPU_HLO_EQ, x, un(c, TPU_HLO_FLOOR, x));
   tpu_hlo_value q_neg = cmp(c, TPU_HLO_LE, q, zero);
   tpu_hlo_value special = or_(c, cmp(c, TPU_HLO_LE, x, one), and_(c, q_neg, or_(c, q_int, un(c, TPU_HLO_NOT, x_int))));
-  tpu_hlo_value st[7] = {0, x, q, zero, tpu_hlo_binary(B, TPU_HLO_POW, q, neg(c, x)), un(c, TPU_HLO_NOT, special),
-                         tpu_hlo_convert(B, zero, TPU_BOOL)};
-  while_any(c, 7, st, 0, zeta_live, zeta_step);
-  tpu_hlo_value a = st[2], b = st[3], s = st[4], done_ = st[6];
+  tpu_hlo_value none = tpu_hlo_convert(B, zero, TPU_BOOL);
+  tpu_hlo_value st[7] = {0, x, q, zero, tpu_hlo_binary(B, TPU_HLO_POW, q, neg(c, x)), none, un(c, TPU_HLO_NOT, special)};
+  while_any(c, 7, st, 0, NULL, zeta_step);
+  tpu_hlo_value a = st[2], b = st[3], s = st[4], done_ = st[5];
   tpu_hlo_value w = a;
   s = add(c, s, dvd(c, mul(c, b, w), sub(c, x, one)));
   s = sub(c, s, mul(c, kl(c, x, 0.5), b));
@@ -598,7 +600,7 @@ static tpu_hlo_value zeta_of(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value q)
     b = dvd(c, b, w);
     kk = add(c, kk, one);
   }
-  tpu_hlo_value r = sel(c, st[6], st[4], s);
+  tpu_hlo_value r = sel(c, st[5], st[4], s);
   r = sel(c, and_(c, q_neg, un(c, TPU_HLO_NOT, x_int)), nan, r);
   r = sel(c, and_(c, q_neg, q_int), inf, r);
   r = sel(c, lt(c, x, 1.0), nan, r);
@@ -629,7 +631,7 @@ static tpu_hlo_value digamma_of(tpu_lower_ctx *c, tpu_hlo_value x) {
     y = sel(c, m, add(c, y, one), y);
   }
   tpu_hlo_value z = dvd(c, one, mul(c, y, y));
-  tpu_hlo_value tail = sel(c, lt(c, y, 1.0e17), mul(c, z, horner(c, z, A, LEN(A))), kl(c, x, 0.0));
+  tpu_hlo_value tail = sel(c, lt(c, y, 1.0e17), mul(c, z, POLY_AT(z, A)), kl(c, x, 0.0));
   tpu_hlo_value v = sub(c, sub(c, add(c, r, un(c, TPU_HLO_LOG, y)), dvd(c, kl(c, x, 0.5), y)), tail);
   v = sel(c, eq(c, y, 10.0), add(c, r, kl(c, x, 2.25175258906672110764)), v);
   tpu_dtype_t t = tpu_hlo_type_of(B, x)->dtype;
@@ -715,8 +717,6 @@ static const double AIRY_AGD[10] = {
 
 /* The Maclaurin series f, g (Ai = c1 f - c2 g) summed until a term of f is
  * below epsilon, for |x| < 2.09. State: (i, f, g, k, m, n, x^3, running). */
-static tpu_hlo_value airy_live(tpu_lower_ctx *c, const tpu_hlo_value *st) { (void)c; return st[7]; }
-
 static void airy_step(tpu_lower_ctx *c, const tpu_hlo_value *st, tpu_hlo_value *next) {
   tpu_hlo_value one = kl(c, st[1], 1.0), z = st[6], run = st[7];
   tpu_hlo_value k1 = add(c, st[3], one), k2 = add(c, k1, one), k3 = add(c, k2, one);
@@ -742,15 +742,15 @@ static tpu_status_t airy_ai_rule(tpu_lower_ctx *c) {
   tpu_hlo_value nx = neg(c, x);
   tpu_hlo_value zeta_n = dvd(c, mul(c, mul(c, k(c, -2.0), x), un(c, TPU_HLO_SQRT, nx)), three);
   tpu_hlo_value z = dvd(c, one, zeta_n), zz = mul(c, z, z);
-  tpu_hlo_value fpart = add(c, one, dvd(c, mul(c, zz, horner(c, zz, AIRY_AFN, LEN(AIRY_AFN))),
-                                       horner(c, zz, AIRY_AFD, LEN(AIRY_AFD))));
-  tpu_hlo_value gpart = dvd(c, mul(c, z, horner(c, zz, AIRY_AGN, LEN(AIRY_AGN))), horner(c, zz, AIRY_AGD, LEN(AIRY_AGD)));
+  tpu_hlo_value fpart = add(c, one, dvd(c, mul(c, zz, POLY_AT(zz, AIRY_AFN)),
+                                       POLY_AT(zz, AIRY_AFD)));
+  tpu_hlo_value gpart = dvd(c, mul(c, z, POLY_AT(zz, AIRY_AGN)), POLY_AT(zz, AIRY_AGD));
   tpu_hlo_value t = add(c, zeta_n, k(c, 0.25 * M_PI));
   tpu_hlo_value left = mul(c, dvd(c, c0, un(c, TPU_HLO_SQRT, un(c, TPU_HLO_SQRT, nx))),
                            sub(c, mul(c, un(c, TPU_HLO_SIN, t), fpart), mul(c, un(c, TPU_HLO_COS, t), gpart)));
   /* x >= 2.09 */
   tpu_hlo_value zeta = dvd(c, mul(c, mul(c, two, x), un(c, TPU_HLO_SQRT, x)), three), iz = dvd(c, one, zeta);
-  tpu_hlo_value ratio = dvd(c, horner(c, iz, AIRY_AN, LEN(AIRY_AN)), horner(c, iz, AIRY_AD, LEN(AIRY_AD)));
+  tpu_hlo_value ratio = dvd(c, POLY_AT(iz, AIRY_AN), POLY_AT(iz, AIRY_AD));
   tpu_hlo_value right = dvd(c, mul(c, c0, ratio),
                             mul(c, mul(c, two, un(c, TPU_HLO_SQRT, un(c, TPU_HLO_SQRT, x))), un(c, TPU_HLO_EXP, zeta)));
   /* the series */
@@ -758,7 +758,7 @@ static tpu_status_t airy_ai_rule(tpu_lower_ctx *c) {
   tpu_hlo_value inf = eq(c, un(c, TPU_HLO_ABS, x), INFINITY);
   tpu_hlo_value st[8] = {0, one, x, one, one, x, mul(c, mul(c, x, x), x),
                          un(c, TPU_HLO_NOT, or_(c, or_(c, is_left, is_right), inf))};
-  while_any(c, 8, st, 0, airy_live, airy_step);
+  while_any(c, 8, st, 0, NULL, airy_step);
   tpu_hlo_value r = sub(c, mul(c, k(c, 0.355028053887817239260), st[1]), mul(c, k(c, 0.258819403792806798405), st[2]));
   r = sel(c, is_right, right, sel(c, is_left, left, r));
   r = sel(c, gt(c, x, 103.892), k(c, 0.0), r);
@@ -963,9 +963,6 @@ static const double LANCZOS_DENOM[13] = {
 
 static double igam_eps(tpu_dtype_t t) { return t == TPU_F64 ? 1.11022302462515654042E-16 : 5.9604644775390625E-8; }
 
-/* State |i| is the loop's "running" mask. */
-static tpu_hlo_value live_last(tpu_lower_ctx *c, const tpu_hlo_value *st, int i) { (void)c; return st[i]; }
-
 /* x^a e^-x / Gamma(a), PyTorch's _igam_helper_fac. */
 static tpu_hlo_value igam_fac(tpu_lower_ctx *c, tpu_hlo_value a, tpu_hlo_value x) {
   const double g = 6.024680040776729583740234375;
@@ -995,8 +992,6 @@ static tpu_hlo_value igam_fac(tpu_lower_ctx *c, tpu_hlo_value a, tpu_hlo_value x
 }
 
 /* The lower series (DLMF 8.11.4). State: (i, x, r, term, sum, running). */
-static tpu_hlo_value igam_series_live(tpu_lower_ctx *c, const tpu_hlo_value *st) { return live_last(c, st, 5); }
-
 static void igam_series_step(tpu_lower_ctx *c, const tpu_hlo_value *st, tpu_hlo_value *next) {
   tpu_hlo_value x = st[1], run = st[5];
   tpu_hlo_value r = add(c, st[2], kl(c, x, 1.0));
@@ -1015,16 +1010,15 @@ static tpu_hlo_value igam_series(tpu_lower_ctx *c, tpu_hlo_value a, tpu_hlo_valu
                                  tpu_hlo_value used) {
   tpu_hlo_value one = kl(c, a, 1.0);
   tpu_hlo_value st[6] = {0, x, a, one, one, used};
-  while_any(c, 6, st, 0, igam_series_live, igam_series_step);
+  while_any(c, 6, st, 0, NULL, igam_series_step);
   return sel(c, eq(c, ax, 0.0), kl(c, a, 0.0), dvd(c, mul(c, st[4], ax), a));
 }
 
 /* The upper series (DLMF 8.7.3). State: (n, x, a, fac, sum, running). */
-static tpu_hlo_value igamc_series_live(tpu_lower_ctx *c, const tpu_hlo_value *st) { return live_last(c, st, 5); }
-
 static void igamc_series_step(tpu_lower_ctx *c, const tpu_hlo_value *st, tpu_hlo_value *next) {
   tpu_hlo_value x = st[1], a = st[2], run = st[5];
-  tpu_hlo_value n = tpu_hlo_broadcast_to(B, tpu_hlo_convert(B, st[0], tpu_hlo_type_of(B, x)->dtype), tpu_hlo_type_of(B, x));
+  tpu_hlo_type xt = *tpu_hlo_type_of(B, x);
+  tpu_hlo_value n = tpu_hlo_broadcast_to(B, tpu_hlo_convert(B, st[0], xt.dtype), &xt);
   tpu_hlo_value fac = mul(c, st[3], dvd(c, neg(c, x), n));
   tpu_hlo_value term = dvd(c, fac, add(c, a, n));
   tpu_hlo_value sum = add(c, st[4], term);
@@ -1040,16 +1034,15 @@ static void igamc_series_step(tpu_lower_ctx *c, const tpu_hlo_value *st, tpu_hlo
 
 static tpu_hlo_value igamc_series(tpu_lower_ctx *c, tpu_hlo_value a, tpu_hlo_value x, tpu_hlo_value used) {
   tpu_hlo_value st[6] = {0, x, a, kl(c, a, 1.0), kl(c, a, 0.0), used};
-  while_any(c, 6, st, 1, igamc_series_live, igamc_series_step);
+  while_any(c, 6, st, 1, NULL, igamc_series_step);
   tpu_hlo_value logx = un(c, TPU_HLO_LOG, x);
-  tpu_hlo_value first = neg(c, un(c, TPU_HLO_EXPM1, sub(c, mul(c, a, logx), un(c, TPU_HLO_LGAMMA, add(c, a, kl(c, a, 1.0))))));
+  tpu_hlo_value lgamma_a1 = un(c, TPU_HLO_LGAMMA, add(c, a, kl(c, a, 1.0)));
+  tpu_hlo_value first = neg(c, un(c, TPU_HLO_EXPM1, sub(c, mul(c, a, logx), lgamma_a1)));
   return sub(c, first, mul(c, un(c, TPU_HLO_EXP, sub(c, mul(c, a, logx), un(c, TPU_HLO_LGAMMA, a))), st[4]));
 }
 
 /* The upper continued fraction (DLMF 8.9.2), rescaled when it grows.
  * State: (i, c, y, z, p(k-1), p(k-2), q(k-1), q(k-2), ans, running). */
-static tpu_hlo_value igamc_cf_live(tpu_lower_ctx *c, const tpu_hlo_value *st) { return live_last(c, st, 9); }
-
 static void igamc_cf_step(tpu_lower_ctx *c, const tpu_hlo_value *st, tpu_hlo_value *next) {
   tpu_hlo_value run = st[9], one = kl(c, st[1], 1.0);
   bool dbl = tpu_hlo_type_of(B, st[1])->dtype == TPU_F64;
@@ -1066,7 +1059,8 @@ static void igamc_cf_step(tpu_lower_ctx *c, const tpu_hlo_value *st, tpu_hlo_val
   tpu_hlo_value vals[8] = {cc, y, z, mul(c, pk, scale), mul(c, st[4], scale), mul(c, qk, scale),
                            mul(c, st[6], scale), ans};
   for (int i = 0; i < 8; i++) next[i + 1] = sel(c, run, vals[i], st[i + 1]);
-  tpu_hlo_value more = and_(c, gt(c, t, igam_eps(tpu_hlo_type_of(B, one)->dtype)), counter_below(c, next[0], 2000, run));
+  tpu_hlo_value more = and_(c, gt(c, t, igam_eps(tpu_hlo_type_of(B, one)->dtype)),
+                            counter_below(c, next[0], 2000, run));
   next[9] = and_(c, run, more);
 }
 
@@ -1075,7 +1069,7 @@ static tpu_hlo_value igamc_cf(tpu_lower_ctx *c, tpu_hlo_value a, tpu_hlo_value x
   tpu_hlo_value one = kl(c, a, 1.0), y = sub(c, one, a), z = add(c, add(c, x, y), one);
   tpu_hlo_value pkm1 = add(c, x, one), qkm1 = mul(c, z, x);
   tpu_hlo_value st[10] = {0, kl(c, a, 0.0), y, z, pkm1, one, qkm1, x, dvd(c, pkm1, qkm1), used};
-  while_any(c, 10, st, 0, igamc_cf_live, igamc_cf_step);
+  while_any(c, 10, st, 0, NULL, igamc_cf_step);
   return sel(c, eq(c, ax, 0.0), kl(c, a, 0.0), mul(c, st[8], ax));
 }
 
@@ -1118,8 +1112,9 @@ static tpu_status_t igamma_rule(tpu_lower_ctx *c) {
   tpu_hlo_value a = in(c, 0), x = in(c, 1);
   tpu_hlo_value one = k(c, 1.0), zero = k(c, 0.0), nan = k(c, NAN);
   tpu_hlo_value absxma = dvd(c, un(c, TPU_HLO_ABS, sub(c, x, a)), a);
+  tpu_hlo_value near_large = cmp(c, TPU_HLO_LT, absxma, dvd(c, k(c, 4.5), un(c, TPU_HLO_SQRT, a)));
   tpu_hlo_value asym = or_(c, and_(c, and_(c, gt(c, a, 20.0), lt(c, a, 200.0)), lt(c, absxma, 0.3)),
-                           and_(c, gt(c, a, 200.0), cmp(c, TPU_HLO_LT, absxma, dvd(c, k(c, 4.5), un(c, TPU_HLO_SQRT, a)))));
+                           and_(c, gt(c, a, 200.0), near_large));
   /* which of the three iterative methods each element takes */
   tpu_hlo_value x_big = gt(c, x, 1.1), x_small = cmp(c, TPU_HLO_LE, x, k(c, 0.5));
   tpu_hlo_value c_lower = sel(c, x_big, cmp(c, TPU_HLO_LT, x, a),
