@@ -180,3 +180,19 @@ def test_igamma(upper, dtype, no_fallbacks):
     compare(fn, a.reshape(-1, 1)[:20], x[:30])  # broadcasting
     compare(fn, torch.empty(0, dtype=dtype), torch.empty(0, dtype=dtype))
     compare(lambda p, q: getattr(p.clone(), fn.__name__ + "_")(q), a, x)
+
+
+def test_compiled_graph(no_fallbacks):
+    """The loop-based rules inside one torch.compile graph."""
+    torch._dynamo.reset()
+
+    def f(x, n, a):
+        return (torch.special.chebyshev_polynomial_t(x, n) + torch.igamma(a, x.abs())
+                + torch.special.zeta(a + 1, x.abs() + 0.5) + torch.special.airy_ai(x) + torch.digamma(x)
+                + torch.special.bessel_j0(x) + torch.frexp(x)[0])
+
+    g = torch.Generator().manual_seed(0)
+    x, n, a = torch.randn(6, generator=g), torch.arange(6.0), torch.rand(6, generator=g) * 3
+    got = torch.compile(f, backend="tpu")(x.to("tpu"), n.to("tpu"), a.to("tpu"))
+    torch.testing.assert_close(got.cpu(), f(x, n, a))
+    torch._dynamo.reset()
