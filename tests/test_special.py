@@ -196,3 +196,30 @@ def test_compiled_graph(no_fallbacks):
     got = torch.compile(f, backend="tpu")(x.to("tpu"), n.to("tpu"), a.to("tpu"))
     torch.testing.assert_close(got.cpu(), f(x, n, a))
     torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("fn", [torch.gcd, torch.lcm])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8])
+def test_gcd_lcm(fn, dtype, no_fallbacks):
+    g = torch.Generator().manual_seed(0)
+    lo = 0 if dtype == torch.uint8 else -128
+    x = torch.randint(lo, 128, (6, 40), generator=g).to(dtype)
+    y = torch.randint(lo, 128, (40,), generator=g).to(dtype)
+    compare(fn, x, y)  # narrow types wrap like PyTorch's int arithmetic
+    compare(fn, torch.tensor([0, 0, 5, 7, 48], dtype=dtype), torch.tensor([0, 7, 0, 7, 18], dtype=dtype))
+    compare(lambda a, b: getattr(a.clone(), fn.__name__ + "_")(b), x, y)
+    compare(fn, torch.empty(0, dtype=dtype), torch.empty(0, dtype=dtype))
+
+
+def test_gcd_lcm_extremes(no_fallbacks):
+    a = torch.tensor([2**62, -2**63, -12, 10**18])
+    b = torch.tensor([2**61, 6, 18, 6 * 10**17])
+    compare(torch.gcd, a, b)
+    compare(torch.lcm, a, b)
+
+
+@pytest.mark.parametrize("fn", [torch.gcd, torch.lcm])
+def test_gcd_lcm_float_input(fn):
+    x = torch.rand(3).to("tpu")
+    with pytest.raises(NotImplementedError, match=f'"{fn.__name__}_cpu" not implemented for \'Float\''):
+        fn(x, x)

@@ -1,5 +1,6 @@
 /* Special-function rules: orthogonal polynomials, Bessel functions and the
- * other torch.special functions StableHLO has no op for.
+ * other torch.special functions StableHLO has no op for, and the other
+ * elementwise functions that need loops (incomplete gamma, zeta, gcd).
  *
  * The formulas are PyTorch's CPU ones (ATen's Math.h, mostly from Cephes):
  * the same series, coefficients and branch points, so results round like
@@ -1151,6 +1152,53 @@ static tpu_status_t igamma_rule(tpu_lower_ctx *c) {
   return done(c, sel(c, or_(c, lt(c, x, 0.0), lt(c, a, 0.0)), nan, r));
 }
 
+/* --- gcd and lcm ------------------------------------------------------------------ */
+
+/* Euclid's algorithm on |a|, |b|; state (i, a, b), an element steps while
+ * its a is not 0. */
+static tpu_hlo_value zero_of(tpu_lower_ctx *c, tpu_hlo_value like) { return tpu_hlo_const_i64(B, tpu_hlo_type_of(B, like), 0); }
+
+static tpu_hlo_value abs_int(tpu_lower_ctx *c, tpu_hlo_value x) {
+  return tpu_dtype_is_unsigned_int(tpu_hlo_type_of(B, x)->dtype) ? x : un(c, TPU_HLO_ABS, x);
+}
+
+static tpu_hlo_value gcd_live(tpu_lower_ctx *c, const tpu_hlo_value *st) {
+  return cmp(c, TPU_HLO_NE, st[1], zero_of(c, st[1]));
+}
+
+static void gcd_step(tpu_lower_ctx *c, const tpu_hlo_value *st, tpu_hlo_value *next) {
+  tpu_hlo_value a = st[1], b = st[2], live = gcd_live(c, st);
+  tpu_hlo_value safe = sel(c, live, a, tpu_hlo_const_i64(B, tpu_hlo_type_of(B, a), 1));
+  next[1] = sel(c, live, tpu_hlo_binary(B, TPU_HLO_REM, b, safe), a);
+  next[2] = sel(c, live, a, b);
+}
+
+static tpu_hlo_value gcd_of(tpu_lower_ctx *c, tpu_hlo_value a, tpu_hlo_value b) {
+  tpu_hlo_value st[3] = {0, abs_int(c, a), abs_int(c, b)};
+  while_any(c, 3, st, 0, gcd_live, gcd_step);
+  return st[2];
+}
+
+/* gcd(self, other), or lcm when data is 1: |a / gcd * b|, 0 when gcd is 0.
+ * lcm's product of types narrower than int is computed in int32 and wraps
+ * at the end, as C's integer promotion makes PyTorch's kernel do. */
+static tpu_status_t gcd_rule(tpu_lower_ctx *c) {
+  if (!tpu_dtype_is_int(OUT->dtype))
+    return tpu_lower_error(c, TPU_ERR_NOT_IMPLEMENTED, "\"%s_cpu\" not implemented for '%s'",
+                           c->data ? "lcm" : "gcd", tpu_dtype_scalar_type(OUT->dtype));
+  tpu_hlo_value a = tpu_lower_operand(c, 0, OUT->dtype, OUT), b = tpu_lower_operand(c, 1, OUT->dtype, OUT);
+  tpu_hlo_value g = gcd_of(c, a, b);
+  if (c->data == 0) return done(c, g);
+  if (tpu_dtype_size(OUT->dtype) < 4) {
+    a = tpu_hlo_convert(B, a, TPU_S32);
+    b = tpu_hlo_convert(B, b, TPU_S32);
+    g = tpu_hlo_convert(B, g, TPU_S32);
+  }
+  tpu_hlo_value zero = zero_of(c, g), g_is_0 = cmp(c, TPU_HLO_EQ, g, zero);
+  tpu_hlo_value q = dvd(c, a, sel(c, g_is_0, tpu_hlo_const_i64(B, tpu_hlo_type_of(B, g), 1), g));
+  return done(c, sel(c, g_is_0, zero, abs_int(c, mul(c, q, b))));
+}
+
 #define POLY(n, kind)                                                                           \
   {{"special_" n, "special_" n ".out"}, polynomial_rule, 0, kind},                              \
   {{"special_" n ".x_scalar", "special_" n ".x_scalar_out"}, polynomial_rule, 0, kind},         \
@@ -1184,6 +1232,8 @@ const tpu_lower_rule tpu_rules_special[] = {
     UNARY("spherical_bessel_j0", SPHERICAL_J0),
     {{"special_airy_ai", "special_airy_ai.out"}, airy_ai_rule, 0, 0},
     {{"igamma", "igamma_", "igamma.out"}, igamma_rule, 0, 0},
+    {{"gcd", "gcd_", "gcd.out"}, gcd_rule, 0, 0},
+    {{"lcm", "lcm_", "lcm.out"}, gcd_rule, 0, 1},
     {{"igammac", "igammac_", "igammac.out"}, igamma_rule, 0, 1},
     UNARY("i0e", BESSEL_I0E),
     UNARY("i1", BESSEL_I1),
