@@ -223,3 +223,23 @@ def test_gcd_lcm_float_input(fn):
     x = torch.rand(3).to("tpu")
     with pytest.raises(NotImplementedError, match=f'"{fn.__name__}_cpu" not implemented for \'Float\''):
         fn(x, x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_erfcx_log_ndtr(dtype, no_fallbacks):
+    # both sides of 0, -6.1, -26.7 (inf), 26 (the far form), 5e7, non-finite
+    x = torch.cat([torch.linspace(-30, 60, 901),
+                   torch.tensor([0.0, -0.0, 26.0, 25.99, -26.7, -26.6, -9.5, -6.09, -6.11, 5e7, 6e7, 1e30,
+                                 INF, -INF, NAN])]).to(dtype)
+    compare(torch.special.erfcx, x)
+    compare(torch.special.log_ndtr, x)
+    compare(torch.special.erfcx, torch.empty(0, dtype=dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_ndtri(dtype, no_fallbacks):
+    # the middle, both tails (either side of z = 8), the ends and outside
+    y = torch.cat([torch.rand(500, generator=torch.Generator().manual_seed(0)),
+                   torch.tensor([0.0, 1.0, -0.1, 1.1, 1e-30, 1 - 1e-7, 0.5, 0.1353, 0.8647, 1e-14, 1e-20, NAN])])
+    compare(torch.special.ndtri, y.to(dtype))
+    compare(torch.special.ndtri, torch.tensor(0.3, dtype=dtype))

@@ -1199,6 +1199,79 @@ static tpu_status_t gcd_rule(tpu_lower_ctx *c) {
   return done(c, sel(c, g_is_0, zero, abs_int(c, mul(c, q, b))));
 }
 
+/* --- normal distribution -------------------------------------------------------- */
+
+static const double NDTRI_P0[5] = {
+    -5.99633501014107895267E1, 9.80010754185999661536E1, -5.66762857469070293439E1,
+    1.39312609387279679503E1, -1.23916583867381258016E0,
+};
+static const double NDTRI_Q0[9] = {
+    1.00000000000000000000E0, 1.95448858338141759834E0, 4.67627912898881538453E0,
+    8.63602421390890590575E1, -2.25462687854119370527E2, 2.00260212380060660359E2,
+    -8.20372256168333339912E1, 1.59056225126211695515E1, -1.18331621121330003142E0,
+};
+static const double NDTRI_P1[9] = {
+    4.05544892305962419923E0, 3.15251094599893866154E1, 5.71628192246421288162E1,
+    4.40805073893200834700E1, 1.46849561928858024014E1, 2.18663306850790267539E0,
+    -1.40256079171354495875E-1, -3.50424626827848203418E-2, -8.57456785154685413611E-4,
+};
+static const double NDTRI_Q1[9] = {
+    1.00000000000000000000E0, 1.57799883256466749731E1, 4.53907635128879210584E1,
+    4.13172038254672030440E1, 1.50425385692907503408E1, 2.50464946208309415979E0,
+    -1.42182922854787788574E-1, -3.80806407691578277194E-2, -9.33259480895457427372E-4,
+};
+static const double NDTRI_P2[9] = {
+    3.23774891776946035970E0, 6.91522889068984211695E0, 3.93881025292474443415E0,
+    1.33303460815807542389E0, 2.01485389549179081538E-1, 1.23716634817820021358E-2,
+    3.01581553508235416007E-4, 2.65806974686737550832E-6, 6.23974539184983293730E-9,
+};
+static const double NDTRI_Q2[9] = {
+    1.00000000000000000000E0, 6.02427039364742014255E0, 3.67983563856160859403E0,
+    1.37702099489081330271E0, 2.16236993594496635890E-1, 1.34204006088543189037E-2,
+    3.28014464682127739104E-4, 2.89247864745380683936E-6, 6.79019408009981274425E-9,
+};
+
+/* The inverse of the standard normal CDF (Cephes ndtri, as PyTorch): a
+ * rational function of y - 1/2 in the middle, of 1/sqrt(-2 log y) in the
+ * tails. */
+static tpu_status_t ndtri_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value y0 = in(c, 0), one = k(c, 1.0), tail_at = k(c, 0.13533528323661269189);
+  tpu_hlo_value upper = cmp(c, TPU_HLO_GT, y0, sub(c, one, tail_at));
+  tpu_hlo_value y = sel(c, upper, sub(c, one, y0), y0);
+  tpu_hlo_value ym = sub(c, y, k(c, 0.5)), y2 = mul(c, ym, ym);
+  tpu_hlo_value mid = add(c, ym, mul(c, ym, dvd(c, mul(c, y2, POLY_AT(y2, NDTRI_P0)), POLY_AT(y2, NDTRI_Q0))));
+  mid = mul(c, mid, k(c, 2.50662827463100050242E0));
+  tpu_hlo_value x = un(c, TPU_HLO_SQRT, mul(c, k(c, -2.0), un(c, TPU_HLO_LOG, y)));
+  tpu_hlo_value x0 = sub(c, x, dvd(c, un(c, TPU_HLO_LOG, x), x)), z = dvd(c, one, x);
+  tpu_hlo_value x1 = sel(c, lt(c, x, 8.0), dvd(c, mul(c, z, POLY_AT(z, NDTRI_P1)), POLY_AT(z, NDTRI_Q1)),
+                         dvd(c, mul(c, z, POLY_AT(z, NDTRI_P2)), POLY_AT(z, NDTRI_Q2)));
+  tpu_hlo_value tail = sub(c, x0, x1);
+  tpu_hlo_value r = sel(c, cmp(c, TPU_HLO_GT, y, tail_at), mid, sel(c, upper, tail, neg(c, tail)));
+  r = sel(c, or_(c, lt(c, y0, 0.0), gt(c, y0, 1.0)), k(c, NAN), r);
+  r = sel(c, eq(c, y0, 1.0), k(c, INFINITY), r);
+  return done(c, sel(c, eq(c, y0, 0.0), k(c, -INFINITY), r));
+}
+
+/* erfcx(x) = exp(x^2) erfc(x) for x >= 0, formed in double (exact enough
+ * for a float result up to x = 26, where erfc underflows); above, the
+ * continued-fraction form PyTorch uses past 50. Below 0, PyTorch's
+ * 2 exp(x^2) - erfcx(-x) in the output's type (inf below -26.7). */
+static tpu_status_t erfcx_rule(tpu_lower_ctx *c) {
+  const double ispi = 0.56418958354775628694807945156; /* 1 / sqrt(pi) */
+  tpu_hlo_value x = in(c, 0);
+  tpu_hlo_value ax = tpu_hlo_convert(B, un(c, TPU_HLO_ABS, x), TPU_F64);
+  tpu_hlo_value xx = mul(c, ax, ax);
+  tpu_hlo_value direct = mul(c, un(c, TPU_HLO_EXP, xx), un(c, TPU_HLO_ERFC, ax));
+  tpu_hlo_value num = add(c, mul(c, xx, add(c, xx, kl(c, ax, 4.5))), kl(c, ax, 2.0));
+  tpu_hlo_value den = mul(c, ax, add(c, mul(c, xx, add(c, xx, kl(c, ax, 5.0))), kl(c, ax, 3.75)));
+  tpu_hlo_value far = sel(c, gt(c, ax, 5e7), dvd(c, kl(c, ax, ispi), ax), dvd(c, mul(c, kl(c, ax, ispi), num), den));
+  tpu_hlo_value pos = tpu_hlo_convert(B, sel(c, cmp(c, TPU_HLO_GE, ax, kl(c, ax, 26.0)), far, direct), out_math(c));
+  tpu_hlo_value two_exp = mul(c, k(c, 2.0), un(c, TPU_HLO_EXP, mul(c, x, x)));
+  tpu_hlo_value negv = sel(c, lt(c, x, -6.1), two_exp, sub(c, two_exp, pos));
+  negv = sel(c, lt(c, x, -26.7), k(c, INFINITY), negv);
+  return done(c, sel(c, lt(c, x, 0.0), negv, pos));
+}
+
 #define POLY(n, kind)                                                                           \
   {{"special_" n, "special_" n ".out"}, polynomial_rule, 0, kind},                              \
   {{"special_" n ".x_scalar", "special_" n ".x_scalar_out"}, polynomial_rule, 0, kind},         \
@@ -1231,6 +1304,8 @@ const tpu_lower_rule tpu_rules_special[] = {
     UNARY("scaled_modified_bessel_k1", BESSEL_K1E),
     UNARY("spherical_bessel_j0", SPHERICAL_J0),
     {{"special_airy_ai", "special_airy_ai.out"}, airy_ai_rule, 0, 0},
+    {{"special_ndtri", "special_ndtri.out"}, ndtri_rule, 0, 0},
+    {{"special_erfcx", "special_erfcx.out"}, erfcx_rule, 0, 0},
     {{"igamma", "igamma_", "igamma.out"}, igamma_rule, 0, 0},
     {{"gcd", "gcd_", "gcd.out"}, gcd_rule, 0, 0},
     {{"lcm", "lcm_", "lcm.out"}, gcd_rule, 0, 1},
