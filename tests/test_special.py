@@ -37,6 +37,7 @@ def test_polynomial(name, no_fallbacks):
     # every pair; degree 200 takes sin/cos of large angles, where libm and XLA differ a little
     compare(fn, torch.tensor(EDGE_X).reshape(-1, 1), torch.tensor(EDGE_N), rtol=1e-4, atol=1e-5)
     compare(fn, torch.full((3,), NAN), torch.tensor([-1.0, 0.0, 1.0]))
+    compare(fn, torch.tensor([0.5, 2.0, -0.3]), torch.tensor([1e20, -1e20, 3e19]))  # past int64: 0
 
 
 @pytest.mark.parametrize("name", POLYNOMIALS)

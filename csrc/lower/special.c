@@ -188,13 +188,13 @@ static tpu_hlo_value cheb_end(tpu_lower_ctx *c, int kind, tpu_hlo_value at_one, 
 }
 
 /* special_*_polynomial_*(x, n); data: the family. n is truncated to an
- * integer as PyTorch's static_cast does (NaN and infinities count as
- * negative, so give 0). */
+ * integer as PyTorch's static_cast does on x86 (NaN, infinities and values
+ * past int64 become INT64_MIN: negative, so 0). */
 static tpu_status_t polynomial_rule(tpu_lower_ctx *c) {
   int kind = (int)c->data;
   tpu_hlo_value x = in(c, 0), n = in(c, 1);
-  tpu_hlo_value finite = un(c, TPU_HLO_IS_FINITE, n);
-  tpu_hlo_value nf = sel(c, finite, sub(c, n, tpu_hlo_binary(B, TPU_HLO_REM, n, k(c, 1.0))), k(c, -1.0));
+  tpu_hlo_value in_range = lt(c, un(c, TPU_HLO_ABS, n), 0x1p63); /* false for NaN */
+  tpu_hlo_value nf = sel(c, in_range, sub(c, n, tpu_hlo_binary(B, TPU_HLO_REM, n, k(c, 1.0))), k(c, -1.0));
   bool has_closed = true, has_end = true;
   tpu_hlo_value closed = 0, closed_val = 0, end = 0, end_val = 0;
   if (is_chebyshev(kind)) {
