@@ -144,6 +144,47 @@ def test_take_out_of_range(no_fallbacks):
     raises_like(torch.take, t(3, 4), torch.tensor([-13]))
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_put(no_fallbacks, dtype):
+    x, src = t(3, 4, dtype=dtype), t(2, 2, dtype=dtype)
+    idx = torch.tensor([[0, -1], [11, -7]])
+    compare(torch.put, x, idx, src)
+    compare(lambda x, i, s: x.clone().put_(i, s), x, idx, src)
+    compare(lambda x, i, s: x.t().clone().put_(i, s), x, idx, src)
+    dup = torch.tensor([[5, 5], [-7, 0]])  # duplicates accumulate
+    tol = dict(rtol=0.02, atol=0.02) if dtype == torch.bfloat16 else {}
+    compare(lambda x, i, s: torch.put(x, i, s, accumulate=True), x, dup, src, **tol)
+
+
+def test_put_shapes(no_fallbacks):
+    compare(lambda x, i, s: torch.put(x, i, s, accumulate=True), torch.tensor(1.0), torch.tensor([0, -1]),
+            torch.tensor([2.0, 3.0]))
+    compare(torch.put, t(3, 4), torch.tensor([], dtype=torch.long), t(0))
+
+    def on_view(x, i, s):
+        y = x.clone()
+        y[1:, ::2].put_(i, s)
+        return y
+    compare(on_view, t(3, 4), torch.tensor([3, 0]), t(2))
+
+
+def test_put_errors(no_fallbacks):
+    x = t(3, 4).to("tpu")
+    before = x.cpu()
+    raises_like(lambda x, i, s: x.put_(i, s), x.cpu(), torch.tensor([12]), t(1))
+    raises_like(lambda x, i, s: x.put_(i, s), x.cpu(), torch.tensor([-13]), t(1))
+    raises_like(lambda x, i, s: x.put_(i, s), x.cpu(), torch.tensor([0, 1]), t(3))
+    raises_like(lambda x, i, s: x.put_(i, s), x.cpu(), torch.tensor([0]), t(1, dtype=torch.int64))
+    raises_like(lambda x, i, s: x.put_(i, s), x.cpu(), torch.tensor([0], dtype=torch.int32), t(1))
+    torch.testing.assert_close(x.cpu(), before)
+
+
+def test_put_take_backward(no_fallbacks):
+    idx = torch.tensor([[0, 5], [5, -1]])
+    compare_grad(lambda x, i, s: torch.put(x, i, s, accumulate=True), t(3, 4), idx, t(2, 2))
+    compare_grad(lambda x, i: torch.take(x, i), t(3, 4), idx)
+
+
 # --- scatter family -------------------------------------------------------------
 
 def unique_index(shape, size, dim):

@@ -249,6 +249,37 @@ static tpu_status_t take_rule(tpu_lower_ctx *c) {
   return done(c, plan_gather(c, &p, x, reshape(c, wrap_negative(c, idx, n), vt.rank, vt.dims)));
 }
 
+/* put_(self, index, source, accumulate): take's inverse, source's k-th
+ * element written (or added) at self's flat index[k]. */
+static tpu_status_t put_rule(tpu_lower_ctx *c) {
+  const tpu_lower_arg *xa = &c->args[0], *ia = &c->args[1], *sa = &c->args[2];
+  int64_t k = 1, m = 1;
+  for (int i = 0; i < ia->rank; i++) k *= ia->sizes[i];
+  for (int i = 0; i < sa->rank; i++) m *= sa->sizes[i];
+  /* The CPU kernel's checks, in its order (the meta function has none). */
+  if (m != k)
+    return tpu_lower_error(c, TPU_ERR_INDEX, "put_(): Expected source and index to have the same number of elements, "
+                           "but got source.numel() = %lld, index.numel() = %lld", (long long)m, (long long)k);
+  if (sa->dtype != xa->dtype)
+    return tpu_lower_error(c, TPU_ERR_RUNTIME, "put_(): self and source expected to have the same dtype, but got "
+                           "self.dtype = %s and source.dtype = %s", tpu_dtype_scalar_type(xa->dtype),
+                           tpu_dtype_scalar_type(sa->dtype));
+  if (ia->dtype != TPU_S64)
+    return tpu_lower_error(c, TPU_ERR_RUNTIME, "put_(): Expected a long tensor for index, but got %s",
+                           tpu_dtype_scalar_type(ia->dtype));
+  bool accumulate = tpu_lower_bool(c, 3, false);
+  tpu_dtype_t t = accumulate ? tpu_lower_opmath(OUT->dtype) : OUT->dtype;
+  tpu_hlo_value x = flat(c, tpu_hlo_convert(B, tpu_lower_tensor(c, 0), t));
+  tpu_hlo_value idx = flat(c, index_arg(c, 1));
+  int64_t n = numel_of(c, x);
+  tpu_lower_require(c, all_in_range(c, idx, -n, n), TPU_ERR_INDEX,
+                    "out of range: tried to access an index outside of the tensor's elements");
+  tpu_hlo_value src = flat(c, tpu_hlo_convert(B, tpu_lower_tensor(c, 2), t));
+  index_plan p = by_coords(1, 1);
+  tpu_hlo_value r = plan_scatter(c, &p, x, as_vectors(c, wrap_negative(c, idx, n)), src, accumulate ? COMBINE_ADD : REPLACE);
+  return done(c, reshape(c, r, OUT->rank, OUT->dims));
+}
+
 /* --- scatter and its reductions --------------------------------------------------- */
 
 /* data: which overload family, for the reduction and the source argument. */
@@ -765,6 +796,7 @@ const tpu_lower_rule tpu_rules_index[] = {
     {{"embedding", "embedding.out"}, embedding_rule, 0, 0},
     {{"gather", "gather.out"}, gather_rule, 0, 0},
     {{"take", "take.out"}, take_rule, 0, 0},
+    {{"put_", "put", "put.out"}, put_rule, 0, 0},
     {{"scatter.src", "scatter_.src", "scatter.src_out"}, scatter_rule, 0, SCATTER},
     {{"scatter.value", "scatter_.value", "scatter.value_out"}, scatter_rule, 0, SCATTER},
     {{"scatter.reduce", "scatter_.reduce", "scatter.reduce_out"}, scatter_rule, 0, SCATTER_LEGACY_REDUCE},
