@@ -1,5 +1,5 @@
 // Ops whose output size depends on the data (nonzero, masked_select,
-// indexing with boolean masks) and ops that return host values (equal). Each
+// repeat_interleave, indexing with boolean masks) and ops that return host values (equal). Each
 // reads one size back from the device, then runs lowered ops of static shape
 // (nonzero_static, index_select …): one sync, no CPU fallback.
 #include <ATen/ATen.h>
@@ -36,6 +36,25 @@ at::Tensor& masked_select_out(const at::Tensor& self, const at::Tensor& mask, at
   return out.copy_(r);
 }
 
+// repeat_interleave(repeats): index i repeated repeats[i] times. The total
+// and the minimum (for PyTorch's negative check) come back in the one sync;
+// then a mark at each cumulative sum, summed up, numbers the runs.
+at::Tensor repeat_interleave_impl(const at::Tensor& repeats, std::optional<c10::SymInt> output_size) {
+  TORCH_CHECK(repeats.dim() == 1, "repeat_interleave only accept 1D vector as repeat");
+  TORCH_CHECK_NOT_IMPLEMENTED(repeats.scalar_type() == at::kLong || repeats.scalar_type() == at::kInt,
+                              "\"repeat_interleave_cpu\" not implemented for '", repeats.scalar_type(), "'");
+  int64_t n = repeats.numel(), total = 0;
+  if (n > 0) {
+    at::Tensor stats = at::stack({repeats.sum(), repeats.min().to(at::kLong)}).cpu();
+    total = stats[0].item<int64_t>();
+    TORCH_CHECK(stats[1].item<int64_t>() >= 0, "repeats can not be negative");
+  }
+  TORCH_CHECK(!output_size || *output_size == total, "allocated size does not match required size");
+  at::Tensor ends = repeats.cumsum(0, at::kLong).slice(0, 0, n > 0 ? n - 1 : 0);
+  at::Tensor marks = at::zeros({total + 1}, ends.options()).index_add_(0, ends, at::ones_like(ends));
+  return marks.slice(0, 0, total).cumsum(0).to(repeats.scalar_type());
+}
+
 bool equal_impl(const at::Tensor& self, const at::Tensor& other) {
   if (self.sizes() != other.sizes()) return false;
   TORCH_CHECK(self.device() == other.device(), "Cannot compare two tensors on different devices. Got: ",
@@ -58,6 +77,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("nonzero.out", TORCH_FN(torchtpu::nonzero_out));
   m.impl("masked_select", TORCH_FN(torchtpu::masked_select_impl));
   m.impl("masked_select.out", TORCH_FN(torchtpu::masked_select_out));
+  m.impl("repeat_interleave.Tensor", TORCH_FN(torchtpu::repeat_interleave_impl));
   m.impl("equal", TORCH_FN(torchtpu::equal_impl));
   m.impl("is_nonzero", TORCH_FN(torchtpu::is_nonzero_impl));
 }
