@@ -160,7 +160,12 @@ def _run_sample(op, sample, dtype, compiled, grad, progress):
         def move(t):  # SampleInput.transform also passes dtypes through here
             if not isinstance(t, torch.Tensor):
                 return t
-            y = t.detach().to(device)
+            if t._base is not None and t.layout == torch.strided and not t.is_conj() and not t.is_neg():
+                # a view keeps its storage around it: ops such as as_strided read past the view
+                whole = t.detach().new_empty(0).set_(t.untyped_storage())
+                y = whole.to(device).as_strided(t.shape, t.stride(), t.storage_offset())
+            else:
+                y = t.detach().to(device)
             return y.requires_grad_(t.requires_grad) if t.requires_grad else y
         return move
 
