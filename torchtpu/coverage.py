@@ -22,6 +22,7 @@ a hang costs that op, not the sweep. Results go to a state file as they come
     python -m torchtpu.coverage report                    # rewrite the report from the state
 """
 import argparse
+import itertools
 import json
 import multiprocessing as mp
 import os
@@ -148,7 +149,27 @@ def _seeded(call, sample):
         return False
 
 
-def _run_sample(op, sample, dtype, compiled, grad, progress):
+def _pinned_to_cpu(op, dtype, n):
+    """Per sample, the positions (in SampleInput.transform's order) of the
+    tensors the OpInfo makes on the CPU whatever device it is asked for, as
+    tensor_split's indices, which PyTorch requires there: found by asking
+    for the samples on the meta device."""
+    import torch
+    try:
+        metas = list(op.sample_inputs("meta", dtype))
+    except Exception:  # noqa: BLE001 - a generator meta tensors break pins nothing
+        metas = []
+    if len(metas) != n:
+        return [set()] * n
+    pinned = []
+    for sample in metas:
+        flags = []
+        sample.transform(lambda t: flags.append(isinstance(t, torch.Tensor) and t.device.type == "cpu") or t)
+        pinned.append({i for i, f in enumerate(flags) if f})
+    return pinned
+
+
+def _run_sample(op, sample, dtype, compiled, grad, progress, pinned=frozenset()):
     """One sample on CPU and tpu; returns None or (status, reason)."""
     import torch
     import torchtpu
@@ -157,8 +178,10 @@ def _run_sample(op, sample, dtype, compiled, grad, progress):
         return op(s.input, *s.args, **s.kwargs)
 
     def to(device):
+        seen = itertools.count()
+
         def move(t):  # SampleInput.transform also passes dtypes through here
-            if not isinstance(t, torch.Tensor):
+            if next(seen) in pinned or not isinstance(t, torch.Tensor):
                 return t
             if t._base is not None and t.layout == torch.strided and not t.is_conj() and not t.is_neg():
                 # a view keeps its storage around it: ops such as as_strided read past the view
@@ -276,12 +299,13 @@ def _run_task(ops, name, dtype_name, mode, grad, send):
     want_grad = grad and dtype == torch.float32 and op.supports_autograd and not compiled
     try:
         samples = list(op.sample_inputs("cpu", dtype, requires_grad=want_grad))
+        pinned = _pinned_to_cpu(op, dtype, len(samples))
     except Exception as e:  # noqa: BLE001
         return {"status": "n/a", "reason": f"no samples: {type(e).__name__}"}
     result = {"status": "pass", "samples": 0, "grad": "pass" if want_grad else "n/a"}
     for i, sample in enumerate(samples):
         send(("progress", i))
-        out = _run_sample(op, sample, dtype, compiled, want_grad, send)
+        out = _run_sample(op, sample, dtype, compiled, want_grad, send, pinned[i])
         if out is None:
             result["samples"] += 1
             continue
