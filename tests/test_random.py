@@ -225,6 +225,11 @@ def test_shapes_and_views():
     assert torch.rand(0, 3, device="tpu").shape == (0, 3)
     assert torch.randn((), device="tpu").shape == ()
     assert torch.multinomial(torch.ones(0, 3, device="tpu"), 2, replacement=True).shape == (0, 2)
+    assert torch.multinomial(torch.tensor([2.0], device="tpu"), 3, True).cpu().tolist() == [0, 0, 0]
+    assert torch.multinomial(torch.tensor([[0.0, 1.0], [1.0, 0.0]], device="tpu"), 1).cpu().tolist() == [[1], [0]]
+    assert torch.bernoulli(torch.tensor(1.0, device="tpu")).cpu().item() == 1.0
+    assert torch.bernoulli(torch.empty(0, device="tpu")).shape == (0,)
+    assert torch.empty(3, device="tpu").uniform_(2, 2).cpu().tolist() == [2.0, 2.0, 2.0]
     x = torch.zeros(4, 6, device="tpu")
     x.t()[1:3].normal_()  # a strided view: only its elements change
     cpu = x.cpu()
