@@ -22,6 +22,7 @@ a hang costs that op, not the sweep. Results go to a state file as they come
     python -m torchtpu.coverage report                    # rewrite the report from the state
 """
 import argparse
+import contextlib
 import itertools
 import json
 import multiprocessing as mp
@@ -169,6 +170,20 @@ def _pinned_to_cpu(op, dtype, n):
     return pinned
 
 
+@contextlib.contextmanager
+def _rng_unfrozen():
+    """Compiled runs go without wrapper_set_seed's freeze_rng_state: dynamo
+    cannot trace its no_dispatch(), and it only restores the RNG state after
+    the op."""
+    import torch.testing._utils as testing_utils
+    saved = testing_utils.freeze_rng_state
+    testing_utils.freeze_rng_state = contextlib.nullcontext
+    try:
+        yield
+    finally:
+        testing_utils.freeze_rng_state = saved
+
+
 def _run_sample(op, sample, dtype, compiled, grad, progress, pinned=frozenset()):
     """One sample on CPU and tpu; returns None or (status, reason)."""
     import torch
@@ -213,7 +228,8 @@ def _run_sample(op, sample, dtype, compiled, grad, progress, pinned=frozenset())
         fn = torch.compile(lambda s: call(s), backend="tpu", fullgraph=False, dynamic=False)
     torchtpu.reset_stats()
     try:
-        got = fn(tpu_sample)
+        with _rng_unfrozen() if compiled else contextlib.nullcontext():
+            got = fn(tpu_sample)
     except Exception as e:  # noqa: BLE001
         return "error", f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
     fallbacks = torchtpu.stats()["fallbacks"]
