@@ -1,9 +1,10 @@
 // Ops whose output size depends on the data (nonzero, masked_select,
-// indexing with boolean masks, unique) and ops that return host values
-// (equal). Each reads one size back from the device, then runs lowered ops of
-// static shape (nonzero_static, index_select …): one sync, no CPU fallback.
-// Histograms read back the data's range the same way, for PyTorch's checks.
-// bincount reads back its largest value, the size of its result.
+// indexing with boolean masks, unique, repeat_interleave) and ops that return
+// host values (equal). Each reads one size back from the device, then runs
+// lowered ops of static shape (nonzero_static, index_select …): one sync, no
+// CPU fallback. Histograms read back the data's range the same way, for
+// PyTorch's checks; bincount reads back its largest value, the size of its
+// result.
 #include <ATen/ATen.h>
 #include <ATen/native/Resize.h>
 #include <torch/library.h>
@@ -250,6 +251,25 @@ at::Tensor bincount_impl(const at::Tensor& self, const std::optional<at::Tensor>
   return at::zeros({bins}, w.options()).index_add_(0, self.to(at::kLong), w);
 }
 
+// repeat_interleave(repeats): index i repeated repeats[i] times. The total
+// and the minimum (for PyTorch's negative check) come back in the one sync;
+// then a mark at each cumulative sum, summed up, numbers the runs.
+at::Tensor repeat_interleave_impl(const at::Tensor& repeats, std::optional<c10::SymInt> output_size) {
+  TORCH_CHECK(repeats.dim() == 1, "repeat_interleave only accept 1D vector as repeat");
+  TORCH_CHECK_NOT_IMPLEMENTED(repeats.scalar_type() == at::kLong || repeats.scalar_type() == at::kInt,
+                              "\"repeat_interleave_cpu\" not implemented for '", repeats.scalar_type(), "'");
+  int64_t n = repeats.numel(), total = 0;
+  if (n > 0) {
+    at::Tensor stats = at::stack({repeats.sum(), repeats.min().to(at::kLong)}).cpu();
+    total = stats[0].item<int64_t>();
+    TORCH_CHECK(stats[1].item<int64_t>() >= 0, "repeats can not be negative");
+  }
+  TORCH_CHECK(!output_size || *output_size == total, "allocated size does not match required size");
+  at::Tensor ends = repeats.cumsum(0, at::kLong).slice(0, 0, n > 0 ? n - 1 : 0);
+  at::Tensor marks = at::zeros({total + 1}, ends.options()).index_add_(0, ends, at::ones_like(ends));
+  return marks.slice(0, 0, total).cumsum(0).to(repeats.scalar_type());
+}
+
 bool equal_impl(const at::Tensor& self, const at::Tensor& other) {
   if (self.sizes() != other.sizes()) return false;
   TORCH_CHECK(self.device() == other.device(), "Cannot compare two tensors on different devices. Got: ",
@@ -283,6 +303,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_histogramdd_from_bin_cts", TORCH_FN(torchtpu::histogramdd_from_bin_cts));
   m.impl("_histogramdd_from_bin_tensors", TORCH_FN(torchtpu::histogramdd_from_bin_tensors));
   m.impl("bincount", TORCH_FN(torchtpu::bincount_impl));
+  m.impl("repeat_interleave.Tensor", TORCH_FN(torchtpu::repeat_interleave_impl));
   m.impl("equal", TORCH_FN(torchtpu::equal_impl));
   m.impl("is_nonzero", TORCH_FN(torchtpu::is_nonzero_impl));
 }
