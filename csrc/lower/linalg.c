@@ -1,6 +1,7 @@
 /* Matrix products: mm, bmm, mv, dot, vdot and the add* forms addmm, baddbmm,
  * addbmm, addmv. torch.matmul, F.linear, outer and their backwards are
- * PyTorch composites of these.
+ * PyTorch composites of these. conj_physical, the conjugation the products'
+ * complex composites materialise, lives here too.
  *
  * Each product is one dot_general that accumulates in the output's opmath
  * type: half inputs give a float32 product that is rounded once at the end,
@@ -100,6 +101,12 @@ static tpu_status_t add_product_rule(tpu_lower_ctx *c) {
   return NULL;
 }
 
+/* conj_physical(self): the identity for real tensors */
+static tpu_status_t conj_physical_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value x = tpu_lower_tensor(c, 0);
+  return done(c, tpu_dtype_is_complex(c->args[0].dtype) ? conj_(c, x) : x);
+}
+
 const tpu_lower_rule tpu_rules_linalg[] = {
     {{"mm", "mm.out"}, product_rule, 0, MM},
     {{"bmm", "bmm.out"}, product_rule, 0, BMM},
@@ -110,5 +117,6 @@ const tpu_lower_rule tpu_rules_linalg[] = {
     {{"baddbmm", "baddbmm_", "baddbmm.out"}, add_product_rule, 0, BMM},
     {{"addbmm", "addbmm_", "addbmm.out"}, add_product_rule, 0, BSUM},
     {{"addmv", "addmv_", "addmv.out"}, add_product_rule, 0, MV},
+    {{"conj_physical", "conj_physical_", "conj_physical.out"}, conj_physical_rule, 0, 0},
 };
 TPU_COUNT_RULES(linalg);
