@@ -215,3 +215,58 @@ def test_linear_module(no_fallbacks):
 
 def test_outer(no_fallbacks):
     compare(torch.outer, make((3,), torch.float32), make((4,), torch.float32, 1))
+
+
+# --- factorizations and solves (factor.c) ------------------------------------
+
+def spd(shape, dtype, seed=0):
+    a = make(shape, dtype, seed)
+    return a @ a.mH + shape[-1] * torch.eye(shape[-1], dtype=dtype)
+
+
+FACTOR_DTYPES = [torch.float32, torch.float64, torch.complex64]
+
+
+@pytest.mark.parametrize("dtype", FACTOR_DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(4, 4), (2, 3, 3), (0, 2, 2), (1, 1)], ids=str)
+@pytest.mark.parametrize("upper", [False, True])
+def test_cholesky(no_fallbacks, shape, dtype, upper):
+    a = spd(shape, dtype)
+    compare(lambda x: torch.linalg.cholesky(x, upper=upper), a, rtol=1e-4, atol=1e-4)
+    compare(lambda x: torch.linalg.cholesky_ex(x, upper=upper), a, rtol=1e-4, atol=1e-4)
+    compare(lambda x: torch.cholesky_inverse(torch.linalg.cholesky(x, upper=upper), upper=upper), a,
+            rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("upper", [False, True])
+def test_cholesky_solve_broadcasts(no_fallbacks, upper):
+    f = torch.linalg.cholesky(spd((2, 1, 3, 3), torch.float32), upper=upper)
+    compare(lambda b, f: torch.cholesky_solve(b, f, upper=upper), make((4, 3, 2), torch.float32), f,
+            rtol=1e-4, atol=1e-4)
+
+
+def test_cholesky_not_positive_definite():
+    a = spd((2, 3, 3), torch.float32)
+    a[1, 2, 2] = -100.0
+    l, info = torch.linalg.cholesky_ex(a.to("tpu"))
+    assert info.dtype == torch.int32 and info.cpu()[0] == 0 and info.cpu()[1] > 0
+    with pytest.raises(torch.linalg.LinAlgError, match="not positive-definite"):
+        torch.linalg.cholesky(a.to("tpu"))
+    with pytest.raises(RuntimeError, match="not positive-definite"):
+        torch.linalg.cholesky_ex(a.to("tpu"), check_errors=True)
+
+
+@pytest.mark.parametrize("dtype", FACTOR_DTYPES, ids=str)
+@pytest.mark.parametrize("upper,left,unit", [(True, True, False), (False, True, True), (False, False, False),
+                                             (True, False, True)])
+def test_solve_triangular(no_fallbacks, dtype, upper, left, unit):
+    a = spd((2, 4, 4), dtype)
+    b = make((4, 3) if left else (3, 4), dtype, 1)  # broadcast against a's batch
+    compare(lambda a, b: torch.linalg.solve_triangular(a, b, upper=upper, left=left, unitriangular=unit), a, b,
+            rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("upper,transpose,unit", [(True, False, False), (False, True, True)])
+def test_triangular_solve(no_fallbacks, upper, transpose, unit):
+    a, b = spd((4, 4), torch.float32), make((2, 4, 3), torch.float32, 1)
+    compare(lambda b, a: torch.triangular_solve(b, a, upper, transpose, unit), b, a, rtol=1e-4, atol=1e-4)
