@@ -270,3 +270,56 @@ def test_solve_triangular(no_fallbacks, dtype, upper, left, unit):
 def test_triangular_solve(no_fallbacks, upper, transpose, unit):
     a, b = spd((4, 4), torch.float32), make((2, 4, 3), torch.float32, 1)
     compare(lambda b, a: torch.triangular_solve(b, a, upper, transpose, unit), b, a, rtol=1e-4, atol=1e-4)
+
+
+LU_OPS = [
+    ("lu_factor_ex", lambda a, b: torch.linalg.lu_factor_ex(a)),
+    ("lu", lambda a, b: torch.linalg.lu(a)),
+    ("lu_unpack", lambda a, b: torch.lu_unpack(*torch.linalg.lu_factor(a))),
+    ("det", lambda a, b: torch.linalg.det(a)),
+    ("det_noncontiguous", lambda a, b: torch.ops.aten._linalg_det(a.mT)),
+    ("slogdet", lambda a, b: torch.ops.aten._linalg_slogdet(a)),
+    ("inv", lambda a, b: torch.linalg.inv_ex(a)),
+    ("solve", lambda a, b: torch.ops.aten._linalg_solve_ex(a, b)),
+    ("solve_vector", lambda a, b: torch.linalg.solve(a, b[..., 0])),
+    ("solve_right", lambda a, b: torch.linalg.solve(a, b.mT, left=False)),
+    ("lu_solve", lambda a, b: torch.linalg.lu_solve(*torch.linalg.lu_factor(a), b)),
+    ("lu_solve_adjoint", lambda a, b: torch.linalg.lu_solve(*torch.linalg.lu_factor(a), b, adjoint=True)),
+    ("lu_solve_right", lambda a, b: torch.linalg.lu_solve(*torch.linalg.lu_factor(a), b.mT, left=False)),
+    ("lu_solve_right_adjoint",
+     lambda a, b: torch.linalg.lu_solve(*torch.linalg.lu_factor(a), b.mT, left=False, adjoint=True)),
+]
+
+
+@pytest.mark.parametrize("dtype", FACTOR_DTYPES, ids=str)
+@pytest.mark.parametrize("name,fn", LU_OPS, ids=[n for n, _ in LU_OPS])
+def test_lu_family(no_fallbacks, name, fn, dtype):
+    compare(fn, make((2, 4, 4), dtype), make((2, 4, 3), dtype, 1), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (5, 3), (0, 0), (2, 0, 3)], ids=str)
+def test_lu_shapes(no_fallbacks, shape):
+    compare(torch.linalg.lu, make(shape, torch.float32))
+    compare(torch.linalg.det if shape[-1] == shape[-2] else torch.linalg.lu_factor, make(shape, torch.float32))
+
+
+def test_lu_singular(no_fallbacks):
+    a = torch.tensor([[[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [0.0, 0.0, 1.0]], [[0.0, 0.0, 0.0]] * 3])
+    compare(lambda x: torch.linalg.lu_factor_ex(x), a)  # info: the first zero pivot, as LAPACK
+    compare(lambda x: torch.linalg.slogdet(x), a)       # sign 0, logabsdet -inf
+    with pytest.raises(torch.linalg.LinAlgError, match="singular"):
+        torch.linalg.inv(a.to("tpu"))
+    with pytest.raises(RuntimeError, match="singular"):
+        torch.linalg.solve_ex(a.to("tpu"), a.to("tpu"), check_errors=True)
+
+
+def test_lu_nan_pivots_stay_in_range(no_fallbacks):
+    a = make((3, 3), torch.float32)
+    a[:, 0] = float("nan")
+    lu, piv = torch.linalg.lu_factor(a.to("tpu"))
+    assert ((piv.cpu() >= 1) & (piv.cpu() <= 3)).all() and lu.cpu().isnan().any()
+
+
+def test_lu_without_pivoting_error():
+    with pytest.raises(RuntimeError, match="LU without pivoting is not implemented on the CPU"):
+        torch.linalg.lu_factor(make((3, 3), torch.float32).to("tpu"), pivot=False)
