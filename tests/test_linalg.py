@@ -323,3 +323,22 @@ def test_lu_nan_pivots_stay_in_range(no_fallbacks):
 def test_lu_without_pivoting_error():
     with pytest.raises(RuntimeError, match="LU without pivoting is not implemented on the CPU"):
         torch.linalg.lu_factor(make((3, 3), torch.float32).to("tpu"), pivot=False)
+
+
+def test_angle(no_fallbacks):
+    compare(torch.angle, torch.tensor([-1.0, 0.0, -0.0, 2.0, float("nan"), float("-inf")]))
+    compare(torch.angle, make((3, 4), torch.complex64))
+    compare(torch.angle, torch.tensor([-3, 0, 2]))  # integers give the default float type
+    compare(torch.angle, make((2, 3), torch.bfloat16))
+
+
+@pytest.mark.parametrize("p", [0.0, 1.0, 2.0, 3.5, float("inf")])
+def test_cdist(no_fallbacks, p):
+    compare(lambda a, b: torch.cdist(a, b, p=p), make((2, 5, 3), torch.float32), make((1, 4, 3), torch.float32, 1),
+            rtol=1e-5, atol=1e-5)
+    compare(lambda a, b: torch.cdist(a, b, p=p), make((0, 3), torch.float32), make((4, 3), torch.float32))
+
+
+def test_cdist_bad_input():
+    with pytest.raises(RuntimeError, match="X1 and X2 must have the same number of columns"):
+        torch.cdist(make((2, 3), torch.float32).to("tpu"), make((2, 4), torch.float32).to("tpu"))
