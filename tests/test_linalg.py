@@ -342,3 +342,14 @@ def test_cdist(no_fallbacks, p):
 def test_cdist_bad_input():
     with pytest.raises(RuntimeError, match="X1 and X2 must have the same number of columns"):
         torch.cdist(make((2, 3), torch.float32).to("tpu"), make((2, 4), torch.float32).to("tpu"))
+
+
+@pytest.mark.parametrize("p", [0.0, 1.0, 2.0, 1.5, 3.5, float("inf")])
+def test_cdist_backward(no_fallbacks, p):
+    a, b = make((2, 5, 3), torch.float32), make((1, 4, 3), torch.float32, 1)
+    b[0, 1] = a[1, 2]  # a pair at distance 0 contributes nothing
+
+    def grads(x1, x2):
+        x1, x2 = x1.clone().requires_grad_(), x2.clone().requires_grad_()
+        return torch.autograd.grad(torch.cdist(x1, x2, p=p).sin().sum(), (x1, x2))
+    compare(grads, a, b, rtol=1e-5, atol=1e-5)

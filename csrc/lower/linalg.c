@@ -159,6 +159,32 @@ static tpu_status_t cdist_rule(tpu_lower_ctx *c) {
   return done(c, tpu_hlo_binary(B, TPU_HLO_POW, sum, tpu_hlo_const_f64(B, &st, 1.0 / p)));
 }
 
+/* _cdist_backward(grad, x1, x2, p, cdist): the gradient for x1, summed over
+ * the rows of x2; pairs at distance 0 contribute nothing, and p = inf
+ * sends it to the coordinates that reach the maximum, as PyTorch's kernel. */
+static tpu_status_t cdist_backward_rule(tpu_lower_ctx *c) {
+  double p = tpu_lower_float(c, 3, 2.0);
+  const tpu_lower_arg *g = &c->args[0];
+  tpu_hlo_type t = *OUT;
+  t.rank = g->rank + 1;
+  for (int d = 0; d < g->rank; d++) t.dims[d] = g->sizes[d];
+  t.dims[g->rank] = OUT->dims[OUT->rank - 1];
+  t.dtype = tpu_lower_opmath(OUT->dtype);
+  tpu_hlo_value diff = sub(c, spread_rows(c, 1, 1, &t), spread_rows(c, 2, 2, &t));
+  tpu_hlo_value dist = tpu_hlo_broadcast_to(B, spread_rows(c, 4, 0, &t), &t);
+  tpu_hlo_value zero = tpu_hlo_const_f64(B, &t, 0.0), sign = un(c, TPU_HLO_SIGN, diff), d;
+  if (p == 0.0) d = zero;
+  else if (p == 1.0) d = sign;
+  else if (isinf(p)) d = sel(c, cmp(c, TPU_HLO_EQ, un(c, TPU_HLO_ABS, diff), dist), sign, zero);
+  else if (p == 2.0) d = dvd(c, diff, dist);
+  else d = dvd(c, mul(c, sign, tpu_hlo_binary(B, TPU_HLO_POW, un(c, TPU_HLO_ABS, diff), tpu_hlo_const_f64(B, &t, p - 1))),
+               tpu_hlo_binary(B, TPU_HLO_POW, dist, tpu_hlo_const_f64(B, &t, p - 1)));
+  d = sel(c, cmp(c, TPU_HLO_EQ, dist, zero), zero, d);
+  int64_t rows = g->rank - 1;
+  tpu_hlo_value sum = tpu_lower_reduce(B, mul(c, spread_rows(c, 0, 0, &t), d), TPU_HLO_ADD, &rows, 1);
+  return done(c, tpu_hlo_reshape(B, sum, OUT->rank, OUT->dims));
+}
+
 const tpu_lower_rule tpu_rules_linalg[] = {
     {{"mm", "mm.out"}, product_rule, 0, MM},
     {{"bmm", "bmm.out"}, product_rule, 0, BMM},
@@ -172,5 +198,6 @@ const tpu_lower_rule tpu_rules_linalg[] = {
     {{"_conj_physical", "conj_physical_", "conj_physical.out"}, conj_physical_rule, 0, 0},
     {{"angle", "angle.out"}, angle_rule, 0, 0},
     {{"_cdist_forward", "_cdist_forward.out"}, cdist_rule, 0, 0},
+    {{"_cdist_backward", "_cdist_backward.out"}, cdist_backward_rule, 0, 0},
 };
 TPU_COUNT_RULES(linalg);
