@@ -353,3 +353,21 @@ def test_cdist_backward(no_fallbacks, p):
         x1, x2 = x1.clone().requires_grad_(), x2.clone().requires_grad_()
         return torch.autograd.grad(torch.cdist(x1, x2, p=p).sin().sum(), (x1, x2))
     compare(grads, a, b, rtol=1e-5, atol=1e-5)
+    compare(grads, make((0, 4, 3), torch.float32), make((5, 3), torch.float32))  # x2's gradient: zeros
+
+
+@pytest.mark.parametrize("dtype", FACTOR_DTYPES, ids=str)
+@pytest.mark.parametrize("scale", [0.0, 0.01, 1.0, 30.0])  # 0: no squaring; 30: several, per matrix
+def test_matrix_exp(no_fallbacks, dtype, scale):
+    a = make((3, 4, 4), dtype) * torch.tensor([scale, scale / 10, 1.0]).to(dtype).view(3, 1, 1)
+    compare(torch.linalg.matrix_exp, a, rtol=1e-4, atol=1e-4)
+
+
+def test_matrix_exp_edges(no_fallbacks):
+    a = make((2, 3, 3), torch.float32)
+    a[1, 0, 0] = float("nan")
+    compare(torch.linalg.matrix_exp, a)
+    compare(torch.linalg.matrix_exp, make((0, 3, 3), torch.float32))
+    compare(torch.linalg.matrix_exp, make((2, 0, 0), torch.float32))
+    with pytest.raises(RuntimeError, match="must be batches of square matrices"):
+        torch.linalg.matrix_exp(make((2, 3), torch.float32).to("tpu"))

@@ -8,6 +8,7 @@
  * the other triangle unspecified, so it is zeroed; a matrix that is not
  * positive-definite comes out with NaN from the failing column on, which
  * gives LAPACK's info (the order of the first failing leading minor). */
+#include <math.h>
 #include <stdio.h>
 
 #include "lower/rules.h"
@@ -170,26 +171,33 @@ static tpu_status_t triangular_solve_rule(tpu_lower_ctx *c) {
 #define LOOP_MAX_STATE 4
 typedef void (*loop_step_fn)(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *state);
 
-/* Runs |step| for k = 0 .. count - 1 over the |n| values of |state| (replaced
- * by the final ones). The body sees only k and the state. No iterations: no
- * loop, whose body might not even compile (slices of empty matrices). */
-static void loop(tpu_lower_ctx *c, int64_t count, int n, tpu_hlo_value *state, loop_step_fn step) {
-  if (count == 0 || tpu_hlo_failed(B)) return;
-  tpu_hlo_type types[LOOP_MAX_STATE + 1];
-  tpu_hlo_value init[LOOP_MAX_STATE + 1], args[LOOP_MAX_STATE + 1], out[LOOP_MAX_STATE + 1];
+/* Runs |step| for k = 0 .. count - 1 (|count| a rank-0 s64 value) over the
+ * |n| values of |state| (replaced by the final ones). The body sees only k
+ * and the state. */
+static void loop_to(tpu_lower_ctx *c, tpu_hlo_value count, int n, tpu_hlo_value *state, loop_step_fn step) {
+  if (tpu_hlo_failed(B)) return;
+  tpu_hlo_type types[LOOP_MAX_STATE + 2];
+  tpu_hlo_value init[LOOP_MAX_STATE + 2], args[LOOP_MAX_STATE + 2], out[LOOP_MAX_STATE + 2];
   init[0] = tpu_hlo_scalar_i64(B, TPU_S64, 0);
-  for (int i = 0; i < n; i++) init[i + 1] = state[i];
-  for (int i = 0; i <= n; i++) types[i] = *tpu_hlo_type_of(B, init[i]);
+  init[1] = count;
+  for (int i = 0; i < n; i++) init[i + 2] = state[i];
+  for (int i = 0; i < n + 2; i++) types[i] = *tpu_hlo_type_of(B, init[i]);
   tpu_hlo_region regions[2];
-  tpu_hlo_region_begin(B, n + 1, types, args);
-  tpu_hlo_value go = cmp(c, TPU_HLO_LT, args[0], tpu_hlo_scalar_i64(B, TPU_S64, count));
+  tpu_hlo_region_begin(B, n + 2, types, args);
+  tpu_hlo_value go = cmp(c, TPU_HLO_LT, args[0], args[1]);
   tpu_hlo_region_end(B, &go, 1, &regions[0]);
-  tpu_hlo_region_begin(B, n + 1, types, args);
-  step(c, args[0], args + 1);
+  tpu_hlo_region_begin(B, n + 2, types, args);
+  step(c, args[0], args + 2);
   args[0] = add(c, args[0], tpu_hlo_scalar_i64(B, TPU_S64, 1));
-  tpu_hlo_region_end(B, args, n + 1, &regions[1]);
-  tpu_hlo_op(B, "stablehlo.while", init, n + 1, regions, 2, NULL, types, n + 1, out);
-  for (int i = 0; i < n; i++) state[i] = out[i + 1];
+  tpu_hlo_region_end(B, args, n + 2, &regions[1]);
+  tpu_hlo_op(B, "stablehlo.while", init, n + 2, regions, 2, NULL, types, n + 2, out);
+  for (int i = 0; i < n; i++) state[i] = out[i + 2];
+}
+
+/* loop_to a known count. No iterations: no loop, whose body might not even
+ * compile (slices of empty matrices). */
+static void loop(tpu_lower_ctx *c, int64_t count, int n, tpu_hlo_value *state, loop_step_fn step) {
+  if (count > 0) loop_to(c, tpu_hlo_scalar_i64(B, TPU_S64, count), n, state, step);
 }
 
 /* |x| (rank 0 or NumPy-broadcastable) spread to |t|'s shape, keeping its dtype. */
@@ -547,6 +555,44 @@ static tpu_status_t lu_unpack_rule(tpu_lower_ctx *c) {
   return NULL;
 }
 
+/* --- matrix_exp ------------------------------------------------------------------
+ * Scaling and squaring: each matrix is scaled by 2^-s to a 1-norm of at most
+ * theta, where the degree-18 Taylor polynomial is exact to below the type's
+ * rounding (theta 1 for double, 3 for float: fewer squarings, each of which
+ * doubles the relative error), and then squared s times (s per matrix, in a
+ * loop to the largest). */
+
+/* One squaring. State: the matrices, the squarings each needs (s64 [batch, 1, 1]). */
+static void square_step(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s) {
+  tpu_hlo_type t = *tpu_hlo_type_of(B, s[0]), st = *tpu_hlo_type_of(B, s[1]);
+  tpu_hlo_value more = spread(c, cmp(c, TPU_HLO_LT, spread(c, k, &st), s[1]), &t);
+  s[0] = sel(c, more, matmul(c, s[0], s[0]), s[0]);
+}
+
+/* linalg_matrix_exp(self) */
+static tpu_status_t matrix_exp_rule(tpu_lower_ctx *c) {
+  tpu_hlo_type t = *OUT;
+  t.dtype = tpu_lower_opmath(OUT->dtype);
+  int r = t.rank;
+  tpu_hlo_value a = tpu_hlo_convert(B, tpu_lower_tensor(c, 0), t.dtype);
+  tpu_hlo_value norm = reduce_keep(c, reduce_keep(c, un(c, TPU_HLO_ABS, a), TPU_HLO_ADD, r - 2), TPU_HLO_MAX, r - 1);
+  tpu_hlo_type nt = *tpu_hlo_type_of(B, norm);
+  double theta = nt.dtype == TPU_F64 ? 1.0 : 3.0;
+  tpu_hlo_value sq = un(c, TPU_HLO_CEIL, dvd(c, un(c, TPU_HLO_LOG, dvd(c, norm, tpu_hlo_const_f64(B, &nt, theta))),
+                                             tpu_hlo_const_f64(B, &nt, M_LN2)));
+  sq = tpu_hlo_clamp(B, tpu_hlo_scalar_f64(B, nt.dtype, 0.0), sq, tpu_hlo_scalar_f64(B, nt.dtype, 1100.0));
+  sq = sel(c, is_nan(c, sq), tpu_hlo_const_f64(B, &nt, 0.0), sq); /* NaN (or empty) matrices */
+  tpu_hlo_value scale = tpu_hlo_binary(B, TPU_HLO_POW, tpu_hlo_const_f64(B, &nt, 2.0), neg(c, sq));
+  a = mul(c, a, spread(c, tpu_hlo_convert(B, scale, t.dtype), &t));
+  tpu_hlo_value eye = identity(c, &t), e = eye;
+  for (int k = 18; k >= 1; k--) e = add(c, eye, mul(c, matmul(c, a, e), tpu_hlo_const_f64(B, &t, 1.0 / k)));
+  tpu_hlo_value state[2] = {e, tpu_hlo_convert(B, sq, TPU_S64)};
+  int64_t all[TPU_HLO_MAX_RANK];
+  for (int d = 0; d < r; d++) all[d] = d;
+  loop_to(c, tpu_lower_reduce(B, state[1], TPU_HLO_MAX, all, r), 2, state, square_step);
+  return done(c, state[0]);
+}
+
 const tpu_lower_rule tpu_rules_factor[] = {
     {{"linalg_cholesky_ex", "linalg_cholesky_ex.L"}, cholesky_rule, 0, 0},
     {{"cholesky", "cholesky.out"}, cholesky_rule, 0, 0},
@@ -562,5 +608,6 @@ const tpu_lower_rule tpu_rules_factor[] = {
     {{"_linalg_slogdet", "_linalg_slogdet.sign"}, slogdet_rule, 0, 0},
     {{"linalg_inv_ex", "linalg_inv_ex.inverse"}, inv_rule, 0, 0},
     {{"_linalg_solve_ex", "_linalg_solve_ex.result"}, solve_rule, 0, 0},
+    {{"linalg_matrix_exp", "linalg_matrix_exp.out"}, matrix_exp_rule, 0, 0},
 };
 TPU_COUNT_RULES(factor);

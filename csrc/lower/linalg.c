@@ -170,6 +170,7 @@ static tpu_status_t cdist_backward_rule(tpu_lower_ctx *c) {
   for (int d = 0; d < g->rank; d++) t.dims[d] = g->sizes[d];
   t.dims[g->rank] = OUT->dims[OUT->rank - 1];
   t.dtype = tpu_lower_opmath(OUT->dtype);
+  if (tpu_hlo_type_numel(&t) == 0) return done(c, tpu_hlo_const_f64(B, OUT, 0.0)); /* zeros like x1, as PyTorch */
   tpu_hlo_value diff = sub(c, spread_rows(c, 1, 1, &t), spread_rows(c, 2, 2, &t));
   tpu_hlo_value dist = tpu_hlo_broadcast_to(B, spread_rows(c, 4, 0, &t), &t);
   tpu_hlo_value zero = tpu_hlo_const_f64(B, &t, 0.0), sign = un(c, TPU_HLO_SIGN, diff), d;
