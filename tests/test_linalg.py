@@ -371,3 +371,39 @@ def test_matrix_exp_edges(no_fallbacks):
     compare(torch.linalg.matrix_exp, make((2, 0, 0), torch.float32))
     with pytest.raises(RuntimeError, match="must be batches of square matrices"):
         torch.linalg.matrix_exp(make((2, 3), torch.float32).to("tpu"))
+
+
+def check_svd(a, full):
+    """U, S, Vh on tpu: S as on CPU, U and Vh orthonormal, U S Vh == a (the
+    vectors' signs/phases are not unique, so they are not compared to CPU)."""
+    u, s, vh = (t.cpu() for t in torch.ops.aten._linalg_svd(a.to("tpu"), full_matrices=full))
+    expected = torch.linalg.svd(a, full_matrices=full)
+    assert u.shape == expected.U.shape and vh.shape == expected.Vh.shape and s.dtype == expected.S.dtype
+    torch.testing.assert_close(s, expected.S, rtol=1e-4, atol=1e-4)
+    k = s.shape[-1]
+    torch.testing.assert_close((u[..., :k] * s.unsqueeze(-2).to(u.dtype)) @ vh[..., :k, :], a, rtol=1e-4, atol=1e-4)
+    for q in (u.mH @ u, vh @ vh.mH):
+        torch.testing.assert_close(q, torch.eye(q.shape[-1], dtype=q.dtype).expand_as(q), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", FACTOR_DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(4, 4), (5, 3), (3, 5), (2, 6, 4), (0, 3), (3, 0)], ids=str)
+@pytest.mark.parametrize("full", [False, True])
+def test_svd(no_fallbacks, shape, dtype, full):
+    check_svd(make(shape, dtype), full)
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_svd_rank_deficient(no_fallbacks, full):
+    # zero singular values: U is completed to orthonormal columns all the same
+    check_svd(make((5, 2), torch.float32) @ make((2, 4), torch.float32, 1), full)
+    check_svd(torch.zeros(3, 3), full)
+
+
+def test_svd_composites(no_fallbacks):
+    a = make((2, 5, 3), torch.float32)
+    for fn in (torch.linalg.svdvals, torch.linalg.pinv, lambda x: torch.linalg.matrix_norm(x, "nuc"),
+               lambda x: torch.linalg.matrix_norm(x, 2), torch.linalg.matrix_rank):
+        compare(fn, a, rtol=1e-4, atol=1e-4)
+    with pytest.raises(RuntimeError, match="input matrix contained non-finite values"):
+        torch.linalg.svdvals(torch.tensor([[float("nan"), 1.0], [0.0, 1.0]], device="tpu"))

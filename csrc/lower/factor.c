@@ -593,6 +593,186 @@ static tpu_status_t matrix_exp_rule(tpu_lower_ctx *c) {
   return done(c, state[0]);
 }
 
+/* --- SVD -------------------------------------------------------------------------
+ * One-sided (Hestenes) Jacobi on the tall side (A^H when A is wide): sweeps
+ * of plane rotations over every column pair (p, q) orthogonalize the columns
+ * of W = A V; the singular values are the column norms, U = W / S, sorted
+ * descending. Left vectors that W cannot give (zero singular values, or the
+ * rest of U for full_matrices) are completed one at a time with the identity
+ * column of largest residual against those found, orthogonalized twice. */
+
+/* The conjugate of |x| (the identity for real types). */
+static tpu_hlo_value conj_of(tpu_lower_ctx *c, tpu_hlo_value x) {
+  if (!tpu_dtype_is_complex(tpu_hlo_dtype(B, x))) return x;
+  return tpu_hlo_binary(B, TPU_HLO_COMPLEX, un(c, TPU_HLO_REAL, x), neg(c, un(c, TPU_HLO_IMAG, x)));
+}
+
+/* |x| (real) as |like|'s dtype (complex with zero imaginary part). */
+static tpu_hlo_value as_type_of(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value like) {
+  return tpu_hlo_convert(B, x, tpu_hlo_dtype(B, like));
+}
+
+/* The squared norm of each column of |x|, kept as [batch, 1, n] (real). */
+static tpu_hlo_value column_norm2(tpu_lower_ctx *c, tpu_hlo_value x) {
+  tpu_hlo_value mag = un(c, TPU_HLO_ABS, x);
+  return reduce_keep(c, mul(c, mag, mag), TPU_HLO_ADD, tpu_hlo_rank(B, x) - 2);
+}
+
+/* One rotation of the Jacobi sweeps, on the pair k / n % n, k % n.
+ * State: W ([batch, m, n]), V ([batch, n, n]). */
+static void jacobi_step(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s) {
+  tpu_hlo_type wt = *tpu_hlo_type_of(B, s[0]), vt = *tpu_hlo_type_of(B, s[1]);
+  int r = wt.rank;
+  tpu_hlo_value n = tpu_hlo_scalar_i64(B, TPU_S64, wt.dims[r - 1]);
+  tpu_hlo_value p = tpu_hlo_binary(B, TPU_HLO_REM, dvd(c, k, n), n), q = tpu_hlo_binary(B, TPU_HLO_REM, k, n);
+  tpu_hlo_value ap = pick(c, s[0], r - 1, p), aq = pick(c, s[0], r - 1, q);
+  tpu_hlo_value alpha = column_norm2(c, ap), beta = column_norm2(c, aq);
+  tpu_hlo_value gamma = reduce_keep(c, mul(c, conj_of(c, ap), aq), TPU_HLO_ADD, r - 2);
+  tpu_hlo_value g = un(c, TPU_HLO_ABS, gamma);
+  tpu_hlo_type gt = *tpu_hlo_type_of(B, g);
+  tpu_hlo_value zero = tpu_hlo_const_f64(B, &gt, 0.0), one = tpu_hlo_const_f64(B, &gt, 1.0);
+  tpu_hlo_value rotate = and_(c, cmp(c, TPU_HLO_GT, g, zero), spread(c, cmp(c, TPU_HLO_LT, p, q), &gt));
+  tpu_hlo_value safe_g = sel(c, rotate, g, one);
+  tpu_hlo_value zeta = dvd(c, sub(c, beta, alpha), mul(c, tpu_hlo_const_f64(B, &gt, 2.0), safe_g));
+  tpu_hlo_value t = dvd(c, sel(c, cmp(c, TPU_HLO_GE, zeta, zero), one, neg(c, one)),
+                        add(c, un(c, TPU_HLO_ABS, zeta), un(c, TPU_HLO_SQRT, add(c, one, mul(c, zeta, zeta)))));
+  t = sel(c, rotate, t, zero);
+  tpu_hlo_value cs = un(c, TPU_HLO_RSQRT, add(c, one, mul(c, t, t))), sn = mul(c, cs, t);
+  tpu_hlo_value e = dvd(c, gamma, as_type_of(c, safe_g, gamma)); /* the phase of gamma */
+  tpu_hlo_value cs_w = as_type_of(c, cs, gamma), sn_e = mul(c, as_type_of(c, sn, gamma), e);
+  tpu_hlo_value sn_ce = mul(c, as_type_of(c, sn, gamma), conj_of(c, e));
+  for (int i = 0; i < 2; i++) {
+    const tpu_hlo_type *xt = i == 0 ? &wt : &vt;
+    tpu_hlo_value x = s[i], xp = pick(c, x, r - 1, p), xq = pick(c, x, r - 1, q);
+    const tpu_hlo_type *ct = tpu_hlo_type_of(B, xp);
+    tpu_hlo_type colt = *ct;
+    tpu_hlo_value new_p = sub(c, mul(c, spread(c, cs_w, &colt), xp), mul(c, spread(c, sn_ce, &colt), xq));
+    tpu_hlo_value new_q = add(c, mul(c, spread(c, sn_e, &colt), xp), mul(c, spread(c, cs_w, &colt), xq));
+    tpu_hlo_value col = index_along(c, x, r - 1);
+    tpu_hlo_type it = *xt;
+    it.dtype = TPU_S64;
+    tpu_hlo_value at_p = cmp(c, TPU_HLO_EQ, col, spread(c, p, &it)), at_q = cmp(c, TPU_HLO_EQ, col, spread(c, q, &it));
+    s[i] = sel(c, at_p, spread(c, new_p, xt), sel(c, at_q, spread(c, new_q, xt), x));
+  }
+}
+
+/* Sorts |n| values along their last dim by |keys| ([batch, 1, k]), descending. */
+static void sort_by(tpu_lower_ctx *c, tpu_hlo_value keys, tpu_hlo_value *xs, int n) {
+  for (int i = 0; i < n; i++) {
+    tpu_hlo_type xt = *tpu_hlo_type_of(B, xs[i]), kt = *tpu_hlo_type_of(B, keys);
+    tpu_hlo_value ops[2] = {spread(c, keys, &xt), xs[i]}, out[2];
+    tpu_hlo_type args[4] = {tpu_hlo_make_type(kt.dtype, 0, NULL), tpu_hlo_make_type(kt.dtype, 0, NULL),
+                            tpu_hlo_make_type(xt.dtype, 0, NULL), tpu_hlo_make_type(xt.dtype, 0, NULL)};
+    tpu_hlo_value a[4];
+    tpu_hlo_region cmp_region;
+    tpu_hlo_region_begin(B, 4, args, a);
+    tpu_hlo_value gt = cmp(c, TPU_HLO_GT, a[0], a[1]);
+    tpu_hlo_region_end(B, &gt, 1, &cmp_region);
+    tpu_hlo_sort(B, ops, 2, xt.rank - 1, true, &cmp_region, out);
+    xs[i] = out[1];
+  }
+}
+
+/* One completion step. State: Q ([batch, m, k], orthonormal columns where
+ * not missing, zero where missing), missing ([batch, 1, k], s64 0/1). */
+static void complete_step(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s) {
+  (void)k;
+  tpu_hlo_type qt = *tpu_hlo_type_of(B, s[0]), mt = *tpu_hlo_type_of(B, s[1]);
+  int r = qt.rank;
+  int64_t m = qt.dims[r - 2];
+  tpu_hlo_type st = qt;
+  st.dims[r - 1] = m;
+  /* the residuals of the identity columns: I - Q Q^H */
+  tpu_hlo_value res = sub(c, identity(c, &st), matmul(c, s[0], mT(c, s[0], true)));
+  tpu_hlo_value norms = column_norm2(c, res);
+  tpu_hlo_type nt = *tpu_hlo_type_of(B, norms);
+  tpu_hlo_value best = cmp(c, TPU_HLO_EQ, norms, spread(c, reduce_keep(c, norms, TPU_HLO_MAX, r - 1), &nt));
+  tpu_hlo_type it = nt;
+  it.dtype = TPU_S64;
+  tpu_hlo_value idx = index_along(c, norms, r - 1);
+  tpu_hlo_value j = reduce_keep(c, sel(c, best, idx, tpu_hlo_const_i64(B, &it, m)), TPU_HLO_MIN, r - 1);
+  tpu_hlo_value v = row_where(c, res, cmp(c, TPU_HLO_EQ, index_along(c, res, r - 1), spread(c, j, &st)), r - 1);
+  for (int i = 0; i < 2; i++) {
+    tpu_hlo_value proj = matmul(c, s[0], matmul(c, mT(c, s[0], true), v));
+    v = sub(c, v, proj);
+  }
+  tpu_hlo_value vn = un(c, TPU_HLO_SQRT, column_norm2(c, v));
+  v = dvd(c, v, spread(c, as_type_of(c, vn, v), tpu_hlo_type_of(B, v)));
+  /* into the first missing column */
+  tpu_hlo_value slot = index_along(c, s[1], r - 1);
+  tpu_hlo_value missing = cmp(c, TPU_HLO_EQ, s[1], tpu_hlo_const_i64(B, &mt, 1));
+  tpu_hlo_value first = reduce_keep(c, sel(c, missing, slot, tpu_hlo_const_i64(B, &mt, qt.dims[r - 1])), TPU_HLO_MIN,
+                                    r - 1);
+  tpu_hlo_value here = cmp(c, TPU_HLO_EQ, slot, spread(c, first, &mt));
+  s[0] = sel(c, spread(c, here, &qt), spread(c, v, &qt), s[0]);
+  s[1] = sel(c, here, tpu_hlo_const_i64(B, &mt, 0), s[1]);
+}
+
+/* _linalg_svd(A, full_matrices, compute_uv, *, driver) -> (U, S, Vh) */
+static tpu_status_t svd_rule(tpu_lower_ctx *c) {
+  const tpu_hlo_type *st = &c->out_types[1];
+  tpu_dtype_t dtype = tpu_lower_opmath(c->args[0].dtype);
+  tpu_hlo_value a = tpu_hlo_convert(B, tpu_lower_tensor(c, 0), dtype);
+  int r = c->args[0].rank;
+  int64_t all[TPU_HLO_MAX_RANK];
+  for (int d = 0; d < r; d++) all[d] = d;
+  tpu_hlo_value finite = un(c, TPU_HLO_IS_FINITE, tpu_dtype_is_complex(dtype) ? un(c, TPU_HLO_ABS, a) : a);
+  tpu_lower_require(c, tpu_lower_reduce(B, finite, TPU_HLO_AND, all, r), TPU_ERR_RUNTIME,
+                    "linalg.svd: The algorithm failed to converge because the input matrix contained non-finite "
+                    "values.");
+  int64_t m = c->args[0].sizes[r - 2], n = c->args[0].sizes[r - 1];
+  bool wide = m < n, full = tpu_lower_bool(c, 1, false), uv = tpu_lower_bool(c, 2, true);
+  if (wide) {
+    a = mT(c, a, true);
+    int64_t t = m;
+    m = n;
+    n = t;
+  }
+  tpu_hlo_type vt = *tpu_hlo_type_of(B, a);
+  vt.dims[r - 2] = n;
+  tpu_hlo_value state[2] = {a, identity(c, &vt)};
+  int sweeps = tpu_dtype_real(dtype) == TPU_F64 ? 16 : 12;
+  loop(c, sweeps * n * n, 2, state, jacobi_step);
+  tpu_hlo_value s2 = column_norm2(c, state[0]), sv = un(c, TPU_HLO_SQRT, s2);
+  tpu_hlo_value sorted[3] = {sv, state[0], state[1]};
+  sort_by(c, sv, sorted, 3);
+  if (!uv) {
+    tpu_lower_set_output(c, 0, tpu_hlo_const_f64(B, &c->out_types[0], 0.0));
+    tpu_lower_set_output(c, 1, tpu_hlo_reshape(B, sorted[0], st->rank, st->dims));
+    tpu_lower_set_output(c, 2, tpu_hlo_const_f64(B, &c->out_types[2], 0.0));
+    return NULL;
+  }
+  /* U = W / S; singular values at rounding level of the largest give no direction */
+  tpu_hlo_type kt = *tpu_hlo_type_of(B, sorted[0]);
+  double eps = tpu_dtype_real(dtype) == TPU_F64 ? 2.2e-16 : 1.2e-7;
+  tpu_hlo_value cut = mul(c, spread(c, reduce_keep(c, sorted[0], TPU_HLO_MAX, r - 1), &kt),
+                          tpu_hlo_const_f64(B, &kt, eps * (double)m));
+  tpu_hlo_value missing = tpu_hlo_unary(B, TPU_HLO_NOT, cmp(c, TPU_HLO_GT, sorted[0], cut));
+  tpu_hlo_type wt = *tpu_hlo_type_of(B, sorted[1]);
+  tpu_hlo_value safe = sel(c, missing, tpu_hlo_const_f64(B, &kt, 1.0), sorted[0]);
+  tpu_hlo_value u = dvd(c, sorted[1], spread(c, as_type_of(c, safe, sorted[1]), &wt));
+  u = sel(c, spread(c, missing, &wt), tpu_hlo_const_f64(B, &wt, 0.0), u);
+  tpu_hlo_type mk = kt;
+  mk.dtype = TPU_S64;
+  tpu_hlo_value miss = sel(c, missing, tpu_hlo_const_i64(B, &mk, 1), tpu_hlo_const_i64(B, &mk, 0));
+  int64_t cols = full ? m : n;
+  if (cols > n) {
+    int64_t lo[TPU_HLO_MAX_RANK] = {0}, hi[TPU_HLO_MAX_RANK] = {0}, in[TPU_HLO_MAX_RANK] = {0};
+    hi[r - 1] = cols - n;
+    u = tpu_hlo_pad(B, u, tpu_hlo_scalar_f64(B, dtype, 0.0), lo, hi, in);
+    miss = tpu_hlo_pad(B, miss, tpu_hlo_scalar_i64(B, TPU_S64, 1), lo, hi, in);
+  }
+  tpu_hlo_value fill[2] = {u, miss};
+  loop(c, m > 0 ? cols : 0, 2, fill, complete_step);
+  u = fill[0];
+  tpu_hlo_value v = sorted[2];
+  /* A = U S V^H; for a wide A those came from A^H = V S U^H */
+  tpu_lower_set_output(c, 0, wide ? v : u);
+  tpu_lower_set_output(c, 1, tpu_hlo_reshape(B, sorted[0], st->rank, st->dims));
+  tpu_lower_set_output(c, 2, mT(c, wide ? u : v, true));
+  return NULL;
+}
+
 const tpu_lower_rule tpu_rules_factor[] = {
     {{"linalg_cholesky_ex", "linalg_cholesky_ex.L"}, cholesky_rule, 0, 0},
     {{"cholesky", "cholesky.out"}, cholesky_rule, 0, 0},
@@ -609,5 +789,6 @@ const tpu_lower_rule tpu_rules_factor[] = {
     {{"linalg_inv_ex", "linalg_inv_ex.inverse"}, inv_rule, 0, 0},
     {{"_linalg_solve_ex", "_linalg_solve_ex.result"}, solve_rule, 0, 0},
     {{"linalg_matrix_exp", "linalg_matrix_exp.out"}, matrix_exp_rule, 0, 0},
+    {{"_linalg_svd", "_linalg_svd.U"}, svd_rule, 0, 0},
 };
 TPU_COUNT_RULES(factor);
