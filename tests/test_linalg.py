@@ -407,3 +407,26 @@ def test_svd_composites(no_fallbacks):
         compare(fn, a, rtol=1e-4, atol=1e-4)
     with pytest.raises(RuntimeError, match="input matrix contained non-finite values"):
         torch.linalg.svdvals(torch.tensor([[float("nan"), 1.0], [0.0, 1.0]], device="tpu"))
+
+
+@pytest.mark.parametrize("dtype", FACTOR_DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(4, 4), (2, 5, 5), (1, 1), (0, 3, 3)], ids=str)
+@pytest.mark.parametrize("uplo", ["L", "U"])
+def test_eigh(no_fallbacks, shape, dtype, uplo):
+    """Eigenvalues as on CPU; eigenvectors orthonormal and V diag(w) V^H equal to
+    the Hermitian matrix of the UPLO triangle (their signs/phases are not unique)."""
+    a = make(shape, dtype)
+    compare(lambda x: torch.linalg.eigvalsh(x, UPLO=uplo), a, rtol=1e-4, atol=1e-4)
+    w, v = (t.cpu() for t in torch.linalg.eigh(a.to("tpu"), UPLO=uplo))
+    ew, ev = torch.linalg.eigh(a, UPLO=uplo)
+    torch.testing.assert_close(w, ew, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close((v * w.unsqueeze(-2).to(v.dtype)) @ v.mH, (ev * ew.unsqueeze(-2).to(v.dtype)) @ ev.mH,
+                               rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(v.mH @ v, torch.eye(shape[-1], dtype=dtype).expand_as(v), rtol=1e-4, atol=1e-4)
+
+
+def test_eigh_composites(no_fallbacks):
+    a = make((2, 4, 4), torch.float32)
+    a = a + a.mT
+    compare(lambda x: torch.linalg.matrix_rank(x, hermitian=True), a)
+    compare(lambda x: torch.linalg.pinv(x, hermitian=True), a, rtol=1e-4, atol=1e-4)

@@ -618,46 +618,83 @@ static tpu_hlo_value column_norm2(tpu_lower_ctx *c, tpu_hlo_value x) {
   return reduce_keep(c, mul(c, mag, mag), TPU_HLO_ADD, tpu_hlo_rank(B, x) - 2);
 }
 
-/* One rotation of the Jacobi sweeps, on the pair k / n % n, k % n.
- * State: W ([batch, m, n]), V ([batch, n, n]). */
-static void jacobi_step(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s) {
-  tpu_hlo_type wt = *tpu_hlo_type_of(B, s[0]), vt = *tpu_hlo_type_of(B, s[1]);
-  int r = wt.rank;
-  tpu_hlo_value n = tpu_hlo_scalar_i64(B, TPU_S64, wt.dims[r - 1]);
-  tpu_hlo_value p = tpu_hlo_binary(B, TPU_HLO_REM, dvd(c, k, n), n), q = tpu_hlo_binary(B, TPU_HLO_REM, k, n);
-  tpu_hlo_value ap = pick(c, s[0], r - 1, p), aq = pick(c, s[0], r - 1, q);
-  tpu_hlo_value alpha = column_norm2(c, ap), beta = column_norm2(c, aq);
-  tpu_hlo_value gamma = reduce_keep(c, mul(c, conj_of(c, ap), aq), TPU_HLO_ADD, r - 2);
+/* |x| with slices p and q of |dim| (values) replaced by the combinations
+ * w[0] x_p + w[1] x_q and w[2] x_p + w[3] x_q (w: [batch, 1, 1] of x's dtype). */
+static tpu_hlo_value combine(tpu_lower_ctx *c, tpu_hlo_value x, int dim, tpu_hlo_value p, tpu_hlo_value q,
+                             const tpu_hlo_value *w) {
+  tpu_hlo_type xt = *tpu_hlo_type_of(B, x), it = xt;
+  it.dtype = TPU_S64;
+  tpu_hlo_value xp = pick(c, x, dim, p), xq = pick(c, x, dim, q);
+  tpu_hlo_type st = *tpu_hlo_type_of(B, xp);
+  tpu_hlo_value new_p = add(c, mul(c, spread(c, w[0], &st), xp), mul(c, spread(c, w[1], &st), xq));
+  tpu_hlo_value new_q = add(c, mul(c, spread(c, w[2], &st), xp), mul(c, spread(c, w[3], &st), xq));
+  tpu_hlo_value idx = index_along(c, x, dim);
+  tpu_hlo_value at_p = cmp(c, TPU_HLO_EQ, idx, spread(c, p, &it)), at_q = cmp(c, TPU_HLO_EQ, idx, spread(c, q, &it));
+  return sel(c, at_p, spread(c, new_p, &xt), sel(c, at_q, spread(c, new_q, &xt), x));
+}
+
+/* The plane rotation J = [[cs, sn e], [-sn conj(e), cs]] that zeroes the
+ * off-diagonal g e of the Hermitian 2x2 [[app, g e], [conj(g e), aqq]]
+ * (g = |gamma| >= 0, real app, aqq: [batch, 1, 1]), as the combine weights of
+ * columns (X J) in |out_cols| and of rows (J^H X) in |out_rows| (NULL: not
+ * wanted). No rotation where g == 0 or !|want|. */
+static void rotation(tpu_lower_ctx *c, tpu_hlo_value app, tpu_hlo_value aqq, tpu_hlo_value gamma, tpu_hlo_value want,
+                     tpu_hlo_value *out_cols, tpu_hlo_value *out_rows) {
   tpu_hlo_value g = un(c, TPU_HLO_ABS, gamma);
   tpu_hlo_type gt = *tpu_hlo_type_of(B, g);
   tpu_hlo_value zero = tpu_hlo_const_f64(B, &gt, 0.0), one = tpu_hlo_const_f64(B, &gt, 1.0);
-  tpu_hlo_value rotate = and_(c, cmp(c, TPU_HLO_GT, g, zero), spread(c, cmp(c, TPU_HLO_LT, p, q), &gt));
+  tpu_hlo_value rotate = and_(c, cmp(c, TPU_HLO_GT, g, zero), want);
   tpu_hlo_value safe_g = sel(c, rotate, g, one);
-  tpu_hlo_value zeta = dvd(c, sub(c, beta, alpha), mul(c, tpu_hlo_const_f64(B, &gt, 2.0), safe_g));
+  tpu_hlo_value zeta = dvd(c, sub(c, aqq, app), mul(c, tpu_hlo_const_f64(B, &gt, 2.0), safe_g));
   tpu_hlo_value t = dvd(c, sel(c, cmp(c, TPU_HLO_GE, zeta, zero), one, neg(c, one)),
                         add(c, un(c, TPU_HLO_ABS, zeta), un(c, TPU_HLO_SQRT, add(c, one, mul(c, zeta, zeta)))));
   t = sel(c, rotate, t, zero);
-  tpu_hlo_value cs = un(c, TPU_HLO_RSQRT, add(c, one, mul(c, t, t))), sn = mul(c, cs, t);
+  tpu_hlo_value cs = un(c, TPU_HLO_RSQRT, add(c, one, mul(c, t, t)));
   tpu_hlo_value e = dvd(c, gamma, as_type_of(c, safe_g, gamma)); /* the phase of gamma */
-  tpu_hlo_value cs_w = as_type_of(c, cs, gamma), sn_e = mul(c, as_type_of(c, sn, gamma), e);
-  tpu_hlo_value sn_ce = mul(c, as_type_of(c, sn, gamma), conj_of(c, e));
-  for (int i = 0; i < 2; i++) {
-    const tpu_hlo_type *xt = i == 0 ? &wt : &vt;
-    tpu_hlo_value x = s[i], xp = pick(c, x, r - 1, p), xq = pick(c, x, r - 1, q);
-    const tpu_hlo_type *ct = tpu_hlo_type_of(B, xp);
-    tpu_hlo_type colt = *ct;
-    tpu_hlo_value new_p = sub(c, mul(c, spread(c, cs_w, &colt), xp), mul(c, spread(c, sn_ce, &colt), xq));
-    tpu_hlo_value new_q = add(c, mul(c, spread(c, sn_e, &colt), xp), mul(c, spread(c, cs_w, &colt), xq));
-    tpu_hlo_value col = index_along(c, x, r - 1);
-    tpu_hlo_type it = *xt;
-    it.dtype = TPU_S64;
-    tpu_hlo_value at_p = cmp(c, TPU_HLO_EQ, col, spread(c, p, &it)), at_q = cmp(c, TPU_HLO_EQ, col, spread(c, q, &it));
-    s[i] = sel(c, at_p, spread(c, new_p, xt), sel(c, at_q, spread(c, new_q, xt), x));
-  }
+  tpu_hlo_value sn = as_type_of(c, mul(c, cs, t), gamma), cw = as_type_of(c, cs, gamma);
+  tpu_hlo_value sn_e = mul(c, sn, e), sn_ce = mul(c, sn, conj_of(c, e));
+  out_cols[0] = cw, out_cols[1] = neg(c, sn_ce), out_cols[2] = sn_e, out_cols[3] = cw;
+  if (out_rows != NULL) out_rows[0] = cw, out_rows[1] = neg(c, sn_e), out_rows[2] = sn_ce, out_rows[3] = cw;
 }
 
-/* Sorts |n| values along their last dim by |keys| ([batch, 1, k]), descending. */
-static void sort_by(tpu_lower_ctx *c, tpu_hlo_value keys, tpu_hlo_value *xs, int n) {
+/* The pair (p, q) = (k / n % n, k % n) of a sweep over n columns, and p < q. */
+static tpu_hlo_value sweep_pair(tpu_lower_ctx *c, tpu_hlo_value k, int64_t n, tpu_hlo_value *p, tpu_hlo_value *q) {
+  tpu_hlo_value nv = tpu_hlo_scalar_i64(B, TPU_S64, n);
+  *p = tpu_hlo_binary(B, TPU_HLO_REM, dvd(c, k, nv), nv);
+  *q = tpu_hlo_binary(B, TPU_HLO_REM, k, nv);
+  return cmp(c, TPU_HLO_LT, *p, *q);
+}
+
+/* One rotation of the one-sided Jacobi sweeps. State: W ([batch, m, n]), V ([batch, n, n]). */
+static void jacobi_step(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s) {
+  int r = tpu_hlo_rank(B, s[0]);
+  tpu_hlo_value p, q, pair = sweep_pair(c, k, tpu_hlo_type_of(B, s[0])->dims[r - 1], &p, &q);
+  tpu_hlo_value ap = pick(c, s[0], r - 1, p), aq = pick(c, s[0], r - 1, q);
+  tpu_hlo_value gamma = reduce_keep(c, mul(c, conj_of(c, ap), aq), TPU_HLO_ADD, r - 2);
+  tpu_hlo_value w[4];
+  tpu_hlo_type gt = *tpu_hlo_type_of(B, column_norm2(c, ap));
+  rotation(c, column_norm2(c, ap), column_norm2(c, aq), gamma, spread(c, pair, &gt), w, NULL);
+  s[0] = combine(c, s[0], r - 1, p, q, w);
+  s[1] = combine(c, s[1], r - 1, p, q, w);
+}
+
+/* One rotation of the two-sided (eigenvalue) Jacobi sweeps. State: A
+ * ([batch, n, n], Hermitian), V ([batch, n, n]). */
+static void eigh_step(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s) {
+  int r = tpu_hlo_rank(B, s[0]);
+  tpu_hlo_value p, q, pair = sweep_pair(c, k, tpu_hlo_type_of(B, s[0])->dims[r - 1], &p, &q);
+  tpu_hlo_value col_p = pick(c, s[0], r - 1, p), col_q = pick(c, s[0], r - 1, q);
+  tpu_hlo_value app = un(c, TPU_HLO_REAL, pick(c, col_p, r - 2, p)), aqq = un(c, TPU_HLO_REAL, pick(c, col_q, r - 2, q));
+  tpu_hlo_value gamma = pick(c, col_q, r - 2, p), cols[4], rows[4];
+  tpu_hlo_type gt = *tpu_hlo_type_of(B, app);
+  rotation(c, app, aqq, gamma, spread(c, pair, &gt), cols, rows);
+  s[0] = combine(c, combine(c, s[0], r - 1, p, q, cols), r - 2, p, q, rows);
+  s[1] = combine(c, s[1], r - 1, p, q, cols);
+}
+
+/* Sorts |n| values along their last dim by |keys| ([batch, 1, k]),
+ * descending or ascending. */
+static void sort_by(tpu_lower_ctx *c, tpu_hlo_value keys, tpu_hlo_value *xs, int n, bool descending) {
   for (int i = 0; i < n; i++) {
     tpu_hlo_type xt = *tpu_hlo_type_of(B, xs[i]), kt = *tpu_hlo_type_of(B, keys);
     tpu_hlo_value ops[2] = {spread(c, keys, &xt), xs[i]}, out[2];
@@ -666,8 +703,8 @@ static void sort_by(tpu_lower_ctx *c, tpu_hlo_value keys, tpu_hlo_value *xs, int
     tpu_hlo_value a[4];
     tpu_hlo_region cmp_region;
     tpu_hlo_region_begin(B, 4, args, a);
-    tpu_hlo_value gt = cmp(c, TPU_HLO_GT, a[0], a[1]);
-    tpu_hlo_region_end(B, &gt, 1, &cmp_region);
+    tpu_hlo_value before = cmp(c, descending ? TPU_HLO_GT : TPU_HLO_LT, a[0], a[1]);
+    tpu_hlo_region_end(B, &before, 1, &cmp_region);
     tpu_hlo_sort(B, ops, 2, xt.rank - 1, true, &cmp_region, out);
     xs[i] = out[1];
   }
@@ -735,7 +772,7 @@ static tpu_status_t svd_rule(tpu_lower_ctx *c) {
   loop(c, sweeps * n * n, 2, state, jacobi_step);
   tpu_hlo_value s2 = column_norm2(c, state[0]), sv = un(c, TPU_HLO_SQRT, s2);
   tpu_hlo_value sorted[3] = {sv, state[0], state[1]};
-  sort_by(c, sv, sorted, 3);
+  sort_by(c, sv, sorted, 3, true);
   if (!uv) {
     tpu_lower_set_output(c, 0, tpu_hlo_const_f64(B, &c->out_types[0], 0.0));
     tpu_lower_set_output(c, 1, tpu_hlo_reshape(B, sorted[0], st->rank, st->dims));
@@ -773,6 +810,31 @@ static tpu_status_t svd_rule(tpu_lower_ctx *c) {
   return NULL;
 }
 
+/* _linalg_eigh(A, UPLO, compute_v) -> (eigenvalues, eigenvectors): two-sided
+ * Jacobi on the Hermitian matrix of the UPLO triangle (the diagonal's
+ * imaginary part ignored, as LAPACK), eigenvalues ascending. */
+static tpu_status_t eigh_rule(tpu_lower_ctx *c) {
+  tpu_dtype_t dtype = tpu_lower_opmath(c->args[0].dtype);
+  tpu_hlo_value a = tpu_hlo_convert(B, tpu_lower_tensor(c, 0), dtype);
+  bool upper = c->args[1].kind == TPU_ARG_STRING && (c->args[1].s[0] == 'U' || c->args[1].s[0] == 'u');
+  tpu_hlo_type t = *tpu_hlo_type_of(B, a);
+  int r = t.rank;
+  int64_t n = t.dims[r - 1];
+  tpu_hlo_value strict = sel(c, triangle(c, &t, upper, upper ? 1 : -1), a, tpu_hlo_const_f64(B, &t, 0.0));
+  tpu_hlo_value h = add(c, keep_triangle(c, a, upper), mT(c, strict, true));
+  tpu_hlo_value eye = and_(c, triangle(c, &t, true, 0), triangle(c, &t, false, 0));
+  h = sel(c, eye, as_type_of(c, un(c, TPU_HLO_REAL, h), h), h);
+  tpu_hlo_value state[2] = {h, identity(c, &t)};
+  int sweeps = tpu_dtype_real(dtype) == TPU_F64 ? 16 : 12;
+  loop(c, sweeps * n * n, 2, state, eigh_step);
+  tpu_hlo_value w = un(c, TPU_HLO_REAL, row_where(c, state[0], eye, r - 2));
+  tpu_hlo_value sorted[2] = {w, state[1]};
+  sort_by(c, w, sorted, 2, false);
+  set_vector(c, 0, sorted[0]);
+  tpu_lower_set_output(c, 1, tpu_lower_bool(c, 2, true) ? sorted[1] : tpu_hlo_const_f64(B, &c->out_types[1], 0.0));
+  return NULL;
+}
+
 const tpu_lower_rule tpu_rules_factor[] = {
     {{"linalg_cholesky_ex", "linalg_cholesky_ex.L"}, cholesky_rule, 0, 0},
     {{"cholesky", "cholesky.out"}, cholesky_rule, 0, 0},
@@ -790,5 +852,6 @@ const tpu_lower_rule tpu_rules_factor[] = {
     {{"_linalg_solve_ex", "_linalg_solve_ex.result"}, solve_rule, 0, 0},
     {{"linalg_matrix_exp", "linalg_matrix_exp.out"}, matrix_exp_rule, 0, 0},
     {{"_linalg_svd", "_linalg_svd.U"}, svd_rule, 0, 0},
+    {{"_linalg_eigh", "_linalg_eigh.eigenvalues"}, eigh_rule, 0, 0},
 };
 TPU_COUNT_RULES(factor);
