@@ -430,3 +430,23 @@ def test_eigh_composites(no_fallbacks):
     a = a + a.mT
     compare(lambda x: torch.linalg.matrix_rank(x, hermitian=True), a)
     compare(lambda x: torch.linalg.pinv(x, hermitian=True), a, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", FACTOR_DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(4, 4), (5, 3), (3, 5), (2, 4, 3), (0, 3)], ids=str)
+def test_qr(no_fallbacks, shape, dtype):
+    a = make(shape, dtype)
+    for mode in ("reduced", "complete", "r"):  # Householder with LAPACK's signs: Q and R as on CPU
+        compare(lambda x: torch.linalg.qr(x, mode=mode), a, rtol=1e-4, atol=1e-4)
+    refl, tau = torch.geqrf(a)
+    if shape[-2] >= shape[-1]:
+        compare(torch.linalg.householder_product, refl, tau, rtol=1e-4, atol=1e-4)
+    for left, c in ((True, make((*shape[:-2], shape[-2], 2), dtype, 1)), (False, make((*shape[:-2], 2, shape[-2]), dtype, 1))):
+        for transpose in (False, True):
+            compare(lambda r, t, c: torch.ormqr(r, t, c, left, transpose), refl, tau, c, rtol=1e-4, atol=1e-4)
+
+
+def test_qr_reduced_column():
+    # a column with nothing below the diagonal gets no reflection (tau 0), as LAPACK
+    a = torch.tensor([[-2.0, 1.0], [0.0, 3.0], [0.0, 4.0]])
+    compare(torch.linalg.qr, a)

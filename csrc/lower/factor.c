@@ -501,15 +501,18 @@ static tpu_status_t solve_rule(tpu_lower_ctx *c) {
   return NULL;
 }
 
-/* Argument |arg| (pivots, s32 [batch, k]) as s64 [batch, 1, k]. */
-static tpu_hlo_value pivots_arg(tpu_lower_ctx *c, int arg) {
+/* Vector argument |arg| ([batch, k]) as [batch, 1, k] of |dtype|. */
+static tpu_hlo_value vector_arg(tpu_lower_ctx *c, int arg, tpu_dtype_t dtype) {
   const tpu_lower_arg *a = &c->args[arg];
   int64_t dims[TPU_HLO_MAX_RANK];
   for (int d = 0; d < a->rank - 1; d++) dims[d] = a->sizes[d];
   dims[a->rank - 1] = 1;
   dims[a->rank] = a->sizes[a->rank - 1];
-  return tpu_hlo_reshape(B, tpu_hlo_convert(B, tpu_lower_tensor(c, arg), TPU_S64), a->rank + 1, dims);
+  return tpu_hlo_reshape(B, tpu_hlo_convert(B, tpu_lower_tensor(c, arg), dtype), a->rank + 1, dims);
 }
+
+/* Argument |arg| (pivots, s32 [batch, k]) as s64 [batch, 1, k]. */
+static tpu_hlo_value pivots_arg(tpu_lower_ctx *c, int arg) { return vector_arg(c, arg, TPU_S64); }
 
 /* linalg_lu_solve(LU, pivots, B, *, left, adjoint) */
 static tpu_status_t lu_solve_rule(tpu_lower_ctx *c) {
@@ -835,6 +838,139 @@ static tpu_status_t eigh_rule(tpu_lower_ctx *c) {
   return NULL;
 }
 
+/* --- QR ---------------------------------------------------------------------------
+ * Householder QR as LAPACK's geqrf, with its reflector convention (larfg:
+ * beta = -sign(re alpha) |x|, tau = (beta - alpha) / beta, no reflection for
+ * a column already reduced), so R's signs match LAPACK's. Q = H_1 ... H_k
+ * with H_i = I - tau_i v_i v_i^H is applied reflector by reflector. */
+
+/* One column of geqrf. State: A ([batch, m, n]), tau ([batch, 1, k]). */
+static void qr_step(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s) {
+  tpu_hlo_type t = *tpu_hlo_type_of(B, s[0]);
+  int r = t.rank;
+  tpu_hlo_value col = pick(c, s[0], r - 1, k);
+  tpu_hlo_type ct = *tpu_hlo_type_of(B, col), it = ct;
+  it.dtype = TPU_S64;
+  tpu_hlo_value crow = index_along(c, col, r - 2), kc = spread(c, k, &it);
+  tpu_hlo_value at_k = cmp(c, TPU_HLO_EQ, crow, kc), below = cmp(c, TPU_HLO_GT, crow, kc);
+  tpu_hlo_value zero = tpu_hlo_const_f64(B, &ct, 0.0);
+  tpu_hlo_value alpha = pick(c, col, r - 2, k), xnorm2 = column_norm2(c, sel(c, below, col, zero));
+  tpu_hlo_value amag = un(c, TPU_HLO_ABS, alpha);
+  tpu_hlo_type at = *tpu_hlo_type_of(B, amag);
+  tpu_hlo_value rzero = tpu_hlo_const_f64(B, &at, 0.0);
+  tpu_hlo_value norm = un(c, TPU_HLO_SQRT, add(c, mul(c, amag, amag), xnorm2));
+  tpu_hlo_value beta = sel(c, cmp(c, TPU_HLO_GE, un(c, TPU_HLO_REAL, alpha), rzero), neg(c, norm), norm);
+  tpu_hlo_value skip = cmp(c, TPU_HLO_EQ, xnorm2, rzero);
+  if (tpu_dtype_is_complex(t.dtype)) skip = and_(c, skip, cmp(c, TPU_HLO_EQ, un(c, TPU_HLO_IMAG, alpha), rzero));
+  tpu_hlo_value bc = as_type_of(c, sel(c, skip, tpu_hlo_const_f64(B, &at, 1.0), beta), alpha);
+  tpu_hlo_type st = *tpu_hlo_type_of(B, alpha);
+  tpu_hlo_value one = tpu_hlo_const_f64(B, &st, 1.0);
+  tpu_hlo_value tau = sel(c, skip, tpu_hlo_const_f64(B, &st, 0.0), dvd(c, sub(c, bc, alpha), bc));
+  tpu_hlo_value denom = sel(c, skip, one, sub(c, alpha, bc));
+  tpu_hlo_value v = sel(c, at_k, tpu_hlo_const_f64(B, &ct, 1.0), sel(c, below, dvd(c, col, spread(c, denom, &ct)), zero));
+  /* the trailing columns: A - conj(tau) v (v^H A) */
+  tpu_hlo_value vha = reduce_keep(c, mul(c, spread(c, conj_of(c, v), &t), s[0]), TPU_HLO_ADD, r - 2);
+  tpu_hlo_value upd = sub(c, s[0], mul(c, spread(c, conj_of(c, tau), &t), mul(c, spread(c, v, &t), spread(c, vha, &t))));
+  tpu_hlo_type tt = t;
+  tt.dtype = TPU_S64;
+  tpu_hlo_value cols = index_along(c, s[0], r - 1), kk = spread(c, k, &tt);
+  tpu_hlo_value new_col = sel(c, spread(c, skip, &ct), col, sel(c, at_k, spread(c, as_type_of(c, beta, alpha), &ct),
+                                                                 sel(c, below, v, col)));
+  s[0] = sel(c, cmp(c, TPU_HLO_GT, cols, kk), upd, sel(c, cmp(c, TPU_HLO_EQ, cols, kk), spread(c, new_col, &t), s[0]));
+  tpu_hlo_type taut = *tpu_hlo_type_of(B, s[1]), ti = taut;
+  ti.dtype = TPU_S64;
+  s[1] = sel(c, cmp(c, TPU_HLO_EQ, index_along(c, s[1], r - 1), spread(c, k, &ti)), spread(c, tau, &taut), s[1]);
+}
+
+/* geqrf of |a|: the packed reflectors and R, and tau ([batch, 1, min(m, n)]). */
+static void qr_factor(tpu_lower_ctx *c, tpu_hlo_value a, tpu_hlo_value *out_a, tpu_hlo_value *out_tau) {
+  tpu_hlo_type t = *tpu_hlo_type_of(B, a);
+  int r = t.rank;
+  int64_t k = t.dims[r - 2] < t.dims[r - 1] ? t.dims[r - 2] : t.dims[r - 1];
+  t.dims[r - 2] = 1;
+  t.dims[r - 1] = k;
+  tpu_hlo_value s[2] = {a, tpu_hlo_const_f64(B, &t, 0.0)};
+  loop(c, k, 2, s, qr_step);
+  *out_a = s[0];
+  *out_tau = s[1];
+}
+
+/* Applying the reflectors. State: X, the packed reflectors ([batch, m, *]), tau
+ * ([batch, 1, k]). The step functions differ in the order of the reflectors
+ * (descending: H_k first), the side and conjugation (H^H). */
+static void reflect(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s, bool descending, bool left, bool adjoint) {
+  tpu_hlo_type at = *tpu_hlo_type_of(B, s[1]), xt = *tpu_hlo_type_of(B, s[0]);
+  int r = at.rank;
+  int64_t count = tpu_hlo_type_of(B, s[2])->dims[r - 1];
+  tpu_hlo_value i = descending ? sub(c, tpu_hlo_scalar_i64(B, TPU_S64, count - 1), k) : k;
+  tpu_hlo_value col = pick(c, s[1], r - 1, i);
+  tpu_hlo_type ct = *tpu_hlo_type_of(B, col), it = ct;
+  it.dtype = TPU_S64;
+  tpu_hlo_value crow = index_along(c, col, r - 2), ic = spread(c, i, &it);
+  tpu_hlo_value v = sel(c, cmp(c, TPU_HLO_EQ, crow, ic), tpu_hlo_const_f64(B, &ct, 1.0),
+                        sel(c, cmp(c, TPU_HLO_GT, crow, ic), col, tpu_hlo_const_f64(B, &ct, 0.0)));
+  tpu_hlo_value tau = pick(c, s[2], r - 1, i);
+  if (adjoint) tau = conj_of(c, tau);
+  tpu_hlo_value vh = mT(c, v, true);
+  /* left: X - tau v (v^H X); right: X - tau (X v) v^H */
+  tpu_hlo_value outer = left ? matmul(c, v, matmul(c, vh, s[0])) : matmul(c, matmul(c, s[0], v), vh);
+  s[0] = sub(c, s[0], mul(c, spread(c, tau, &xt), outer));
+}
+static void reflect_left(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s) { reflect(c, k, s, true, true, false); }
+static void reflect_left_adjoint(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s) {
+  reflect(c, k, s, false, true, true);
+}
+static void reflect_right(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s) { reflect(c, k, s, false, false, false); }
+static void reflect_right_adjoint(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s) {
+  reflect(c, k, s, true, false, true);
+}
+
+/* Q x (or Q^H x, x Q, x Q^H) for the reflectors |a|, |tau| ([batch, 1, k]). */
+static tpu_hlo_value apply_q(tpu_lower_ctx *c, tpu_hlo_value a, tpu_hlo_value tau, tpu_hlo_value x, bool left,
+                             bool adjoint) {
+  static const loop_step_fn steps[2][2] = {{reflect_right, reflect_right_adjoint}, {reflect_left, reflect_left_adjoint}};
+  int r = tpu_hlo_rank(B, tau);
+  tpu_hlo_value s[3] = {x, a, tau};
+  loop(c, tpu_hlo_type_of(B, tau)->dims[r - 1], 3, s, steps[left][adjoint]);
+  return s[0];
+}
+
+/* The first |cols| columns of the identity of |a|'s rows, batched like |a|. */
+static tpu_hlo_value eye_columns(tpu_lower_ctx *c, tpu_hlo_value a, int64_t cols) {
+  tpu_hlo_type t = *tpu_hlo_type_of(B, a);
+  t.dims[t.rank - 1] = cols;
+  return identity(c, &t);
+}
+
+/* linalg_householder_product(input, tau) */
+static tpu_status_t householder_product_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value a = tpu_hlo_convert(B, tpu_lower_tensor(c, 0), OUT->dtype);
+  tpu_hlo_value tau = vector_arg(c, 1, OUT->dtype);
+  return done(c, apply_q(c, a, tau, eye_columns(c, a, OUT->dims[OUT->rank - 1]), true, false));
+}
+
+/* ormqr(self, input2 (tau), input3 (C), left, transpose) */
+static tpu_status_t ormqr_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value a = tpu_hlo_convert(B, tpu_lower_tensor(c, 0), OUT->dtype);
+  tpu_hlo_value tau = vector_arg(c, 1, OUT->dtype);
+  tpu_hlo_value x = tpu_hlo_convert(B, tpu_lower_tensor(c, 2), OUT->dtype);
+  return done(c, apply_q(c, a, tau, x, tpu_lower_bool(c, 3, true), tpu_lower_bool(c, 4, false)));
+}
+
+/* linalg_qr(A, mode) -> (Q, R) */
+static tpu_status_t qr_rule(tpu_lower_ctx *c) {
+  const tpu_hlo_type *qt = &c->out_types[0], *rt = &c->out_types[1];
+  tpu_hlo_value a, tau;
+  qr_factor(c, tpu_hlo_convert(B, tpu_lower_tensor(c, 0), rt->dtype), &a, &tau);
+  int r = rt->rank;
+  tpu_lower_set_output(c, 1, keep_triangle(c, tpu_hlo_slice_dim(B, a, r - 2, 0, rt->dims[r - 2], 1), true));
+  if (qt->rank < 2) /* mode "r" */
+    tpu_lower_set_output(c, 0, tpu_hlo_const_f64(B, qt, 0.0));
+  else
+    tpu_lower_set_output(c, 0, apply_q(c, a, tau, eye_columns(c, a, qt->dims[r - 1]), true, false));
+  return NULL;
+}
+
 const tpu_lower_rule tpu_rules_factor[] = {
     {{"linalg_cholesky_ex", "linalg_cholesky_ex.L"}, cholesky_rule, 0, 0},
     {{"cholesky", "cholesky.out"}, cholesky_rule, 0, 0},
@@ -853,5 +989,8 @@ const tpu_lower_rule tpu_rules_factor[] = {
     {{"linalg_matrix_exp", "linalg_matrix_exp.out"}, matrix_exp_rule, 0, 0},
     {{"_linalg_svd", "_linalg_svd.U"}, svd_rule, 0, 0},
     {{"_linalg_eigh", "_linalg_eigh.eigenvalues"}, eigh_rule, 0, 0},
+    {{"linalg_householder_product", "linalg_householder_product.out"}, householder_product_rule, 0, 0},
+    {{"ormqr", "ormqr.out"}, ormqr_rule, 0, 0},
+    {{"linalg_qr", "linalg_qr.out"}, qr_rule, 0, 0},
 };
 TPU_COUNT_RULES(factor);
