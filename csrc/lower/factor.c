@@ -1,13 +1,17 @@
-/* Factorizations and the solves built on them: Cholesky (linalg_cholesky_ex,
- * cholesky, cholesky_inverse, _cholesky_solve_helper) and triangular solves
- * (linalg_solve_triangular, triangular_solve), on stablehlo.cholesky and
- * stablehlo.triangular_solve.
+/* Factorizations and what is built on them: triangular solves
+ * (linalg_solve_triangular, triangular_solve, on stablehlo.triangular_solve);
+ * Cholesky (linalg_cholesky_ex, cholesky, cholesky_inverse,
+ * _cholesky_solve_helper); LU with partial pivoting (linalg_lu_factor_ex,
+ * linalg_lu, lu_unpack, linalg_lu_solve, _linalg_det, _linalg_slogdet,
+ * linalg_inv_ex, _linalg_solve_ex); matrix_exp; SVD and Hermitian
+ * eigendecomposition by Jacobi rotations (_linalg_svd, _linalg_eigh); and
+ * Householder QR (linalg_qr, linalg_householder_product, ormqr).
  *
+ * The plugin has no LAPACK, so the factorizations are loops written in HLO
+ * (a stablehlo.while over columns or rotations), following LAPACK's
+ * conventions where PyTorch exposes them (pivots and info, the signs of R).
  * Matrices are the last two dims; the leading ones are a batch, broadcast
- * to the output's batch where PyTorch broadcasts. stablehlo.cholesky leaves
- * the other triangle unspecified, so it is zeroed; a matrix that is not
- * positive-definite comes out with NaN from the failing column on, which
- * gives LAPACK's info (the order of the first failing leading minor). */
+ * to the output's batch where PyTorch broadcasts. */
 #include <math.h>
 #include <stdio.h>
 
@@ -22,6 +26,17 @@ static tpu_hlo_value mT(tpu_lower_ctx *c, tpu_hlo_value x, bool adjoint) {
   perm[rank - 1] = rank - 2;
   x = tpu_hlo_transpose(B, x, perm);
   if (!adjoint || !tpu_dtype_is_complex(tpu_hlo_dtype(B, x))) return x;
+  return tpu_hlo_binary(B, TPU_HLO_COMPLEX, un(c, TPU_HLO_REAL, x), neg(c, un(c, TPU_HLO_IMAG, x)));
+}
+
+/* |x| (real) as |like|'s dtype (complex with zero imaginary part). */
+static tpu_hlo_value as_type_of(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value like) {
+  return tpu_hlo_convert(B, x, tpu_hlo_dtype(B, like));
+}
+
+/* The conjugate of |x| (the identity for real types). */
+static tpu_hlo_value conj_of(tpu_lower_ctx *c, tpu_hlo_value x) {
+  if (!tpu_dtype_is_complex(tpu_hlo_dtype(B, x))) return x;
   return tpu_hlo_binary(B, TPU_HLO_COMPLEX, un(c, TPU_HLO_REAL, x), neg(c, un(c, TPU_HLO_IMAG, x)));
 }
 
@@ -64,59 +79,6 @@ static tpu_hlo_value tri_solve(tpu_lower_ctx *c, tpu_hlo_value a, tpu_hlo_value 
   tpu_hlo_value operands[2] = {a, b}, x;
   tpu_hlo_op(B, "stablehlo.triangular_solve", operands, 2, NULL, 0, attrs, &t, 1, &x);
   return x;
-}
-
-/* The lower Cholesky factor of |a| (zeros above the diagonal). */
-static tpu_hlo_value cholesky_lower(tpu_lower_ctx *c, tpu_hlo_value a) {
-  tpu_hlo_type t = *tpu_hlo_type_of(B, a);
-  tpu_hlo_value l;
-  tpu_hlo_op(B, "stablehlo.cholesky", &a, 1, NULL, 0, "lower = true", &t, 1, &l);
-  return keep_triangle(c, l, false);
-}
-
-/* LAPACK's info for the lower factor |l|: 1 + the index of the first
- * diagonal element that is not positive (NaN included), 0 if none; s32 per
- * matrix. */
-static tpu_hlo_value cholesky_info(tpu_lower_ctx *c, tpu_hlo_value l) {
-  tpu_hlo_type t = *tpu_hlo_type_of(B, l);
-  int64_t n = t.dims[t.rank - 1];
-  tpu_hlo_type it = t;
-  it.dtype = TPU_S32;
-  tpu_hlo_value on_diag = triangle(c, &t, true, 0);
-  on_diag = and_(c, on_diag, triangle(c, &t, false, 0));
-  tpu_hlo_value d = tpu_dtype_is_complex(t.dtype) ? un(c, TPU_HLO_REAL, l) : l;
-  const tpu_hlo_type *dt = tpu_hlo_type_of(B, d);
-  tpu_hlo_type rt = *dt;
-  tpu_hlo_value bad = and_(c, on_diag, tpu_hlo_unary(B, TPU_HLO_NOT, cmp(c, TPU_HLO_GT, d, tpu_hlo_const_f64(B, &rt, 0.0))));
-  tpu_hlo_value order = add(c, tpu_hlo_iota(B, &it, t.rank - 1), tpu_hlo_const_i64(B, &it, 1));
-  tpu_hlo_value first = sel(c, bad, order, tpu_hlo_const_i64(B, &it, n + 1));
-  int64_t dims[2] = {t.rank - 2, t.rank - 1};
-  first = tpu_hlo_reduce_simple(B, first, tpu_hlo_scalar_i64(B, TPU_S32, n + 1), TPU_HLO_MIN, dims, 2);
-  tpu_hlo_type ft = *tpu_hlo_type_of(B, first);
-  tpu_hlo_value none = cmp(c, TPU_HLO_EQ, first, tpu_hlo_const_i64(B, &ft, n + 1));
-  return sel(c, none, tpu_hlo_const_i64(B, &ft, 0), first);
-}
-
-/* linalg_cholesky_ex(self, *, upper, check_errors) -> (L, info);
- * cholesky(self, upper) -> L */
-static tpu_status_t cholesky_rule(tpu_lower_ctx *c) {
-  tpu_hlo_value l = cholesky_lower(c, tpu_lower_tensor(c, 0));
-  tpu_hlo_value info = cholesky_info(c, l);
-  bool ex = c->num_outputs > 1;
-  if (!ex || tpu_lower_bool(c, 2, false)) {
-    tpu_hlo_type it = *tpu_hlo_type_of(B, info);
-    int64_t all[TPU_HLO_MAX_RANK];
-    for (int d = 0; d < it.rank; d++) all[d] = d;
-    tpu_hlo_value worst = tpu_hlo_reduce_simple(B, info, tpu_hlo_scalar_i64(B, it.dtype, 0), TPU_HLO_MAX, all, it.rank);
-    tpu_lower_require(c, cmp(c, TPU_HLO_EQ, worst, tpu_hlo_scalar_i64(B, it.dtype, 0)), TPU_ERR_RUNTIME,
-                      ex ? "linalg.cholesky_ex: The factorization could not be completed because the input is not "
-                           "positive-definite."
-                         : "cholesky: The factorization could not be completed because the input is not "
-                           "positive-definite.");
-  }
-  tpu_lower_set_output(c, 0, tpu_lower_bool(c, 1, false) ? mT(c, l, true) : l);
-  if (ex) tpu_lower_set_output(c, 1, info);
-  return NULL;
 }
 
 /* The solution of (L L^H) x = b, or (U^H U) x = b if |upper|, for the factor |f|. */
@@ -236,6 +198,73 @@ static tpu_hlo_value row_where(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value 
   return reduce_keep(c, sel(c, pred, x, tpu_hlo_const_f64(B, &t, 0.0)), TPU_HLO_ADD, dim);
 }
 
+/* Output |i| from a state vector with size-1 dims (pivots, info). */
+static void set_vector(tpu_lower_ctx *c, int i, tpu_hlo_value v) {
+  if (c->out_types[i].dtype == TPU_INVALID) return;
+  tpu_lower_set_output(c, i, tpu_hlo_reshape(B, v, c->out_types[i].rank, c->out_types[i].dims));
+}
+
+/* Asks for info == 0 everywhere when argument |arg| (check_errors) is set,
+ * or always for |arg| -1. */
+static void check_info(tpu_lower_ctx *c, int arg, tpu_hlo_value info, const char *message) {
+  if (arg >= 0 && !tpu_lower_bool(c, arg, false)) return;
+  tpu_hlo_type t = *tpu_hlo_type_of(B, info);
+  int64_t all[TPU_HLO_MAX_RANK];
+  for (int d = 0; d < t.rank; d++) all[d] = d;
+  tpu_hlo_value worst = tpu_lower_reduce(B, info, TPU_HLO_MAX, all, t.rank); /* the type's minimum if empty */
+  tpu_lower_require(c, cmp(c, TPU_HLO_LE, worst, tpu_hlo_scalar_i64(B, t.dtype, 0)), TPU_ERR_RUNTIME, message);
+}
+
+/* One column of potrf (right-looking). State: the matrices, info (s64
+ * [batch, 1, 1]). A matrix stops changing at its first non-positive pivot
+ * (NaN included), whose order is LAPACK's info. */
+static void cholesky_step(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s) {
+  tpu_hlo_type t = *tpu_hlo_type_of(B, s[0]), it = *tpu_hlo_type_of(B, s[1]);
+  int r = t.rank;
+  tpu_hlo_value col = pick(c, s[0], r - 1, k);
+  tpu_hlo_type ct = *tpu_hlo_type_of(B, col), ci = ct;
+  ci.dtype = TPU_S64;
+  tpu_hlo_value d = un(c, TPU_HLO_REAL, pick(c, col, r - 2, k));
+  tpu_hlo_type dt = *tpu_hlo_type_of(B, d);
+  tpu_hlo_value fine = cmp(c, TPU_HLO_EQ, s[1], tpu_hlo_const_i64(B, &it, 0));
+  tpu_hlo_value positive = cmp(c, TPU_HLO_GT, d, tpu_hlo_const_f64(B, &dt, 0.0));
+  tpu_hlo_value failed = and_(c, fine, tpu_hlo_unary(B, TPU_HLO_NOT, positive));
+  s[1] = sel(c, failed, add(c, spread(c, k, &it), tpu_hlo_const_i64(B, &it, 1)), s[1]);
+  tpu_hlo_value l = as_type_of(c, un(c, TPU_HLO_SQRT, d), col);
+  tpu_hlo_value crow = index_along(c, col, r - 2), kc = spread(c, k, &ci);
+  tpu_hlo_value lc = sel(c, cmp(c, TPU_HLO_GT, crow, kc), dvd(c, col, spread(c, l, &ct)),
+                         sel(c, cmp(c, TPU_HLO_EQ, crow, kc), spread(c, l, &ct), tpu_hlo_const_f64(B, &ct, 0.0)));
+  tpu_hlo_type tt = t;
+  tt.dtype = TPU_S64;
+  tpu_hlo_value rows = index_along(c, s[0], r - 2), cols = index_along(c, s[0], r - 1), kk = spread(c, k, &tt);
+  tpu_hlo_value trailing = and_(c, cmp(c, TPU_HLO_GT, rows, kk), cmp(c, TPU_HLO_GT, cols, kk));
+  tpu_hlo_value outer = mul(c, spread(c, lc, &t), spread(c, mT(c, lc, true), &t));
+  tpu_hlo_value next = sel(c, trailing, sub(c, s[0], outer), sel(c, cmp(c, TPU_HLO_EQ, cols, kk), spread(c, lc, &t), s[0]));
+  s[0] = sel(c, spread(c, and_(c, fine, positive), &t), next, s[0]);
+}
+
+/* linalg_cholesky_ex(self, *, upper, check_errors) -> (L, info);
+ * cholesky(self, upper) -> L */
+static tpu_status_t cholesky_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value a = tpu_hlo_convert(B, tpu_lower_tensor(c, 0), OUT->dtype);
+  tpu_hlo_type it = *tpu_hlo_type_of(B, a);
+  int r = it.rank;
+  int64_t n = it.dims[r - 1];
+  it.dtype = TPU_S64;
+  it.dims[r - 2] = it.dims[r - 1] = 1;
+  tpu_hlo_value s[2] = {a, tpu_hlo_const_i64(B, &it, 0)};
+  loop(c, n, 2, s, cholesky_step);
+  tpu_hlo_value l = keep_triangle(c, s[0], false);
+  bool ex = c->num_outputs > 1;
+  check_info(c, ex ? 2 : -1, s[1],
+             ex ? "linalg.cholesky_ex: The factorization could not be completed because the input is not "
+                  "positive-definite."
+                : "cholesky: The factorization could not be completed because the input is not positive-definite.");
+  tpu_lower_set_output(c, 0, tpu_lower_bool(c, 1, false) ? mT(c, l, true) : l);
+  if (ex) set_vector(c, 1, s[1]);
+  return NULL;
+}
+
 /* One column of getrf. State: the matrices, pivots (1-based, s64), info (s64). */
 static void lu_step(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s) {
   tpu_hlo_type t = *tpu_hlo_type_of(B, s[0]);
@@ -349,22 +378,6 @@ static tpu_hlo_value lu_solve(tpu_lower_ctx *c, tpu_hlo_value lu, tpu_hlo_value 
   /* b P L^-H U^-H */
   b = tri_solve(c, lu, matmul(c, b, p), false, true, true, ADJOINT);
   return tri_solve(c, lu, b, false, false, false, ADJOINT);
-}
-
-/* Output |i| from a state vector with size-1 dims (pivots, info). */
-static void set_vector(tpu_lower_ctx *c, int i, tpu_hlo_value v) {
-  if (c->out_types[i].dtype == TPU_INVALID) return;
-  tpu_lower_set_output(c, i, tpu_hlo_reshape(B, v, c->out_types[i].rank, c->out_types[i].dims));
-}
-
-/* Asks for info == 0 everywhere when argument |arg| (check_errors) is set. */
-static void check_info(tpu_lower_ctx *c, int arg, tpu_hlo_value info, const char *message) {
-  if (!tpu_lower_bool(c, arg, false)) return;
-  tpu_hlo_type t = *tpu_hlo_type_of(B, info);
-  int64_t all[TPU_HLO_MAX_RANK];
-  for (int d = 0; d < t.rank; d++) all[d] = d;
-  tpu_hlo_value worst = tpu_lower_reduce(B, info, TPU_HLO_MAX, all, t.rank);
-  tpu_lower_require(c, cmp(c, TPU_HLO_EQ, worst, tpu_hlo_scalar_i64(B, t.dtype, 0)), TPU_ERR_RUNTIME, message);
 }
 
 /* linalg_lu_factor_ex(A, *, pivot, check_errors) -> (LU, pivots, info) */
@@ -603,17 +616,6 @@ static tpu_status_t matrix_exp_rule(tpu_lower_ctx *c) {
  * descending. Left vectors that W cannot give (zero singular values, or the
  * rest of U for full_matrices) are completed one at a time with the identity
  * column of largest residual against those found, orthogonalized twice. */
-
-/* The conjugate of |x| (the identity for real types). */
-static tpu_hlo_value conj_of(tpu_lower_ctx *c, tpu_hlo_value x) {
-  if (!tpu_dtype_is_complex(tpu_hlo_dtype(B, x))) return x;
-  return tpu_hlo_binary(B, TPU_HLO_COMPLEX, un(c, TPU_HLO_REAL, x), neg(c, un(c, TPU_HLO_IMAG, x)));
-}
-
-/* |x| (real) as |like|'s dtype (complex with zero imaginary part). */
-static tpu_hlo_value as_type_of(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value like) {
-  return tpu_hlo_convert(B, x, tpu_hlo_dtype(B, like));
-}
 
 /* The squared norm of each column of |x|, kept as [batch, 1, n] (real). */
 static tpu_hlo_value column_norm2(tpu_lower_ctx *c, tpu_hlo_value x) {
