@@ -451,3 +451,13 @@ def test_qr_reduced_column():
     # a column with nothing below the diagonal gets no reflection (tau 0), as LAPACK
     a = torch.tensor([[-2.0, 1.0], [0.0, 3.0], [0.0, 4.0]])
     compare(torch.linalg.qr, a)
+
+
+def test_factorizations_compiled(no_fallbacks):
+    # the graph path has no strides: _linalg_det factors A^T there, as PyTorch does for contiguous A
+    def f(a, b):
+        return (torch.linalg.det(a), torch.linalg.svdvals(a), torch.linalg.solve(a, b), torch.linalg.qr(a).R,
+                torch.linalg.eigvalsh(a), torch.linalg.matrix_exp(a), torch.linalg.cholesky(a @ a.mT + 4 * torch.eye(4, device=a.device)))
+    a, b = make((3, 4, 4), torch.float32), make((3, 4, 2), torch.float32, 1)
+    got = torch.compile(f, backend="tpu")(a.to("tpu"), b.to("tpu"))
+    torch.testing.assert_close([t.cpu() for t in got], list(f(a, b)), rtol=1e-4, atol=1e-4)
