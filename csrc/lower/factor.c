@@ -17,6 +17,12 @@
 
 #include "lower/rules.h"
 
+/* The conjugate of |x| (the identity for real types). */
+static tpu_hlo_value conj_of(tpu_lower_ctx *c, tpu_hlo_value x) {
+  if (!tpu_dtype_is_complex(tpu_hlo_dtype(B, x))) return x;
+  return tpu_hlo_binary(B, TPU_HLO_COMPLEX, un(c, TPU_HLO_REAL, x), neg(c, un(c, TPU_HLO_IMAG, x)));
+}
+
 /* The transpose of each matrix of |x|, conjugated if |adjoint| (and complex). */
 static tpu_hlo_value mT(tpu_lower_ctx *c, tpu_hlo_value x, bool adjoint) {
   int rank = tpu_hlo_rank(B, x);
@@ -25,19 +31,12 @@ static tpu_hlo_value mT(tpu_lower_ctx *c, tpu_hlo_value x, bool adjoint) {
   perm[rank - 2] = rank - 1;
   perm[rank - 1] = rank - 2;
   x = tpu_hlo_transpose(B, x, perm);
-  if (!adjoint || !tpu_dtype_is_complex(tpu_hlo_dtype(B, x))) return x;
-  return tpu_hlo_binary(B, TPU_HLO_COMPLEX, un(c, TPU_HLO_REAL, x), neg(c, un(c, TPU_HLO_IMAG, x)));
+  return adjoint ? conj_of(c, x) : x;
 }
 
 /* |x| (real) as |like|'s dtype (complex with zero imaginary part). */
 static tpu_hlo_value as_type_of(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value like) {
   return tpu_hlo_convert(B, x, tpu_hlo_dtype(B, like));
-}
-
-/* The conjugate of |x| (the identity for real types). */
-static tpu_hlo_value conj_of(tpu_lower_ctx *c, tpu_hlo_value x) {
-  if (!tpu_dtype_is_complex(tpu_hlo_dtype(B, x))) return x;
-  return tpu_hlo_binary(B, TPU_HLO_COMPLEX, un(c, TPU_HLO_REAL, x), neg(c, un(c, TPU_HLO_IMAG, x)));
 }
 
 /* i1 of |t|'s shape: true where col - row >= |from| (|upper|) or col - row <= |from|. */
@@ -123,12 +122,10 @@ static tpu_status_t triangular_solve_rule(tpu_lower_ctx *c) {
   return NULL;
 }
 
-/* --- LU with partial pivoting ------------------------------------------------
- * A right-looking elimination in a stablehlo.while over the columns, as
- * LAPACK's getrf: the pivot is the first row of largest |x| (|re| + |im| for
- * complex), a zero pivot sets info and the column is left unscaled. State
- * vectors keep size-1 dims (pivots [batch, 1, k], info [batch, 1, 1]) so
- * that they broadcast against the matrices by NumPy rules. */
+/* --- loops ---------------------------------------------------------------------
+ * A factorization is a stablehlo.while whose body is one step (a column, a
+ * rotation). State vectors keep size-1 dims (pivots [batch, 1, k], info
+ * [batch, 1, 1]) so that they broadcast against the matrices by NumPy rules. */
 
 #define LOOP_MAX_STATE 4
 typedef void (*loop_step_fn)(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *state);
@@ -215,6 +212,8 @@ static void check_info(tpu_lower_ctx *c, int arg, tpu_hlo_value info, const char
   tpu_lower_require(c, cmp(c, TPU_HLO_LE, worst, tpu_hlo_scalar_i64(B, t.dtype, 0)), TPU_ERR_RUNTIME, message);
 }
 
+/* --- Cholesky ------------------------------------------------------------------ */
+
 /* One column of potrf (right-looking). State: the matrices, info (s64
  * [batch, 1, 1]). A matrix stops changing at its first non-positive pivot
  * (NaN included), whose order is LAPACK's info. */
@@ -264,6 +263,11 @@ static tpu_status_t cholesky_rule(tpu_lower_ctx *c) {
   if (ex) set_vector(c, 1, s[1]);
   return NULL;
 }
+
+/* --- LU with partial pivoting ------------------------------------------------
+ * A right-looking elimination as LAPACK's getrf: the pivot is the first row
+ * of largest |x| (|re| + |im| for complex), a zero pivot sets info and the
+ * column is left unscaled. */
 
 /* One column of getrf. State: the matrices, pivots (1-based, s64), info (s64). */
 static void lu_step(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s) {
