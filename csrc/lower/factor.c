@@ -189,7 +189,7 @@ static tpu_hlo_value pick(tpu_lower_ctx *c, tpu_hlo_value x, int dim, tpu_hlo_va
   return tpu_hlo_dynamic_slice(B, x, starts, t.dims);
 }
 
-/* The rows of |x| where |pred| (of index |idx| along |dim|) holds, summed: the one selected row. */
+/* The slices of |x| along |dim| where |pred| holds, summed: the one selected slice. */
 static tpu_hlo_value row_where(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value pred, int dim) {
   tpu_hlo_type t = *tpu_hlo_type_of(B, x);
   return reduce_keep(c, sel(c, pred, x, tpu_hlo_const_f64(B, &t, 0.0)), TPU_HLO_ADD, dim);
