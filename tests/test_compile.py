@@ -195,6 +195,28 @@ def test_errors_inside_a_compiled_graph():
                                torch.full((2, 5), 3.0))
 
 
+def test_graph_with_many_index_checks():
+    """Index checks of many ops in one graph share one flag per error; an
+    index out of range still raises PyTorch's error, and nothing is written."""
+    def f(x, i, out):
+        y = x.index_select(0, i)
+        for _ in range(6):
+            y = y + x.gather(0, i.view(-1, 1).expand(-1, x.shape[1])) + F.embedding(i, x)
+        out.copy_(y)
+        return y
+
+    x = torch.randn(5, 3)
+    i = torch.tensor([4, 0, 2])
+    out = torch.zeros(3, 3, device="tpu")
+    cf = torch.compile(f, backend="tpu")
+    torch.testing.assert_close(cf(x.to("tpu"), i.to("tpu"), out).cpu(), f(x, i, torch.zeros(3, 3)))
+    torch.testing.assert_close(out.cpu(), f(x, i, torch.zeros(3, 3)))
+    before = out.cpu()
+    with pytest.raises(IndexError, match="index out of range"):
+        cf(x.to("tpu"), torch.tensor([4, 0, 5], device="tpu"), out)
+    torch.testing.assert_close(out.cpu(), before)
+
+
 WORKLOAD = textwrap.dedent("""
     import json, sys, torch, torchtpu
     sys.path.insert(0, {tests!r})
