@@ -272,6 +272,50 @@ def test_pool_empty_batch(no_fallbacks):
     compare(lambda x: F.adaptive_avg_pool2d(x, 3), x)
 
 
+# (mode, spatial dims, interpolate keyword arguments)
+UPSAMPLES = [
+    ("nearest", 1, dict(size=7)),
+    ("nearest", 2, dict(size=(10, 3))),  # twice, and smaller
+    ("nearest", 3, dict(scale_factor=1.7, recompute_scale_factor=False)),
+    ("nearest-exact", 1, dict(size=13)),
+    ("nearest-exact", 2, dict(scale_factor=0.6)),
+    ("nearest-exact", 3, dict(size=(3, 5, 7))),
+    ("linear", 1, dict(size=9, align_corners=True)),
+    ("linear", 1, dict(scale_factor=0.5, recompute_scale_factor=False)),
+    ("bilinear", 2, dict(size=(7, 3))),
+    ("bilinear", 2, dict(size=(1, 8), align_corners=True)),
+    ("trilinear", 3, dict(size=(4, 6, 9))),
+    ("bicubic", 2, dict(size=(9, 4))),  # taps clamped at both edges
+    ("bicubic", 2, dict(scale_factor=1.5, align_corners=True)),
+    ("bilinear", 2, dict(size=(2, 11), antialias=True)),  # 5 -> 2 widens the filter
+    ("bicubic", 2, dict(size=(3, 4), antialias=True, align_corners=True)),
+]
+
+
+@pytest.mark.parametrize("mode,nd,kw", UPSAMPLES, ids=str)
+def test_interpolate(no_fallbacks, mode, nd, kw):
+    x = make((2, 3) + (5, 6, 4)[:nd])
+    compare(lambda x: grads(lambda x: F.interpolate(x, mode=mode, **kw), x), x)
+
+
+def test_interpolate_dtypes_and_edges(no_fallbacks):
+    x = make((1, 2, 5, 6), torch.bfloat16)
+    compare(lambda x: grads(lambda x: F.interpolate(x, size=(7, 9), mode="bilinear"), x), x, **BF16)
+    compare(lambda x: F.interpolate(x, size=(4, 9), mode="nearest"), make((1, 2, 5, 6), torch.uint8))
+    compare(lambda x: grads(lambda x: F.interpolate(x, size=(4, 3), mode="bilinear"), x), make((0, 2, 5, 6)))
+    # a NaN reaches only the outputs whose taps read it
+    x = make((1, 1, 4, 4))
+    x[0, 0, 1, 2] = float("nan")
+    compare(lambda x: F.interpolate(x, size=(8, 8), mode="bilinear"), x)
+    compare(lambda x: F.interpolate(x.transpose(2, 3), size=(3, 5), mode="nearest-exact"), x)
+
+
+def test_interpolate_errors():
+    assert_same_error(lambda x: F.interpolate(x, size=(3, 3), mode="bilinear"), make((2, 3, 4)))
+    assert_same_error(lambda x: F.interpolate(x, size=3, mode="linear"), make((1, 2, 4), torch.int64))
+    assert_same_error(lambda x: F.interpolate(x, size=3, antialias=True, mode="bilinear"), make((1, 2, 4, 4), torch.bfloat16))
+
+
 def test_small_cnn(no_fallbacks):
     torch.manual_seed(0)
 

@@ -2,8 +2,8 @@
  * PyTorch's _convolution sends a tpu convolution of any kind: 1-3 spatial
  * dims, strided, padded, dilated, grouped, transposed), max pooling with
  * indices, average pooling and adaptive average pooling (2-D and 3-D), and
- * their backwards. 1-D pooling and 1-D adaptive pooling are PyTorch
- * composites of the 2-D ops.
+ * their backwards, and the upsample (interpolate) ops and theirs. 1-D
+ * pooling and 1-D adaptive pooling are PyTorch composites of the 2-D ops.
  *
  * Layouts are PyTorch's: input N C spatial…, weight O I/groups spatial… (a
  * transposed convolution's weight is I O/groups spatial…). Pooling reads the
@@ -11,6 +11,9 @@
  * Output sizes come from PyTorch's meta functions; every window is padded so
  * that it yields exactly those sizes (ceil_mode only changes the padding at
  * the end). Half types compute in float32 and round once. */
+#include <math.h>
+#include <stdlib.h>
+
 #include "lower/rules.h"
 
 static tpu_hlo_value bin(tpu_lower_ctx *c, tpu_hlo_binary_t op, tpu_hlo_value x, tpu_hlo_value y) {
@@ -475,6 +478,223 @@ static tpu_status_t adaptive_avg_pool_backward_rule(tpu_lower_ctx *c) {
   return NULL;
 }
 
+/* --- resampling ------------------------------------------------------------------------- */
+
+/* The interpolations of the upsample ops (c->data; BACKWARD marks their
+ * backwards). Every one is separable: along each spatial dim, output o is a
+ * weighted sum of a few input positions (taps), computed here on the host as
+ * PyTorch's CPU kernels compute them (in float for float and half types), so
+ * that indices agree exactly. */
+enum { NEAREST, NEAREST_EXACT, LINEAR, CUBIC, LINEAR_AA, CUBIC_AA, BACKWARD = 8 };
+
+/* Tap t of output o reads input index[t * out + o] with weight[t * out + o]. */
+typedef struct taps {
+  int n;
+  int64_t out;
+  int64_t *index;
+  double *weight;
+} taps;
+
+/* |x| rounded to float unless the kernel computes in double. */
+static double fl(bool dbl, double x) { return dbl ? x : (double)(float)x; }
+
+/* PyTorch's area_pixel_compute_scale: the input step per output step. */
+static double interp_scale(int64_t in, int64_t out, bool align_corners, double scale, bool dbl) {
+  if (align_corners) return out > 1 ? fl(dbl, (double)(in - 1) / (double)(out - 1)) : 0.0;
+  return scale > 0.0 ? fl(dbl, 1.0 / scale) : fl(dbl, fl(dbl, (double)in) / (double)out);
+}
+
+/* Keys' cubic convolution kernel with parameter |a| at |x| >= 0. */
+static double cubic1(double x, double a) { return ((a + 2) * x - (a + 3)) * x * x + 1; }
+static double cubic2(double x, double a) { return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a; }
+
+static double aa_filter(int mode, double x) {
+  x = fabs(x);
+  if (mode == LINEAR_AA) return x < 1.0 ? 1.0 - x : 0.0;
+  return x < 1.0 ? cubic1(x, -0.5) : x < 2.0 ? cubic2(x, -0.5) : 0.0;
+}
+
+/* The taps of |mode| from |in| to |out| positions; false if out of memory. */
+static bool make_taps(int mode, int64_t in, int64_t out, bool align_corners, double scale_arg, bool dbl, taps *t) {
+  double scale = interp_scale(in, out, align_corners, scale_arg, dbl), support = 0.0;
+  t->out = out;
+  t->n = mode == NEAREST || mode == NEAREST_EXACT ? 1 : mode == LINEAR ? 2 : 4;
+  if (mode == LINEAR_AA || mode == CUBIC_AA) {
+    support = (mode == LINEAR_AA ? 1.0 : 2.0) * (scale >= 1.0 ? scale : 1.0);
+    t->n = (int)ceil(support) * 2 + 1;
+  }
+  size_t count = (size_t)t->n * (size_t)(out > 0 ? out : 1);
+  t->index = calloc(count, sizeof *t->index);
+  t->weight = calloc(count, sizeof *t->weight);
+  if (t->index == NULL || t->weight == NULL) return false;
+  for (int64_t o = 0; o < out; o++) {
+    int64_t *idx = &t->index[o];
+    double *w = &t->weight[o];
+    if (mode == NEAREST || mode == NEAREST_EXACT) {
+      float s = (float)(scale_arg > 0.0 ? 1.0 / scale_arg : (double)((float)in / (float)out));
+      int64_t i = mode == NEAREST_EXACT ? (int64_t)floorf((float)((o + 0.5) * s))
+                  : out == in           ? o
+                  : out == 2 * in       ? o >> 1
+                                        : (int64_t)floorf((float)o * s);
+      idx[0] = i < in - 1 ? i : in - 1;
+      w[0] = 1.0;
+    } else if (mode == LINEAR || mode == CUBIC) {
+      /* area_pixel_compute_source_index, then guard_index_and_lambda */
+      double real = align_corners ? fl(dbl, scale * (double)o) : fl(dbl, fl(dbl, scale * fl(dbl, o + 0.5)) - 0.5);
+      if (mode == LINEAR && real < 0.0) real = 0.0;
+      int64_t i = (int64_t)floor(real);
+      if (i > in - 1) i = in - 1;
+      double lambda = fl(dbl, fmin(fmax(fl(dbl, real - (double)i), 0.0), 1.0));
+      if (mode == LINEAR) {
+        idx[0] = i;
+        idx[out] = i + (i < in - 1 ? 1 : 0);
+        w[0] = fl(dbl, 1.0 - lambda);
+        w[out] = lambda;
+      } else {
+        double x2 = fl(dbl, 1.0 - lambda);
+        double k[4] = {cubic2(lambda + 1.0, -0.75), cubic1(lambda, -0.75), cubic1(x2, -0.75), cubic2(x2 + 1.0, -0.75)};
+        for (int j = 0; j < 4; j++) {
+          int64_t at = i - 1 + j;
+          idx[j * out] = at < 0 ? 0 : at > in - 1 ? in - 1 : at;
+          w[j * out] = fl(dbl, k[j]);
+        }
+      }
+    } else {
+      /* _compute_indices_min_size_weights_aa: a filter stretched by the
+       * scale when downsampling, normalized to sum 1 */
+      double center = fl(dbl, scale * (o + 0.5)), total = 0.0;
+      double invscale = scale >= 1.0 ? fl(dbl, 1.0 / scale) : 1.0;
+      int64_t lo = (int64_t)(center - support + 0.5), hi = (int64_t)(center + support + 0.5);
+      if (lo < 0) lo = 0;
+      if (hi > in) hi = in;
+      int64_t size = hi - lo < 0 ? 0 : hi - lo < t->n ? hi - lo : t->n;
+      for (int64_t j = 0; j < size; j++) {
+        w[j * out] = fl(dbl, aa_filter(mode, fl(dbl, ((double)(j + lo) - center + 0.5) * invscale)));
+        total = fl(dbl, total + w[j * out]);
+      }
+      for (int64_t j = 0; j < t->n; j++) {
+        idx[j * out] = j < size ? lo + j : lo;
+        w[j * out] = j < size && total != 0.0 ? fl(dbl, w[j * out] / total) : 0.0;
+      }
+    }
+  }
+  return true;
+}
+
+static void free_taps(taps *t) {
+  free(t->index);
+  free(t->weight);
+}
+
+/* |x|'s type with dim |d| of size |size| (and |t| > 0 taps inserted before it). */
+static tpu_hlo_type tapped_type(const tpu_hlo_type *x, int d, int ntaps, int64_t size) {
+  tpu_hlo_type r = *x;
+  if (ntaps > 0) {
+    for (int i = r.rank; i > d; i--) r.dims[i] = r.dims[i - 1];
+    r.rank++;
+    r.dims[d++] = ntaps;
+  }
+  r.dims[d] = size;
+  return r;
+}
+
+/* The taps' weights as a [taps, out] value broadcast into |to| at |d|. */
+static tpu_hlo_value tap_weights(tpu_lower_ctx *c, const taps *t, const tpu_hlo_type *to, int d) {
+  int64_t dims[2] = {d, d + 1}, shape[2] = {t->n, t->out};
+  tpu_hlo_value w = tpu_hlo_const_f64_list(B, to->dtype, t->weight, (int64_t)t->n * t->out);
+  return tpu_hlo_broadcast_in_dim(B, tpu_hlo_reshape(B, w, 2, shape), to, dims);
+}
+
+/* The taps' input positions as [taps * out, 1] index vectors. */
+static tpu_hlo_value tap_indices(tpu_lower_ctx *c, const taps *t) {
+  int64_t dims[2] = {(int64_t)t->n * t->out, 1};
+  return tpu_hlo_reshape(B, tpu_hlo_const_i64_list(B, t->index, (int)dims[0]), 2, dims);
+}
+
+/* |x| resampled along dim |d|: every tap gathered, weighted and summed
+ * (nearest's single tap is the gather itself). */
+static tpu_hlo_value resample(tpu_lower_ctx *c, tpu_hlo_value x, int d, const taps *t, bool weighted) {
+  const tpu_hlo_type xt = *tpu_hlo_type_of(B, x);
+  tpu_hlo_type gt = tapped_type(&xt, d, 0, (int64_t)t->n * t->out);
+  if (tpu_hlo_type_numel(&gt) == 0 || xt.dims[d] == 0) return tpu_hlo_const_f64(B, &gt, 0.0);
+  tpu_hlo_gather_dims g = {.num_offset = xt.rank - 1, .num_collapsed = 1, .num_start_map = 1,
+                           .collapsed_slice_dims = {d}, .start_index_map = {d}, .index_vector_dim = 1};
+  int64_t slice[TPU_HLO_MAX_RANK];
+  for (int i = 0, k = 0; i < xt.rank; i++) {
+    slice[i] = i == d ? 1 : xt.dims[i];
+    if (i != d) g.offset_dims[k++] = i;
+  }
+  tpu_hlo_value r = tpu_hlo_gather(B, x, tap_indices(c, t), &g, slice, &gt);
+  if (!weighted) return r;
+  tpu_hlo_type wt = tapped_type(&xt, d, t->n, t->out);
+  r = bin(c, TPU_HLO_MUL, tpu_hlo_reshape(B, r, wt.rank, wt.dims), tap_weights(c, t, &wt, d));
+  int64_t tap_dim = d;
+  return tpu_lower_reduce(B, r, TPU_HLO_ADD, &tap_dim, 1);
+}
+
+/* The adjoint of resample: every output gradient, weighted per tap, added
+ * at its tap's input position (|in| of them along |d|). */
+static tpu_hlo_value resample_backward(tpu_lower_ctx *c, tpu_hlo_value g, int d, const taps *t, int64_t in) {
+  const tpu_hlo_type gt = *tpu_hlo_type_of(B, g);
+  tpu_hlo_type xt = tapped_type(&gt, d, 0, in), wt = tapped_type(&gt, d, t->n, t->out);
+  tpu_hlo_value zeros = tpu_hlo_const_f64(B, &xt, 0.0);
+  if (tpu_hlo_type_numel(&gt) == 0 || in == 0) return zeros;
+  int64_t kept[TPU_HLO_MAX_RANK];
+  for (int i = 0; i < gt.rank; i++) kept[i] = i < d ? i : i + 1;
+  tpu_hlo_value u = bin(c, TPU_HLO_MUL, tpu_hlo_broadcast_in_dim(B, g, &wt, kept), tap_weights(c, t, &wt, d));
+  tpu_hlo_type ut = tapped_type(&gt, d, 0, (int64_t)t->n * t->out);
+  u = tpu_hlo_reshape(B, u, ut.rank, ut.dims);
+  tpu_hlo_scatter_dims s = {.num_update_window = gt.rank - 1, .num_inserted = 1, .num_to_operand = 1,
+                            .inserted_window_dims = {d}, .scatter_dims_to_operand_dims = {d}, .index_vector_dim = 1};
+  for (int i = 0, k = 0; i < gt.rank; i++)
+    if (i != d) s.update_window_dims[k++] = i;
+  tpu_hlo_region add;
+  tpu_hlo_region_binary(B, TPU_HLO_ADD, gt.dtype, &add);
+  return tpu_hlo_scatter(B, zeros, tap_indices(c, t), u, &s, &add, false);
+}
+
+/* upsample_<mode>(self, output_size, [align_corners,] scales…) and
+ * upsample_<mode>_backward(grad_output, output_size, input_size,
+ * [align_corners,] scales…): one resampling per spatial dim (the last
+ * len(output_size) dims), in float for half types. */
+static tpu_status_t upsample_rule(tpu_lower_ctx *c) {
+  int mode = (int)(c->data & ~BACKWARD);
+  bool backward = (c->data & BACKWARD) != 0, nearest = mode == NEAREST || mode == NEAREST_EXACT;
+  int n = c->args[1].n, align_arg = backward ? 3 : 2, first_scale = align_arg + (nearest ? 0 : 1);
+  bool align_corners = !nearest && tpu_lower_bool(c, align_arg, false);
+  static const char *const kernels[] = {
+      [NEAREST] = "compute_indices_weights_nearest", [NEAREST_EXACT] = "compute_indices_weights_nearest",
+      [LINEAR] = "compute_indices_weights_linear",   [CUBIC] = "compute_indices_weights_cubic",
+      [LINEAR_AA] = "compute_index_ranges_weights",  [CUBIC_AA] = "compute_index_ranges_weights"};
+  tpu_dtype_t dt = c->args[0].dtype;
+  bool aa = mode == LINEAR_AA || mode == CUBIC_AA;
+  if (!backward && ((!is_float(dt) && dt != TPU_U8) || (aa && (dt == TPU_BF16 || dt == TPU_F16))))
+    return cpu_refuses(c, kernels[mode], dt);
+  tpu_hlo_type t = opmath_type(OUT);
+  if (nearest && !backward) t.dtype = OUT->dtype; /* a gather: exact in any dtype */
+  tpu_hlo_value x = tpu_hlo_convert(B, tpu_lower_tensor(c, 0), t.dtype);
+  const int64_t *in_sizes = backward ? c->args[2].ints : c->args[0].sizes;
+  int lead = t.rank - n;
+  for (int i = 0; i < n; i++) {
+    int d = lead + i;
+    int64_t in = in_sizes[d], out = c->args[1].ints[i];
+    taps tp;
+    if (!make_taps(mode, in, out, align_corners, tpu_lower_float(c, first_scale + i, 0.0), t.dtype == TPU_F64, &tp)) {
+      free_taps(&tp);
+      return tpu_lower_error(c, TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+    }
+    x = backward ? resample_backward(c, x, d, &tp, in) : resample(c, x, d, &tp, !nearest);
+    free_taps(&tp);
+  }
+  tpu_lower_set_output(c, 0, x);
+  return NULL;
+}
+
+#define UPSAMPLE(name, mode)                                                                   \
+  {{name, name ".out"}, upsample_rule, 0, mode}, {                                             \
+    {name "_backward", name "_backward.grad_input"}, upsample_rule, 0, (mode) | BACKWARD       \
+  }
+
 const tpu_lower_rule tpu_rules_conv[] = {
     {{"convolution_overrideable"}, convolution_rule, 0, 0},
     {{"convolution_backward_overrideable"}, convolution_backward_rule, 0, 0},
@@ -490,5 +710,17 @@ const tpu_lower_rule tpu_rules_conv[] = {
     {{"_adaptive_avg_pool3d", "_adaptive_avg_pool3d.out"}, adaptive_avg_pool_rule, 0, 3},
     {{"_adaptive_avg_pool2d_backward", "_adaptive_avg_pool2d_backward.out"}, adaptive_avg_pool_backward_rule, 0, 2},
     {{"_adaptive_avg_pool3d_backward", "_adaptive_avg_pool3d_backward.out"}, adaptive_avg_pool_backward_rule, 0, 3},
+    UPSAMPLE("upsample_nearest1d", NEAREST),
+    UPSAMPLE("upsample_nearest2d", NEAREST),
+    UPSAMPLE("upsample_nearest3d", NEAREST),
+    UPSAMPLE("_upsample_nearest_exact1d", NEAREST_EXACT),
+    UPSAMPLE("_upsample_nearest_exact2d", NEAREST_EXACT),
+    UPSAMPLE("_upsample_nearest_exact3d", NEAREST_EXACT),
+    UPSAMPLE("upsample_linear1d", LINEAR),
+    UPSAMPLE("upsample_bilinear2d", LINEAR),
+    UPSAMPLE("upsample_trilinear3d", LINEAR),
+    UPSAMPLE("upsample_bicubic2d", CUBIC),
+    UPSAMPLE("_upsample_bilinear2d_aa", LINEAR_AA),
+    UPSAMPLE("_upsample_bicubic2d_aa", CUBIC_AA),
 };
 TPU_COUNT_RULES(conv);
