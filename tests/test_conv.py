@@ -265,6 +265,30 @@ def test_adaptive_avg_pool_dtypes_and_dims(no_fallbacks):
     compare(lambda x: grads(lambda x: F.adaptive_avg_pool2d(x.transpose(2, 3), (3, 2)), x), make((1, 2, 5, 7)))
 
 
+@pytest.mark.parametrize("shape,size", [
+    ((2, 3, 7, 10), (3, 4)),  # overlapping windows of varying size
+    ((1, 2, 3, 2), (5, 3)),  # larger than the input
+    ((3, 9, 5), (4, None)),  # unbatched, one size kept
+], ids=str)
+def test_adaptive_max_pool2d(no_fallbacks, shape, size):
+    x = make(shape)
+    compare(lambda x: grads(lambda x: F.adaptive_max_pool2d(x, size, return_indices=True)[0], x), x)
+    compare(lambda x: F.adaptive_max_pool2d(x, size, return_indices=True), x)
+
+
+def test_adaptive_max_pool_ties_nan_dims_dtypes(no_fallbacks):
+    x = torch.tensor([[[[1.0, 5.0, 5.0, 0.0], [float("nan"), 2.0, 5.0, float("nan")],
+                        [-float("inf"), -float("inf"), 3.0, 3.0], [0.0, 1.0, 3.0, 2.0]]]])
+    compare(lambda x: F.adaptive_max_pool2d(x, (2, 3), return_indices=True), x)
+    compare(lambda x: F.adaptive_max_pool2d(x, 3, return_indices=True), torch.full((1, 2, 4, 4), -float("inf")))
+    compare(lambda x: grads(lambda x: F.adaptive_max_pool1d(x, 4), x), make((2, 3, 9)))
+    compare(lambda x: grads(lambda x: F.adaptive_max_pool3d(x, (2, 3, 4)), x), make((1, 2, 5, 7, 9)))
+    compare(lambda x: grads(lambda x: F.adaptive_max_pool2d(x, 3), x), make((1, 2, 7, 7), torch.bfloat16), **BF16)
+    compare(lambda x: F.adaptive_max_pool2d(x, 3, return_indices=True), make((0, 2, 4, 4)))
+    assert_same_error(lambda x: F.adaptive_max_pool2d(x, 2), make((1, 2, 4, 4), torch.int64))
+    assert_same_error(lambda x: F.adaptive_max_pool3d(x, 2), make((1, 2, 4, 4, 4), torch.int64))
+
+
 def test_pool_empty_batch(no_fallbacks):
     x = make((0, 2, 4, 4))
     compare(lambda x: F.max_pool2d(x, 2, return_indices=True), x)

@@ -428,6 +428,7 @@ def test_multi_margin_loss_unbatched(no_fallbacks, reduction):
     x = torch.randn(5)
     compare(lambda x, t: F.multi_margin_loss(x, t, reduction=reduction), x, torch.tensor(3))
     compare(lambda x, t: F.multi_margin_loss(x, t, reduction=reduction), x, torch.tensor([1]))
+    compare(lambda x, t: F.multi_margin_loss(x, t, reduction=reduction), torch.tensor(0.3), torch.tensor(0))
 
 
 def test_multi_margin_loss_target_out_of_range(no_fallbacks):
@@ -616,3 +617,15 @@ def test_out_variants(no_fallbacks, case):
     out_overload(*tpu_args, **outs)
     for n, w_ in list(zip(out_names, want))[:agree]:
         torch.testing.assert_close(outs[n].cpu(), w_)
+
+
+# --- activations ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fn", [F.hardshrink, F.softshrink])
+@pytest.mark.parametrize("lambd", [0.5, 0.0, 2.0])
+def test_shrink_backward(no_fallbacks, fn, lambd):
+    x = torch.tensor([-3.0, -2.0, -0.5, -0.2, 0.0, 0.2, 0.5, 1.0, 2.0, float("nan")], requires_grad=True)
+    compare_grad(lambda x: fn(x, lambd), x)
+    compare_grad(lambda x: fn(x, lambd), torch.randn(3, 4).bfloat16().requires_grad_(), rtol=1e-2, atol=1e-2)
+    compare_grad(lambda x: fn(x, lambd), torch.randn(0, 4, requires_grad=True))

@@ -308,14 +308,14 @@ static tpu_hlo_value as_rows(tpu_lower_ctx *c, tpu_hlo_value x, int lead) {
   return tpu_hlo_reshape(B, x, 2, dims);
 }
 
-/* max_pool{2,3}d_with_indices_backward(grad_output, self, kernel_size, stride,
- *     padding, dilation, ceil_mode, indices): each output gradient is added
- * at its recorded argmax (windows overlap, so positions can repeat). */
-static tpu_status_t max_pool_backward_rule(tpu_lower_ctx *c) {
+/* The gradient of a max pooling whose argmaxes (plane positions) are tensor
+ * argument |indices|: each output gradient is added at its recorded argmax
+ * (windows overlap, so positions can repeat). */
+static tpu_status_t scatter_to_argmax(tpu_lower_ctx *c, int indices) {
   int lead = OUT->rank - (int)c->data;
   tpu_hlo_type t = opmath_type(OUT);
   tpu_hlo_value gy = as_rows(c, tpu_hlo_convert(B, tpu_lower_tensor(c, 0), t.dtype), lead);
-  tpu_hlo_value idx = as_rows(c, tpu_lower_tensor(c, 7), lead);
+  tpu_hlo_value idx = as_rows(c, tpu_lower_tensor(c, indices), lead);
   const tpu_hlo_type it = *tpu_hlo_type_of(B, idx);
   /* (row, position) pairs along a new minor dim */
   int64_t pair_dims[3] = {it.dims[0], it.dims[1], 1};
@@ -330,6 +330,10 @@ static tpu_status_t max_pool_backward_rule(tpu_lower_ctx *c) {
   tpu_lower_set_output(c, 0, tpu_hlo_reshape(B, gx, OUT->rank, OUT->dims));
   return NULL;
 }
+
+/* max_pool{2,3}d_with_indices_backward(grad_output, self, kernel_size, stride,
+ *     padding, dilation, ceil_mode, indices) */
+static tpu_status_t max_pool_backward_rule(tpu_lower_ctx *c) { return scatter_to_argmax(c, 7); }
 
 /* The divisor of every average-pooling window along spatial dim |i| (output
  * size |out|, input size |in|), as a 1-D value: with count_include_pad the
@@ -477,6 +481,45 @@ static tpu_status_t adaptive_avg_pool_backward_rule(tpu_lower_ctx *c) {
   tpu_lower_set_output(c, 0, gy);
   return NULL;
 }
+
+/* adaptive_max_pool{2,3}d(self, output_size) -> (values, indices): one
+ * spatial dim at a time, every output position takes the argmax of its
+ * adaptive window (the other positions masked out) with max pooling's
+ * order-free combiner, so the dims compose to PyTorch's scan over the box. */
+static tpu_status_t adaptive_max_pool_rule(tpu_lower_ctx *c) {
+  tpu_dtype_t dt = c->args[0].dtype;
+  if (!is_float(dt)) return cpu_refuses(c, c->data == 2 ? "adaptive_max_pool2d" : "adaptive_max_pool3d_cpu", dt);
+  pool_geom g = {.n = (int)c->data, .rank = c->args[0].rank, .lead = c->args[0].rank - (int)c->data};
+  tpu_hlo_value x = tpu_lower_tensor(c, 0);
+  tpu_hlo_value r[2] = {x, plane_positions(c, &g, tpu_hlo_type_of(B, x))};
+  tpu_hlo_value inits[2] = {tpu_hlo_scalar_min(B, dt), tpu_hlo_scalar_i64(B, TPU_S64, INT64_MAX)};
+  for (int d = g.lead; d < g.rank; d++) {
+    const tpu_hlo_type vt = *tpu_hlo_type_of(B, r[0]);
+    int64_t in = vt.dims[d], out = OUT->dims[d], kept[TPU_HLO_MAX_RANK], window[2] = {d, d + 1};
+    tpu_hlo_type wt = vt; /* [..., out, in, ...] */
+    for (int i = wt.rank; i > d; i--) wt.dims[i] = wt.dims[i - 1];
+    wt.rank++;
+    wt.dims[d] = out;
+    for (int i = 0; i < vt.rank; i++) kept[i] = i < d ? i : i + 1;
+    wt.dtype = TPU_BOOL;
+    tpu_hlo_value inside = tpu_hlo_broadcast_in_dim(B, adaptive_windows(c, out, in, TPU_BOOL), &wt, window);
+    tpu_hlo_value xs[2];
+    for (int j = 0; j < 2; j++) {
+      wt.dtype = tpu_hlo_dtype(B, r[j]);
+      xs[j] = sel(c, inside, tpu_hlo_broadcast_in_dim(B, r[j], &wt, kept), tpu_hlo_broadcast_to(B, inits[j], &wt));
+    }
+    tpu_hlo_region body;
+    argmax_body(c, dt, &body);
+    int64_t in_dim = d + 1;
+    tpu_hlo_reduce(B, xs, inits, 2, &in_dim, 1, &body, r);
+  }
+  tpu_lower_set_output(c, 0, r[0]);
+  tpu_lower_set_output(c, 1, r[1]);
+  return NULL;
+}
+
+/* adaptive_max_pool{2,3}d_backward(grad_output, self, indices) */
+static tpu_status_t adaptive_max_pool_backward_rule(tpu_lower_ctx *c) { return scatter_to_argmax(c, 2); }
 
 /* --- resampling ------------------------------------------------------------------------- */
 
@@ -710,6 +753,10 @@ const tpu_lower_rule tpu_rules_conv[] = {
     {{"_adaptive_avg_pool3d", "_adaptive_avg_pool3d.out"}, adaptive_avg_pool_rule, 0, 3},
     {{"_adaptive_avg_pool2d_backward", "_adaptive_avg_pool2d_backward.out"}, adaptive_avg_pool_backward_rule, 0, 2},
     {{"_adaptive_avg_pool3d_backward", "_adaptive_avg_pool3d_backward.out"}, adaptive_avg_pool_backward_rule, 0, 3},
+    {{"adaptive_max_pool2d", "adaptive_max_pool2d.out"}, adaptive_max_pool_rule, 0, 2},
+    {{"adaptive_max_pool3d", "adaptive_max_pool3d.out"}, adaptive_max_pool_rule, 0, 3},
+    {{"adaptive_max_pool2d_backward", "adaptive_max_pool2d_backward.grad_input"}, adaptive_max_pool_backward_rule, 0, 2},
+    {{"adaptive_max_pool3d_backward", "adaptive_max_pool3d_backward.grad_input"}, adaptive_max_pool_backward_rule, 0, 3},
     UPSAMPLE("upsample_nearest1d", NEAREST),
     UPSAMPLE("upsample_nearest2d", NEAREST),
     UPSAMPLE("upsample_nearest3d", NEAREST),

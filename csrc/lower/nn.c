@@ -1,6 +1,7 @@
 /* Normalization and loss rules: layer, batch and group norm with their
  * backwards; nll_loss (1-d and 2-d), mse, smooth L1, Huber and binary cross
- * entropy with theirs; multi_margin_loss (forward).
+ * entropy with theirs; multi_margin_loss (forward); the shrink activations'
+ * backwards.
  *
  * Statistics and losses are computed in the input's opmath type (float32 for
  * half types) and rounded once, as PyTorch's CPU kernels accumulate. Outputs
@@ -467,11 +468,13 @@ static tpu_status_t nll_loss_backward_rule(tpu_lower_ctx *c) {
  * Its backward has no meta function in PyTorch to size the result, so it is
  * not served here. */
 static tpu_status_t multi_margin_loss_rule(tpu_lower_ctx *c) {
+  static const int64_t one = 1;
   tpu_hlo_type xt = arg_type(c, 0, tpu_lower_opmath(c->out_types[0].dtype));
+  if (xt.rank == 0) xt = tpu_hlo_make_type(xt.dtype, 1, &one); /* a 0-dim input is one class */
   int cd = xt.rank - 1;
   int64_t cdim = cd;
   tpu_hlo_value hit = class_hit(c, 1, &xt, cd, NULL, TPU_ERR_RUNTIME, "target out of range");
-  tpu_hlo_value x = arg(c, 0, xt.dtype), zero = tpu_hlo_const_f64(B, &xt, 0.0);
+  tpu_hlo_value x = tpu_hlo_reshape(B, arg(c, 0, xt.dtype), xt.rank, xt.dims), zero = tpu_hlo_const_f64(B, &xt, 0.0);
   tpu_hlo_value xy = expand(c, sum(c, sel(c, hit, x, zero), &cdim, 1), &xt, &cdim, 1);
   tpu_hlo_value z = add(c, sub(c, tpu_hlo_const_f64(B, &xt, tpu_lower_float(c, 3, 1.0)), xy), x);
   tpu_hlo_value h = tpu_lower_float(c, 2, 1.0) == 1.0 ? z : mul(c, z, z);
@@ -607,6 +610,18 @@ static tpu_status_t bce_backward_rule(tpu_lower_ctx *c) {
   return NULL;
 }
 
+/* --- activations ------------------------------------------------------------------ */
+
+/* hardshrink_backward / softshrink_backward(grad_out, self, lambd): the
+ * gradient passes outside [-lambd, lambd] (NaN passes too, as on CPU). */
+static tpu_status_t shrink_backward_rule(tpu_lower_ctx *c) {
+  tpu_hlo_type t = *OUT;
+  t.dtype = tpu_lower_opmath(t.dtype);
+  tpu_hlo_value x = tpu_lower_operand(c, 1, t.dtype, &t), l = tpu_lower_operand(c, 2, t.dtype, &t);
+  tpu_hlo_value inside = and_(c, cmp(c, TPU_HLO_GE, x, neg(c, l)), cmp(c, TPU_HLO_LE, x, l));
+  return done(c, sel(c, inside, tpu_hlo_const_f64(B, &t, 0.0), tpu_lower_operand(c, 0, t.dtype, &t)));
+}
+
 /* --- the table --------------------------------------------------------------------- */
 
 const tpu_lower_rule tpu_rules_nn[] = {
@@ -636,5 +651,7 @@ const tpu_lower_rule tpu_rules_nn[] = {
     {{"huber_loss_backward", "huber_loss_backward.out"}, smooth_l1_backward_rule, 0, 1},
     {{"binary_cross_entropy", "binary_cross_entropy.out"}, bce_rule, 0, 0},
     {{"binary_cross_entropy_backward", "binary_cross_entropy_backward.grad_input"}, bce_backward_rule, 0, 0},
+    {{"hardshrink_backward", "hardshrink_backward.grad_input"}, shrink_backward_rule, 0, 0},
+    {{"softshrink_backward", "softshrink_backward.grad_input"}, shrink_backward_rule, 0, 0},
 };
 TPU_COUNT_RULES(nn);
