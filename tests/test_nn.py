@@ -418,8 +418,8 @@ def test_multi_margin_loss(no_fallbacks, reduction, p, weighted):
     x = torch.randn(6, 5)
     t = torch.tensor([0, 4, 2, 2, 1, 3])
     w = torch.rand(5) + 0.5 if weighted else None
-    # forward only: multi_margin_loss_backward has no meta function to size its result
-    compare(lambda x, t, w: F.multi_margin_loss(x, t, p=p, margin=0.7, weight=w, reduction=reduction), x, t, w)
+    compare_grad(lambda x, t, w: F.multi_margin_loss(x, t, p=p, margin=0.7, weight=w, reduction=reduction),
+                 x.requires_grad_(), t, w)
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum"])
@@ -428,7 +428,9 @@ def test_multi_margin_loss_unbatched(no_fallbacks, reduction):
     x = torch.randn(5)
     compare(lambda x, t: F.multi_margin_loss(x, t, reduction=reduction), x, torch.tensor(3))
     compare(lambda x, t: F.multi_margin_loss(x, t, reduction=reduction), x, torch.tensor([1]))
-    compare(lambda x, t: F.multi_margin_loss(x, t, reduction=reduction), torch.tensor(0.3), torch.tensor(0))
+    compare_grad(lambda x, t: F.multi_margin_loss(x, t, reduction=reduction), x.requires_grad_(), torch.tensor(3))
+    compare_grad(lambda x, t: F.multi_margin_loss(x, t, reduction=reduction), torch.tensor(0.3, requires_grad=True),
+                 torch.tensor(0))
 
 
 def test_multi_margin_loss_target_out_of_range(no_fallbacks):
@@ -438,6 +440,27 @@ def test_multi_margin_loss_target_out_of_range(no_fallbacks):
     with pytest.raises(type(cpu_err.value), match=str(cpu_err.value)):
         F.multi_margin_loss(x.to("tpu"), t.to("tpu"))
     compare(lambda x, t: F.multi_margin_loss(x, t), x, torch.tensor([0, 3, 1]))
+
+
+# --- multilabel_margin_loss ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+def test_multilabel_margin_loss(no_fallbacks, reduction):
+    # targets end at the first -1 (PyTorch's decomposition gets that wrong); repeats count twice
+    t = torch.tensor([[3, 0, -1, 1, 2], [0, 1, 2, 3, 4], [1, 1, -1, 2, 0], [-1, 0, 1, 2, 3], [4, -1, -1, 0, 0]])
+    compare_grad(lambda x, t: F.multilabel_margin_loss(x, t, reduction=reduction),
+                 torch.randn(5, 5, requires_grad=True), t)
+    compare(lambda x, t: A.multilabel_margin_loss_forward(x, t, 1)[1], torch.randn(5, 5), t)
+
+
+def test_margin_losses_unbatched_and_half(no_fallbacks):
+    t = torch.tensor([2, 0, -1, 1])
+    compare_grad(lambda x, t: F.multilabel_margin_loss(x, t), torch.randn(4, requires_grad=True), t)
+    for fn, t in [(F.multilabel_margin_loss, t), (F.multi_margin_loss, torch.tensor(1))]:
+        with pytest.raises(NotImplementedError) as cpu_err:
+            fn(torch.randn(4).bfloat16(), t)
+        with pytest.raises(NotImplementedError, match=re.escape(str(cpu_err.value))):
+            fn(torch.randn(4).bfloat16().to("tpu"), t.to("tpu"))
 
 
 # --- cross entropy (log_softmax + nll_loss) -------------------------------------------------

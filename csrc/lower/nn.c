@@ -1,7 +1,6 @@
 /* Normalization and loss rules: layer, batch and group norm with their
  * backwards; nll_loss (1-d and 2-d), mse, smooth L1, Huber and binary cross
- * entropy with theirs; multi_margin_loss (forward); the shrink activations'
- * backwards.
+ * entropy with theirs; the margin losses; the shrink activations' backwards.
  *
  * Statistics and losses are computed in the input's opmath type (float32 for
  * half types) and rounded once, as PyTorch's CPU kernels accumulate. Outputs
@@ -462,12 +461,21 @@ static tpu_status_t nll_loss_backward_rule(tpu_lower_ctx *c) {
   return NULL;
 }
 
+/* PyTorch's CPU margin-loss kernels (named |kernel|) take float and double
+ * only. */
+static tpu_status_t margin_dtype_check(tpu_lower_ctx *c, const char *kernel) {
+  tpu_dtype_t t = c->args[0].dtype;
+  if (t == TPU_F32 || t == TPU_F64) return NULL;
+  return tpu_lower_error(c, TPU_ERR_NOT_IMPLEMENTED, "\"%s\" not implemented for '%s'", kernel,
+                         tpu_dtype_scalar_type(t));
+}
+
 /* multi_margin_loss(self, target, p, margin, weight?, reduction): per sample
  * ([C] or [N, C] input), the sum over classes j != y with z = margin - x[y]
- * + x[j] > 0 of z^p * w[y], over C; p is 1 or 2 (the meta function checks).
- * Its backward has no meta function in PyTorch to size the result, so it is
- * not served here. */
+ * + x[j] > 0 of z^p * w[y], over C; p is 1 or 2 (the meta function checks). */
 static tpu_status_t multi_margin_loss_rule(tpu_lower_ctx *c) {
+  tpu_status_t st = margin_dtype_check(c, "multi_margin_loss_cpu_kernel");
+  if (st != NULL) return st;
   static const int64_t one = 1;
   tpu_hlo_type xt = arg_type(c, 0, tpu_lower_opmath(c->out_types[0].dtype));
   if (xt.rank == 0) xt = tpu_hlo_make_type(xt.dtype, 1, &one); /* a 0-dim input is one class */
@@ -485,6 +493,112 @@ static tpu_status_t multi_margin_loss_rule(tpu_lower_ctx *c) {
   tpu_hlo_value counted = and_(c, cmp(c, TPU_HLO_GT, z, zero), tpu_hlo_unary(B, TPU_HLO_NOT, hit));
   tpu_hlo_value loss = sum(c, sel(c, counted, h, zero), &cdim, 1);
   return reduced(c, dvd(c, loss, k(c, loss, (double)xt.dims[cd])), tpu_lower_int(c, 5, REDUCTION_MEAN));
+}
+
+/* The input of a margin loss as [N, C] (a 0-dim input is one class, a 1-d
+ * one sample) in |dtype|. */
+static tpu_hlo_type margin_rows(const tpu_lower_ctx *c, int i, tpu_dtype_t dtype) {
+  const tpu_lower_arg *a = &c->args[i];
+  int64_t dims[2] = {a->rank == 2 ? a->sizes[0] : 1, a->rank == 0 ? 1 : a->sizes[a->rank - 1]};
+  return tpu_hlo_make_type(dtype, 2, dims);
+}
+
+/* A margin loss's upstream gradient over |xt| ([N, C]) divided by C (and by
+ * N for the mean, where |g| is one value). */
+static tpu_hlo_value margin_grad_scale(tpu_lower_ctx *c, const tpu_hlo_type *xt, int64_t reduction) {
+  static const int64_t cdim = 1;
+  tpu_hlo_value g = arg(c, 0, xt->dtype);
+  double n = (double)xt->dims[1] * (reduction == REDUCTION_MEAN ? (double)xt->dims[0] : 1.0);
+  g = reduction == REDUCTION_NONE ? expand(c, tpu_hlo_reshape(B, g, 1, xt->dims), xt, &cdim, 1)
+                                  : tpu_hlo_broadcast_to(B, tpu_hlo_reshape(B, g, 0, NULL), xt);
+  return dvd(c, g, tpu_hlo_const_f64(B, xt, n));
+}
+
+/* multi_margin_loss_backward(grad_output, self, target, p, margin, weight?,
+ * reduction): each counted class j gets h = (p == 1 ? 1 : 2 z) * w[y], the
+ * target class minus their sum (PyTorch has no meta function for it: ours
+ * is in csrc/torch/meta.cpp). */
+static tpu_status_t multi_margin_loss_backward_rule(tpu_lower_ctx *c) {
+  static const int64_t cdim = 1;
+  tpu_hlo_type xt = margin_rows(c, 1, tpu_lower_opmath(OUT->dtype));
+  tpu_hlo_value hit = class_hit(c, 2, &xt, 1, NULL, TPU_ERR_RUNTIME, "target out of range");
+  tpu_hlo_value x = tpu_hlo_reshape(B, arg(c, 1, xt.dtype), 2, xt.dims), zero = tpu_hlo_const_f64(B, &xt, 0.0);
+  tpu_hlo_value xy = expand(c, sum(c, sel(c, hit, x, zero), &cdim, 1), &xt, &cdim, 1);
+  tpu_hlo_value z = add(c, sub(c, tpu_hlo_const_f64(B, &xt, tpu_lower_float(c, 4, 1.0)), xy), x);
+  tpu_hlo_value h = tpu_lower_float(c, 3, 1.0) == 1.0 ? tpu_hlo_const_f64(B, &xt, 1.0) : mul(c, k(c, z, 2.0), z);
+  if (!tpu_lower_is_none(c, 5)) {
+    tpu_hlo_value w = along(c, arg(c, 5, xt.dtype), &xt, 1);
+    h = mul(c, h, expand(c, sum(c, sel(c, hit, w, zero), &cdim, 1), &xt, &cdim, 1));
+  }
+  tpu_hlo_value counted = and_(c, cmp(c, TPU_HLO_GT, z, zero), tpu_hlo_unary(B, TPU_HLO_NOT, hit));
+  h = sel(c, counted, h, zero);
+  tpu_hlo_value grad = sel(c, hit, neg(c, expand(c, sum(c, h, &cdim, 1), &xt, &cdim, 1)), h);
+  return done(c, mul(c, grad, margin_grad_scale(c, &xt, tpu_lower_int(c, 6, REDUCTION_MEAN))));
+}
+
+/* The pairs of a multilabel margin loss over input argument |xi| and target
+ * |ti| ([N, C] as |xt|): per sample, every listed target j (the targets
+ * before the first -1, repeats counted as PyTorch's loop counts them) and
+ * every non-target class i, laid out [N, K (target slot), C]. */
+typedef struct multilabel_pairs {
+  tpu_hlo_value onehot;  /* slot k lists class i */
+  tpu_hlo_value counted; /* 1 - x[j] + x[i] > 0 for a listed target and non-target class */
+  tpu_hlo_value z;       /* 1 - x[j] + x[i] */
+  tpu_hlo_value is_target;
+} multilabel_pairs;
+
+static multilabel_pairs multilabel_pairs_of(tpu_lower_ctx *c, int xi, int ti, const tpu_hlo_type *xt) {
+  static const int64_t slot = 1, cls = 2, nk[2] = {0, 1}, ni[2] = {0, 2};
+  int64_t pdims[3] = {xt->dims[0], xt->dims[1], xt->dims[1]};
+  tpu_hlo_type pt = tpu_hlo_make_type(xt->dtype, 3, pdims), it = tpu_hlo_make_type(TPU_S64, 3, pdims);
+  tpu_hlo_type st = tpu_hlo_make_type(TPU_S64, 2, xt->dims);
+  tpu_hlo_value x = tpu_hlo_reshape(B, arg(c, xi, xt->dtype), 2, xt->dims);
+  tpu_hlo_value t = tpu_hlo_reshape(B, arg(c, ti, TPU_S64), 2, xt->dims);
+  tpu_hlo_value slots = tpu_hlo_iota(B, &st, 1);
+  tpu_hlo_value end = sel(c, cmp(c, TPU_HLO_EQ, t, k(c, t, -1.0)), slots, k(c, t, (double)xt->dims[1]));
+  tpu_hlo_value listed = cmp(c, TPU_HLO_LT, slots, expand(c, tpu_lower_reduce(B, end, TPU_HLO_MIN, &slot, 1), &st, &slot, 1));
+  multilabel_pairs r;
+  r.onehot = cmp(c, TPU_HLO_EQ, tpu_hlo_iota(B, &it, 2), tpu_hlo_broadcast_in_dim(B, t, &it, nk));
+  it.dtype = TPU_BOOL;
+  r.onehot = and_(c, r.onehot, tpu_hlo_broadcast_in_dim(B, listed, &it, nk));
+  r.is_target = tpu_lower_reduce(B, r.onehot, TPU_HLO_OR, &slot, 1);
+  tpu_hlo_value zero = tpu_hlo_const_f64(B, &pt, 0.0);
+  tpu_hlo_value xj = sum(c, sel(c, r.onehot, tpu_hlo_broadcast_in_dim(B, x, &pt, ni), zero), &cls, 1);
+  r.z = add(c, sub(c, tpu_hlo_const_f64(B, &pt, 1.0), tpu_hlo_broadcast_in_dim(B, xj, &pt, nk)),
+            tpu_hlo_broadcast_in_dim(B, x, &pt, ni));
+  tpu_hlo_value other = tpu_hlo_unary(B, TPU_HLO_NOT, r.is_target);
+  r.counted = and_(c, and_(c, cmp(c, TPU_HLO_GT, r.z, zero), tpu_hlo_broadcast_in_dim(B, listed, &it, nk)),
+                   tpu_hlo_broadcast_in_dim(B, other, &it, ni));
+  return r;
+}
+
+/* multilabel_margin_loss_forward(self, target, reduction) -> (output,
+ * is_target): per sample, the counted pairs' z summed over C. (PyTorch's
+ * decomposition also counts the slots after a -1.) */
+static tpu_status_t multilabel_margin_loss_rule(tpu_lower_ctx *c) {
+  static const int64_t pair_dims[2] = {1, 2};
+  tpu_status_t st = margin_dtype_check(c, "multilabel_margin_loss_forward_out_frame");
+  if (st != NULL) return st;
+  tpu_hlo_type xt = margin_rows(c, 0, tpu_lower_opmath(OUT->dtype));
+  multilabel_pairs p = multilabel_pairs_of(c, 0, 1, &xt);
+  tpu_hlo_value loss = sum(c, sel(c, p.counted, p.z, k(c, p.z, 0.0)), pair_dims, 2);
+  tpu_lower_set_output(c, 1, tpu_hlo_convert(B, p.is_target, xt.dtype));
+  return reduced(c, dvd(c, loss, k(c, loss, (double)xt.dims[1])), tpu_lower_int(c, 2, REDUCTION_MEAN));
+}
+
+/* multilabel_margin_loss_backward(grad_output, self, target, reduction,
+ * is_target): every counted pair moves 1 from target j's gradient to class
+ * i's. PyTorch has no meta function for it either. */
+static tpu_status_t multilabel_margin_loss_backward_rule(tpu_lower_ctx *c) {
+  static const int64_t slot = 1, cls = 2, nk[2] = {0, 1};
+  tpu_hlo_type xt = margin_rows(c, 1, tpu_lower_opmath(OUT->dtype));
+  multilabel_pairs p = multilabel_pairs_of(c, 1, 2, &xt);
+  const tpu_hlo_type pt = *tpu_hlo_type_of(B, p.z);
+  tpu_hlo_value zero = tpu_hlo_const_f64(B, &pt, 0.0);
+  tpu_hlo_value ones = sel(c, p.counted, tpu_hlo_const_f64(B, &pt, 1.0), zero);
+  tpu_hlo_value per_slot = tpu_hlo_broadcast_in_dim(B, sum(c, ones, &cls, 1), &pt, nk);
+  tpu_hlo_value grad = sub(c, sum(c, ones, &slot, 1), sum(c, sel(c, p.onehot, per_slot, zero), &slot, 1));
+  return done(c, mul(c, grad, margin_grad_scale(c, &xt, tpu_lower_int(c, 3, REDUCTION_MEAN))));
 }
 
 /* Pointwise losses. */
@@ -643,6 +757,11 @@ const tpu_lower_rule tpu_rules_nn[] = {
     {{"nll_loss_backward", "nll_loss_backward.grad_input", "nll_loss2d_backward", "nll_loss2d_backward.grad_input"},
      nll_loss_backward_rule, 0, 0},
     {{"multi_margin_loss", "multi_margin_loss.out"}, multi_margin_loss_rule, TPU_RULE_CONST_SCALARS, 0},
+    {{"multi_margin_loss_backward", "multi_margin_loss_backward.grad_input"},
+     multi_margin_loss_backward_rule, TPU_RULE_CONST_SCALARS, 0},
+    {{"multilabel_margin_loss_forward", "multilabel_margin_loss_forward.output"}, multilabel_margin_loss_rule, 0, 0},
+    {{"multilabel_margin_loss_backward", "multilabel_margin_loss_backward.grad_input"},
+     multilabel_margin_loss_backward_rule, 0, 0},
     {{"mse_loss", "mse_loss.out"}, mse_loss_rule, 0, 0},
     {{"mse_loss_backward", "mse_loss_backward.grad_input"}, mse_loss_backward_rule, 0, 0},
     {{"smooth_l1_loss", "smooth_l1_loss.out"}, smooth_l1_loss_rule, 0, 0},
