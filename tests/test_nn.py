@@ -652,3 +652,23 @@ def test_shrink_backward(no_fallbacks, fn, lambd):
     compare_grad(lambda x: fn(x, lambd), x)
     compare_grad(lambda x: fn(x, lambd), torch.randn(3, 4).bfloat16().requires_grad_(), rtol=1e-2, atol=1e-2)
     compare_grad(lambda x: fn(x, lambd), torch.randn(0, 4, requires_grad=True))
+
+
+# --- pdist ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("p", [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, float("inf")])
+def test_pdist(no_fallbacks, p):
+    x = torch.randn(6, 3)
+    x[1] = x[0]  # a zero distance: its gradient is 0
+    x[2, 0] = x[0, 0]  # a zero difference
+    compare_grad(lambda x: torch.pdist(x, p), x.requires_grad_())
+    compare_grad(lambda x: torch.pdist(x, p), torch.randn(1, 4, requires_grad=True))
+    compare(lambda x: torch.pdist(x, p), torch.randn(4, 0))
+
+
+def test_pdist_dtype_error():
+    with pytest.raises(NotImplementedError) as cpu_err:
+        torch.pdist(torch.randn(3, 2).bfloat16())
+    with pytest.raises(NotImplementedError, match=re.escape(str(cpu_err.value))):
+        torch.pdist(torch.randn(3, 2).bfloat16().to("tpu"))

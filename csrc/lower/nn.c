@@ -1,6 +1,7 @@
 /* Normalization and loss rules: layer, batch and group norm with their
  * backwards; nll_loss (1-d and 2-d), mse, smooth L1, Huber and binary cross
- * entropy with theirs; the margin losses; the shrink activations' backwards.
+ * entropy with theirs; the margin losses; pdist; the shrink activations'
+ * backwards.
  *
  * Statistics and losses are computed in the input's opmath type (float32 for
  * half types) and rounded once, as PyTorch's CPU kernels accumulate. Outputs
@@ -9,7 +10,9 @@
  * target's class by comparing an iota over the class dim with the target and
  * summing the masked row: no gather, so an out-of-range target reads nothing
  * while its runtime check fails the op. */
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "lower/rules.h"
 
@@ -724,6 +727,108 @@ static tpu_status_t bce_backward_rule(tpu_lower_ctx *c) {
   return NULL;
 }
 
+/* --- distances ----------------------------------------------------------------------- */
+
+/* The row pairs i < j of pdist in PyTorch's order, as [K, 1] index vectors
+ * into the N rows: |first| picks i, else j. */
+static tpu_hlo_value pair_rows(tpu_lower_ctx *c, int64_t n, bool first, tpu_status_t *st) {
+  int64_t count = n * (n - 1) / 2, dims[2] = {count, 1};
+  int64_t *rows = malloc((size_t)(count > 0 ? count : 1) * sizeof *rows);
+  if (rows == NULL) {
+    *st = tpu_lower_error(c, TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+    return TPU_HLO_NONE;
+  }
+  for (int64_t i = 0, kk = 0; i < n; i++)
+    for (int64_t j = i + 1; j < n; j++) rows[kk++] = first ? i : j;
+  tpu_hlo_value v = tpu_hlo_reshape(B, tpu_hlo_const_i64_list(B, rows, (int)count), 2, dims);
+  free(rows);
+  return v;
+}
+
+/* x[i] - x[j] for every pair: [K, M]. */
+static tpu_hlo_value pair_diffs(tpu_lower_ctx *c, tpu_hlo_value x, tpu_status_t *st) {
+  const tpu_hlo_type xt = *tpu_hlo_type_of(B, x);
+  int64_t count = xt.dims[0] * (xt.dims[0] - 1) / 2, slice[2] = {1, xt.dims[1]};
+  tpu_hlo_type dt = xt;
+  dt.dims[0] = count;
+  if (count == 0 || xt.dims[1] == 0) return tpu_hlo_const_f64(B, &dt, 0.0);
+  tpu_hlo_gather_dims g = {.num_offset = 1, .offset_dims = {1}, .num_collapsed = 1, .collapsed_slice_dims = {0},
+                           .num_start_map = 1, .start_index_map = {0}, .index_vector_dim = 1};
+  tpu_hlo_value xi = tpu_hlo_gather(B, x, pair_rows(c, xt.dims[0], true, st), &g, slice, &dt);
+  tpu_hlo_value xj = tpu_hlo_gather(B, x, pair_rows(c, xt.dims[0], false, st), &g, slice, &dt);
+  return sub(c, xi, xj);
+}
+
+static tpu_status_t pdist_dtype_check(tpu_lower_ctx *c, int i) {
+  tpu_dtype_t t = c->args[i].dtype;
+  if (t == TPU_F32 || t == TPU_F64) return NULL;
+  return tpu_lower_error(c, TPU_ERR_NOT_IMPLEMENTED, "\"pdist\" not implemented for '%s'", tpu_dtype_scalar_type(t));
+}
+
+/* _pdist_forward(self, p): the p-norm of every row difference (p = 0
+ * counts the nonzeros, p = inf takes the largest). */
+static tpu_status_t pdist_rule(tpu_lower_ctx *c) {
+  static const int64_t row = 1;
+  tpu_status_t st = pdist_dtype_check(c, 0);
+  if (st != NULL) return st;
+  double p = tpu_lower_float(c, 1, 2.0);
+  tpu_hlo_value d = pair_diffs(c, tpu_lower_tensor(c, 0), &st);
+  if (st != NULL) return st;
+  tpu_hlo_value a = un(c, TPU_HLO_ABS, d), r;
+  if (p == 0.0) r = sum(c, tpu_hlo_convert(B, cmp(c, TPU_HLO_NE, d, k(c, d, 0.0)), OUT->dtype), &row, 1);
+  else if (isinf(p)) { /* of no columns: 0 */
+    r = tpu_lower_reduce(B, a, TPU_HLO_MAX, &row, 1);
+    r = tpu_hlo_binary(B, TPU_HLO_MAX, r, k(c, r, 0.0));
+  }
+  else if (p == 1.0) r = sum(c, a, &row, 1);
+  else if (p == 2.0) r = un(c, TPU_HLO_SQRT, sum(c, mul(c, d, d), &row, 1));
+  else {
+    r = sum(c, tpu_hlo_binary(B, TPU_HLO_POW, a, k(c, a, p)), &row, 1);
+    r = tpu_hlo_binary(B, TPU_HLO_POW, r, k(c, r, 1.0 / p));
+  }
+  return done(c, r);
+}
+
+/* _pdist_backward(grad, self, p, pdist): each pair's gradient with respect
+ * to its difference (PyTorch's per-norm formulas, 0 where the distance is
+ * 0), added to row i and subtracted from row j. */
+static tpu_status_t pdist_backward_rule(tpu_lower_ctx *c) {
+  tpu_status_t st = pdist_dtype_check(c, 1);
+  if (st != NULL) return st;
+  double p = tpu_lower_float(c, 2, 2.0);
+  tpu_hlo_value x = tpu_lower_tensor(c, 1), d = pair_diffs(c, x, &st);
+  if (st != NULL) return st;
+  const tpu_hlo_type dt = *tpu_hlo_type_of(B, d), xt = *tpu_hlo_type_of(B, x);
+  static const int64_t pairs = 0;
+  tpu_hlo_value g = tpu_hlo_broadcast_in_dim(B, tpu_lower_tensor(c, 0), &dt, &pairs);
+  tpu_hlo_value dist = tpu_hlo_broadcast_in_dim(B, tpu_lower_tensor(c, 3), &dt, &pairs);
+  tpu_hlo_value zero = k(c, d, 0.0), a = un(c, TPU_HLO_ABS, d), sign = un(c, TPU_HLO_SIGN, d), r;
+  tpu_hlo_value at_zero = cmp(c, TPU_HLO_EQ, dist, zero);
+  if (p == 0.0) r = zero;
+  else if (p == 1.0) r = mul(c, g, sign);
+  else if (isinf(p)) r = sel(c, cmp(c, TPU_HLO_EQ, a, dist), mul(c, g, sign), zero);
+  else if (p == 2.0) r = sel(c, at_zero, zero, dvd(c, mul(c, g, d), dist));
+  else {
+    tpu_hlo_value scale = dvd(c, g, tpu_hlo_binary(B, TPU_HLO_POW, dist, k(c, d, p - 1.0)));
+    if (p < 2.0) r = mul(c, mul(c, sign, tpu_hlo_binary(B, TPU_HLO_POW, a, k(c, d, p - 1.0))), scale);
+    else r = mul(c, mul(c, d, tpu_hlo_binary(B, TPU_HLO_POW, a, k(c, d, p - 2.0))), scale);
+    r = sel(c, at_zero, zero, r);
+    if (p < 1.0) r = sel(c, cmp(c, TPU_HLO_EQ, d, zero), zero, r);
+  }
+  tpu_hlo_value zeros = tpu_hlo_const_f64(B, &xt, 0.0);
+  if (tpu_hlo_type_numel(&dt) == 0) return done(c, zeros);
+  tpu_hlo_value idx[2] = {pair_rows(c, xt.dims[0], true, &st), pair_rows(c, xt.dims[0], false, &st)};
+  tpu_hlo_value upd[2] = {r, neg(c, r)};
+  if (st != NULL) return st;
+  tpu_hlo_scatter_dims sd = {.num_update_window = 1, .update_window_dims = {1}, .num_inserted = 1,
+                             .inserted_window_dims = {0}, .num_to_operand = 1,
+                             .scatter_dims_to_operand_dims = {0}, .index_vector_dim = 1};
+  tpu_hlo_region body;
+  tpu_hlo_region_binary(B, TPU_HLO_ADD, xt.dtype, &body);
+  return done(c, tpu_hlo_scatter(B, zeros, tpu_hlo_concatenate(B, idx, 2, 0), tpu_hlo_concatenate(B, upd, 2, 0), &sd,
+                                 &body, false));
+}
+
 /* --- activations ------------------------------------------------------------------ */
 
 /* hardshrink_backward / softshrink_backward(grad_out, self, lambd): the
@@ -770,6 +875,8 @@ const tpu_lower_rule tpu_rules_nn[] = {
     {{"huber_loss_backward", "huber_loss_backward.out"}, smooth_l1_backward_rule, 0, 1},
     {{"binary_cross_entropy", "binary_cross_entropy.out"}, bce_rule, 0, 0},
     {{"binary_cross_entropy_backward", "binary_cross_entropy_backward.grad_input"}, bce_backward_rule, 0, 0},
+    {{"_pdist_forward"}, pdist_rule, 0, 0},
+    {{"_pdist_backward"}, pdist_backward_rule, 0, 0},
     {{"hardshrink_backward", "hardshrink_backward.grad_input"}, shrink_backward_rule, 0, 0},
     {{"softshrink_backward", "softshrink_backward.grad_input"}, shrink_backward_rule, 0, 0},
 };
