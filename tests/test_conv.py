@@ -1,6 +1,9 @@
 """Convolutions (1-3 spatial dims, strided, padded, dilated, grouped,
-transposed) and pooling (max with indices, average, adaptive average), forward
-and backward through torch.nn.functional, against PyTorch on CPU."""
+transposed), pooling (max with indices, average, adaptive average and max),
+interpolation and grid sampling, forward and backward through
+torch.nn.functional, against PyTorch on CPU."""
+import functools
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -338,6 +341,32 @@ def test_interpolate_errors():
     assert_same_error(lambda x: F.interpolate(x, size=(3, 3), mode="bilinear"), make((2, 3, 4)))
     assert_same_error(lambda x: F.interpolate(x, size=3, mode="linear"), make((1, 2, 4), torch.int64))
     assert_same_error(lambda x: F.interpolate(x, size=3, antialias=True, mode="bilinear"), make((1, 2, 4, 4), torch.bfloat16))
+
+
+@pytest.mark.parametrize("nd", [2, 3])
+@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_grid_sample(no_fallbacks, nd, mode, padding_mode, align_corners):
+    if nd == 3 and mode == "bicubic":
+        pytest.skip("bicubic is 2-D only")
+    x = make((2, 3) + (5, 4, 6)[:nd])
+    # points inside and outside [-1, 1], so padding and reflections matter
+    g = torch.rand((2,) + (3, 4, 2)[:nd] + (nd,), generator=torch.Generator().manual_seed(nd)) * 2.6 - 1.3
+
+    def fn(x, g):
+        return F.grid_sample(x, g, mode=mode, padding_mode=padding_mode, align_corners=align_corners)
+    compare(lambda x, g: grads(fn, x, g), x, g, rtol=1e-4, atol=1e-4)
+
+
+def test_grid_sample_edges(no_fallbacks):
+    x = make((1, 2, 4, 5), torch.bfloat16)
+    g = torch.tensor([[[[-1.0, -1.0], [1.0, 1.0], [0.25, -0.5], [2.0, 0.0]]]]).bfloat16()
+    compare(lambda x, g: F.grid_sample(x, g, align_corners=True), x, g, **BF16)
+    sample = functools.partial(F.grid_sample, align_corners=False)
+    compare(lambda x, g: grads(sample, x, g), make((0, 2, 4, 5)), torch.zeros(0, 3, 3, 2))
+    compare(lambda x, g: grads(sample, x, g, needs=[False, True]), make((1, 2, 4, 5)), g.float())
+    assert_same_error(lambda x, g: torch.grid_sampler(x, g, 2, 0, False), make((1, 2, 3, 3, 3)), torch.zeros(1, 2, 2, 2, 3))
 
 
 def test_small_cnn(no_fallbacks):
