@@ -672,3 +672,21 @@ def test_pdist_dtype_error():
         torch.pdist(torch.randn(3, 2).bfloat16())
     with pytest.raises(NotImplementedError, match=re.escape(str(cpu_err.value))):
         torch.pdist(torch.randn(3, 2).bfloat16().to("tpu"))
+
+
+# --- embedding_renorm_ (embedding's max_norm) ---------------------------------------------------
+
+
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, 0.5, float("inf"), 0.0])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_embedding_renorm(no_fallbacks, norm_type, dtype):
+    w = torch.randn(6, 4).to(dtype)
+    idx = torch.tensor([[0, 2, 2], [5, 0, 1]])  # repeats renormalize once
+
+    def renorm(w, idx):
+        w = w.clone()
+        torch.embedding_renorm_(w, idx, 1.5, norm_type)
+        return w
+    compare(renorm, w, idx)
+    compare(renorm, w, torch.zeros(0, dtype=torch.long))
+    compare(lambda w, idx: F.embedding(idx, w.clone(), max_norm=1.0, norm_type=norm_type), w, idx)

@@ -1,7 +1,7 @@
 /* Normalization and loss rules: layer, batch and group norm with their
  * backwards; nll_loss (1-d and 2-d), mse, smooth L1, Huber and binary cross
- * entropy with theirs; the margin losses; pdist; the shrink activations'
- * backwards.
+ * entropy with theirs; the margin losses; pdist and embedding_renorm; the
+ * shrink activations' backwards.
  *
  * Statistics and losses are computed in the input's opmath type (float32 for
  * half types) and rounded once, as PyTorch's CPU kernels accumulate. Outputs
@@ -745,6 +745,22 @@ static tpu_hlo_value pair_rows(tpu_lower_ctx *c, int64_t n, bool first, tpu_stat
   return v;
 }
 
+/* The p-norm of every row of the [rows, M] value |d| (p = 0 counts the
+ * nonzeros, p = inf takes the largest magnitude). */
+static tpu_hlo_value row_norms(tpu_lower_ctx *c, tpu_hlo_value d, double p) {
+  static const int64_t row = 1;
+  tpu_hlo_value a = un(c, TPU_HLO_ABS, d), r;
+  if (p == 0.0) return sum(c, tpu_hlo_convert(B, cmp(c, TPU_HLO_NE, d, k(c, d, 0.0)), tpu_hlo_dtype(B, d)), &row, 1);
+  if (isinf(p)) { /* of no columns: 0 */
+    r = tpu_lower_reduce(B, a, TPU_HLO_MAX, &row, 1);
+    return tpu_hlo_binary(B, TPU_HLO_MAX, r, k(c, r, 0.0));
+  }
+  if (p == 1.0) return sum(c, a, &row, 1);
+  if (p == 2.0) return un(c, TPU_HLO_SQRT, sum(c, mul(c, d, d), &row, 1));
+  r = sum(c, tpu_hlo_binary(B, TPU_HLO_POW, a, k(c, a, p)), &row, 1);
+  return tpu_hlo_binary(B, TPU_HLO_POW, r, k(c, r, 1.0 / p));
+}
+
 /* x[i] - x[j] for every pair: [K, M]. */
 static tpu_hlo_value pair_diffs(tpu_lower_ctx *c, tpu_hlo_value x, tpu_status_t *st) {
   const tpu_hlo_type xt = *tpu_hlo_type_of(B, x);
@@ -768,25 +784,12 @@ static tpu_status_t pdist_dtype_check(tpu_lower_ctx *c, int i) {
 /* _pdist_forward(self, p): the p-norm of every row difference (p = 0
  * counts the nonzeros, p = inf takes the largest). */
 static tpu_status_t pdist_rule(tpu_lower_ctx *c) {
-  static const int64_t row = 1;
   tpu_status_t st = pdist_dtype_check(c, 0);
   if (st != NULL) return st;
   double p = tpu_lower_float(c, 1, 2.0);
   tpu_hlo_value d = pair_diffs(c, tpu_lower_tensor(c, 0), &st);
   if (st != NULL) return st;
-  tpu_hlo_value a = un(c, TPU_HLO_ABS, d), r;
-  if (p == 0.0) r = sum(c, tpu_hlo_convert(B, cmp(c, TPU_HLO_NE, d, k(c, d, 0.0)), OUT->dtype), &row, 1);
-  else if (isinf(p)) { /* of no columns: 0 */
-    r = tpu_lower_reduce(B, a, TPU_HLO_MAX, &row, 1);
-    r = tpu_hlo_binary(B, TPU_HLO_MAX, r, k(c, r, 0.0));
-  }
-  else if (p == 1.0) r = sum(c, a, &row, 1);
-  else if (p == 2.0) r = un(c, TPU_HLO_SQRT, sum(c, mul(c, d, d), &row, 1));
-  else {
-    r = sum(c, tpu_hlo_binary(B, TPU_HLO_POW, a, k(c, a, p)), &row, 1);
-    r = tpu_hlo_binary(B, TPU_HLO_POW, r, k(c, r, 1.0 / p));
-  }
-  return done(c, r);
+  return done(c, row_norms(c, d, p));
 }
 
 /* _pdist_backward(grad, self, p, pdist): each pair's gradient with respect
@@ -827,6 +830,34 @@ static tpu_status_t pdist_backward_rule(tpu_lower_ctx *c) {
   tpu_hlo_region_binary(B, TPU_HLO_ADD, xt.dtype, &body);
   return done(c, tpu_hlo_scatter(B, zeros, tpu_hlo_concatenate(B, idx, 2, 0), tpu_hlo_concatenate(B, upd, 2, 0), &sd,
                                  &body, false));
+}
+
+/* embedding_renorm(self, indices, max_norm, norm_type): every row of self
+ * that indices name whose norm (rounded to self's dtype, as CPU's row.norm)
+ * exceeds max_norm, scaled by max_norm / (norm + 1e-7). */
+static tpu_status_t embedding_renorm_rule(tpu_lower_ctx *c) {
+  static const int64_t cols = 1;
+  tpu_hlo_type wt = arg_type(c, 0, tpu_lower_opmath(c->args[0].dtype));
+  if (wt.rank != 2 || tpu_hlo_type_numel(&wt) == 0) return done(c, tpu_lower_tensor(c, 0));
+  tpu_hlo_value w = arg(c, 0, wt.dtype);
+  tpu_hlo_value norm = row_norms(c, w, tpu_lower_float(c, 3, 2.0));
+  norm = tpu_hlo_convert(B, tpu_hlo_convert(B, norm, c->args[0].dtype), wt.dtype);
+  int64_t n = 1;
+  for (int i = 0; i < c->args[1].rank; i++) n *= c->args[1].sizes[i];
+  tpu_hlo_type named_t = tpu_hlo_make_type(TPU_BOOL, 1, wt.dims);
+  tpu_hlo_value named = tpu_hlo_const_f64(B, &named_t, 0.0);
+  if (n > 0) {
+    int64_t idims[2] = {n, 1};
+    tpu_hlo_type ut = tpu_hlo_make_type(TPU_BOOL, 1, &n);
+    tpu_hlo_scatter_dims sd = {.num_inserted = 1, .inserted_window_dims = {0}, .num_to_operand = 1,
+                               .scatter_dims_to_operand_dims = {0}, .index_vector_dim = 1};
+    named = tpu_hlo_scatter(B, named, tpu_hlo_reshape(B, arg(c, 1, TPU_S64), 2, idims), tpu_hlo_const_f64(B, &ut, 1.0),
+                            &sd, NULL, false);
+  }
+  double max_norm = tpu_lower_float(c, 2, 1.0);
+  tpu_hlo_value over = and_(c, named, cmp(c, TPU_HLO_GT, norm, k(c, norm, max_norm)));
+  tpu_hlo_value scale = sel(c, over, dvd(c, k(c, norm, max_norm), add(c, norm, k(c, norm, 1e-7))), k(c, norm, 1.0));
+  return done(c, mul(c, w, expand(c, scale, &wt, &cols, 1)));
 }
 
 /* --- activations ------------------------------------------------------------------ */
@@ -876,6 +907,7 @@ const tpu_lower_rule tpu_rules_nn[] = {
     {{"binary_cross_entropy", "binary_cross_entropy.out"}, bce_rule, 0, 0},
     {{"binary_cross_entropy_backward", "binary_cross_entropy_backward.grad_input"}, bce_backward_rule, 0, 0},
     {{"_pdist_forward"}, pdist_rule, 0, 0},
+    {{"embedding_renorm", "embedding_renorm_", "embedding_renorm.out"}, embedding_renorm_rule, 0, 0},
     {{"_pdist_backward"}, pdist_backward_rule, 0, 0},
     {{"hardshrink_backward", "hardshrink_backward.grad_input"}, shrink_backward_rule, 0, 0},
     {{"softshrink_backward", "softshrink_backward.grad_input"}, shrink_backward_rule, 0, 0},
