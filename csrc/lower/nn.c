@@ -559,7 +559,8 @@ static multilabel_pairs multilabel_pairs_of(tpu_lower_ctx *c, int xi, int ti, co
   tpu_hlo_value t = tpu_hlo_reshape(B, arg(c, ti, TPU_S64), 2, xt->dims);
   tpu_hlo_value slots = tpu_hlo_iota(B, &st, 1);
   tpu_hlo_value end = sel(c, cmp(c, TPU_HLO_EQ, t, k(c, t, -1.0)), slots, k(c, t, (double)xt->dims[1]));
-  tpu_hlo_value listed = cmp(c, TPU_HLO_LT, slots, expand(c, tpu_lower_reduce(B, end, TPU_HLO_MIN, &slot, 1), &st, &slot, 1));
+  end = expand(c, tpu_lower_reduce(B, end, TPU_HLO_MIN, &slot, 1), &st, &slot, 1);
+  tpu_hlo_value listed = cmp(c, TPU_HLO_LT, slots, end);
   multilabel_pairs r;
   r.onehot = cmp(c, TPU_HLO_EQ, tpu_hlo_iota(B, &it, 2), tpu_hlo_broadcast_in_dim(B, t, &it, nk));
   it.dtype = TPU_BOOL;
