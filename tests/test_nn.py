@@ -690,3 +690,33 @@ def test_embedding_renorm(no_fallbacks, norm_type, dtype):
     compare(renorm, w, idx)
     compare(renorm, w, torch.zeros(0, dtype=torch.long))
     compare(lambda w, idx: F.embedding(idx, w.clone(), max_norm=1.0, norm_type=norm_type), w, idx)
+
+
+# --- embedding_bag (forward) -------------------------------------------------------------------
+
+BAGS = [
+    dict(input=torch.tensor([1, 2, 4, 5, 4, 3, 2, 9]), offsets=torch.tensor([0, 0, 3, 8])),  # empty bags
+    dict(input=torch.tensor([1, 2, 4, 5, 4, 3, 2, 9]), offsets=torch.tensor([0, 3, 8]), include_last_offset=True),
+    dict(input=torch.tensor([[2, 2, 2], [4, 3, 2]]), padding_idx=2),  # a bag of padding only
+    dict(input=torch.tensor([1, 1, 1, 3]), offsets=torch.tensor([0, 2])),  # repeats
+    dict(input=torch.tensor([], dtype=torch.long), offsets=torch.tensor([0, 0])),
+]
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+@pytest.mark.parametrize("kw", BAGS, ids=range(len(BAGS)))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_embedding_bag(no_fallbacks, mode, kw, dtype):
+    w = torch.randn(10, 5).to(dtype)
+    if mode == "max":
+        w = w.round()  # ties: the first index wins
+    compare(lambda w, kw: F.embedding_bag(weight=w, mode=mode, **kw), w, kw)
+
+
+def test_embedding_bag_per_sample_weights_and_errors(no_fallbacks):
+    w, i, o = torch.randn(10, 5), torch.tensor([1, 2, 4, 5]), torch.tensor([0, 2])
+    compare(lambda w, i, o, p: F.embedding_bag(i, w, o, mode="sum", per_sample_weights=p), w, i, o, torch.randn(4))
+    with pytest.raises(RuntimeError, match="not in the valid range"):
+        F.embedding_bag(torch.tensor([1, 10]), w, torch.tensor([0]))
+    with pytest.raises(RuntimeError, match="not in the valid range"):
+        F.embedding_bag(torch.tensor([1, 10]).to("tpu"), w.to("tpu"), torch.tensor([0]).to("tpu"))

@@ -1,7 +1,7 @@
 /* Normalization and loss rules: layer, batch and group norm with their
  * backwards; nll_loss (1-d and 2-d), mse, smooth L1, Huber and binary cross
- * entropy with theirs; the margin losses; pdist and embedding_renorm; the
- * shrink activations' backwards.
+ * entropy with theirs; the margin losses; pdist; embedding_bag (forward) and
+ * embedding_renorm; the shrink activations' backwards.
  *
  * Statistics and losses are computed in the input's opmath type (float32 for
  * half types) and rounded once, as PyTorch's CPU kernels accumulate. Outputs
@@ -728,12 +728,40 @@ static tpu_status_t bce_backward_rule(tpu_lower_ctx *c) {
   return NULL;
 }
 
+/* --- rows of a matrix (pdist, embedding bags) -------------------------------------------- */
+
+/* Rows (dim 0) of the [R, M] value |x| at the [n] s64 positions |at|
+ * (clamped by the gather: callers mask what lies outside). */
+static tpu_hlo_value rows_at(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value at) {
+  const tpu_hlo_type xt = *tpu_hlo_type_of(B, x);
+  int64_t n = tpu_hlo_type_of(B, at)->dims[0], idims[2] = {n, 1}, slice[2] = {1, xt.dims[1]};
+  int64_t dims[2] = {n, xt.dims[1]};
+  tpu_hlo_type rt = tpu_hlo_make_type(xt.dtype, 2, dims);
+  if (n == 0 || xt.dims[0] == 0) return tpu_hlo_const_f64(B, &rt, 0.0);
+  tpu_hlo_gather_dims g = {.num_offset = 1, .offset_dims = {1}, .num_collapsed = 1, .collapsed_slice_dims = {0},
+                           .num_start_map = 1, .start_index_map = {0}, .index_vector_dim = 1};
+  return tpu_hlo_gather(B, x, tpu_hlo_reshape(B, at, 2, idims), &g, slice, &rt);
+}
+
+/* The [n, M] rows |u| combined (|op|) into the rows |at| of |into|. */
+static tpu_hlo_value rows_into(tpu_lower_ctx *c, tpu_hlo_value into, tpu_hlo_value at, tpu_hlo_value u,
+                               tpu_hlo_binary_t op) {
+  int64_t n = tpu_hlo_type_of(B, at)->dims[0], idims[2] = {n, 1};
+  if (n == 0 || tpu_hlo_type_numel(tpu_hlo_type_of(B, into)) == 0) return into;
+  tpu_hlo_scatter_dims sd = {.num_update_window = 1, .update_window_dims = {1}, .num_inserted = 1,
+                             .inserted_window_dims = {0}, .num_to_operand = 1,
+                             .scatter_dims_to_operand_dims = {0}, .index_vector_dim = 1};
+  tpu_hlo_region body;
+  tpu_hlo_region_binary(B, op, tpu_hlo_dtype(B, into), &body);
+  return tpu_hlo_scatter(B, into, tpu_hlo_reshape(B, at, 2, idims), u, &sd, &body, false);
+}
+
 /* --- distances ----------------------------------------------------------------------- */
 
-/* The row pairs i < j of pdist in PyTorch's order, as [K, 1] index vectors
- * into the N rows: |first| picks i, else j. */
+/* The row pairs i < j of pdist in PyTorch's order, as positions into the
+ * N rows: |first| picks i, else j. */
 static tpu_hlo_value pair_rows(tpu_lower_ctx *c, int64_t n, bool first, tpu_status_t *st) {
-  int64_t count = n * (n - 1) / 2, dims[2] = {count, 1};
+  int64_t count = n * (n - 1) / 2;
   int64_t *rows = malloc((size_t)(count > 0 ? count : 1) * sizeof *rows);
   if (rows == NULL) {
     *st = tpu_lower_error(c, TPU_ERR_OUT_OF_MEMORY, "out of host memory");
@@ -741,7 +769,7 @@ static tpu_hlo_value pair_rows(tpu_lower_ctx *c, int64_t n, bool first, tpu_stat
   }
   for (int64_t i = 0, kk = 0; i < n; i++)
     for (int64_t j = i + 1; j < n; j++) rows[kk++] = first ? i : j;
-  tpu_hlo_value v = tpu_hlo_reshape(B, tpu_hlo_const_i64_list(B, rows, (int)count), 2, dims);
+  tpu_hlo_value v = tpu_hlo_const_i64_list(B, rows, (int)count);
   free(rows);
   return v;
 }
@@ -764,16 +792,8 @@ static tpu_hlo_value row_norms(tpu_lower_ctx *c, tpu_hlo_value d, double p) {
 
 /* x[i] - x[j] for every pair: [K, M]. */
 static tpu_hlo_value pair_diffs(tpu_lower_ctx *c, tpu_hlo_value x, tpu_status_t *st) {
-  const tpu_hlo_type xt = *tpu_hlo_type_of(B, x);
-  int64_t count = xt.dims[0] * (xt.dims[0] - 1) / 2, slice[2] = {1, xt.dims[1]};
-  tpu_hlo_type dt = xt;
-  dt.dims[0] = count;
-  if (count == 0 || xt.dims[1] == 0) return tpu_hlo_const_f64(B, &dt, 0.0);
-  tpu_hlo_gather_dims g = {.num_offset = 1, .offset_dims = {1}, .num_collapsed = 1, .collapsed_slice_dims = {0},
-                           .num_start_map = 1, .start_index_map = {0}, .index_vector_dim = 1};
-  tpu_hlo_value xi = tpu_hlo_gather(B, x, pair_rows(c, xt.dims[0], true, st), &g, slice, &dt);
-  tpu_hlo_value xj = tpu_hlo_gather(B, x, pair_rows(c, xt.dims[0], false, st), &g, slice, &dt);
-  return sub(c, xi, xj);
+  int64_t n = tpu_hlo_type_of(B, x)->dims[0];
+  return sub(c, rows_at(c, x, pair_rows(c, n, true, st)), rows_at(c, x, pair_rows(c, n, false, st)));
 }
 
 static tpu_status_t pdist_dtype_check(tpu_lower_ctx *c, int i) {
@@ -819,18 +839,11 @@ static tpu_status_t pdist_backward_rule(tpu_lower_ctx *c) {
     r = sel(c, at_zero, zero, r);
     if (p < 1.0) r = sel(c, cmp(c, TPU_HLO_EQ, d, zero), zero, r);
   }
-  tpu_hlo_value zeros = tpu_hlo_const_f64(B, &xt, 0.0);
-  if (tpu_hlo_type_numel(&dt) == 0) return done(c, zeros);
   tpu_hlo_value idx[2] = {pair_rows(c, xt.dims[0], true, &st), pair_rows(c, xt.dims[0], false, &st)};
   tpu_hlo_value upd[2] = {r, neg(c, r)};
   if (st != NULL) return st;
-  tpu_hlo_scatter_dims sd = {.num_update_window = 1, .update_window_dims = {1}, .num_inserted = 1,
-                             .inserted_window_dims = {0}, .num_to_operand = 1,
-                             .scatter_dims_to_operand_dims = {0}, .index_vector_dim = 1};
-  tpu_hlo_region body;
-  tpu_hlo_region_binary(B, TPU_HLO_ADD, xt.dtype, &body);
-  return done(c, tpu_hlo_scatter(B, zeros, tpu_hlo_concatenate(B, idx, 2, 0), tpu_hlo_concatenate(B, upd, 2, 0), &sd,
-                                 &body, false));
+  tpu_hlo_value at = tpu_hlo_concatenate(B, idx, 2, 0);
+  return done(c, rows_into(c, tpu_hlo_const_f64(B, &xt, 0.0), at, tpu_hlo_concatenate(B, upd, 2, 0), TPU_HLO_ADD));
 }
 
 /* embedding_renorm(self, indices, max_norm, norm_type): every row of self
@@ -859,6 +872,89 @@ static tpu_status_t embedding_renorm_rule(tpu_lower_ctx *c) {
   tpu_hlo_value over = and_(c, named, cmp(c, TPU_HLO_GT, norm, k(c, norm, max_norm)));
   tpu_hlo_value scale = sel(c, over, dvd(c, k(c, norm, max_norm), add(c, norm, k(c, norm, 1e-7))), k(c, norm, 1.0));
   return done(c, mul(c, w, expand(c, scale, &wt, &cols, 1)));
+}
+
+/* --- embedding bags --------------------------------------------------------------- */
+
+enum { BAG_SUM, BAG_MEAN, BAG_MAX };
+
+/* _embedding_bag / _embedding_bag_forward_only(weight, indices, offsets,
+ *     scale_grad_by_freq, mode, sparse, per_sample_weights?, include_last_offset,
+ *     padding_idx) -> (output, offset2bag, bag_size, max_indices): bag b sums
+ * (weighted per sample), averages or takes the largest of the weight rows
+ * its indices name (from offsets[b] to the next offset), skipping
+ * padding_idx; an empty bag is 0. The other outputs have the shapes PyTorch's
+ * meta function gives a non-CPU device: each index's bag, each bag's count,
+ * and each maximum's first row (-1 for none). */
+static tpu_status_t embedding_bag_rule(tpu_lower_ctx *c) {
+  static const int64_t entry = 1, first_dim = 0;
+  int64_t mode = tpu_lower_int(c, 4, BAG_SUM), pad = tpu_lower_int(c, 8, -1);
+  int64_t n = c->args[1].sizes[0], num_offsets = c->args[2].sizes[0], bags = OUT->dims[0];
+  tpu_dtype_t dt = tpu_lower_opmath(c->args[0].dtype);
+  tpu_hlo_type it = tpu_hlo_make_type(TPU_S64, 1, &n);
+  tpu_hlo_value idx = arg(c, 1, TPU_S64), offsets = arg(c, 2, TPU_S64);
+  tpu_hlo_value in_range = and_(c, cmp(c, TPU_HLO_GE, idx, k(c, idx, 0.0)),
+                                cmp(c, TPU_HLO_LT, idx, k(c, idx, (double)c->args[0].sizes[0])));
+  /* (CPU's message names the index and its value) */
+  tpu_lower_require(c, all(c, in_range), TPU_ERR_RUNTIME, "embedding_bag: an index is not in the valid range");
+  /* an index's bag: how many bag offsets are <= its position, less 1 */
+  tpu_hlo_value pos = tpu_hlo_iota(B, &it, 0), bag = tpu_hlo_const_i64(B, &it, -1);
+  if (bags > 0 && n > 0) {
+    int64_t pdims[2] = {n, bags};
+    tpu_hlo_type pt = tpu_hlo_make_type(TPU_S64, 2, pdims);
+    tpu_hlo_value starts = tpu_hlo_broadcast_in_dim(B, tpu_hlo_slice_dim(B, offsets, 0, 0, bags, 1), &pt, &entry);
+    tpu_hlo_value le = cmp(c, TPU_HLO_LE, starts, tpu_hlo_broadcast_in_dim(B, pos, &pt, &first_dim));
+    bag = sub(c, sum(c, tpu_hlo_convert(B, le, TPU_S64), &entry, 1), k(c, pos, 1.0));
+  }
+  tpu_lower_set_output(c, 1, bag);
+  tpu_hlo_value valid = and_(c, cmp(c, TPU_HLO_GE, bag, k(c, bag, 0.0)), in_range);
+  if (bags < num_offsets && n > 0) { /* include_last_offset: the last offset ends the last bag */
+    tpu_hlo_value end = tpu_hlo_reshape(B, tpu_hlo_slice_dim(B, offsets, 0, bags, bags + 1, 1), 0, NULL);
+    valid = and_(c, valid, cmp(c, TPU_HLO_LT, pos, tpu_hlo_broadcast_to(B, end, &it)));
+  }
+  if (pad >= 0) valid = and_(c, valid, cmp(c, TPU_HLO_NE, idx, k(c, idx, (double)pad)));
+  bag = sel(c, valid, bag, k(c, bag, 0.0));
+  tpu_hlo_value rows = rows_at(c, arg(c, 0, dt), sel(c, valid, idx, k(c, idx, 0.0)));
+  tpu_hlo_type rt = *tpu_hlo_type_of(B, rows), ot = *OUT, vt = rt;
+  ot.dtype = dt;
+  vt.dtype = TPU_BOOL;
+  tpu_hlo_value valid_rows = tpu_hlo_broadcast_in_dim(B, valid, &vt, &first_dim);
+  /* counts as a [bags, 1] value */
+  int64_t n1[2] = {n, 1}, b1[2] = {bags, 1};
+  tpu_hlo_type ct = tpu_hlo_make_type(TPU_S64, 2, b1);
+  tpu_hlo_value ones = tpu_hlo_convert(B, tpu_hlo_reshape(B, valid, 2, n1), TPU_S64);
+  tpu_hlo_value count = rows_into(c, tpu_hlo_const_i64(B, &ct, 0), bag, ones, TPU_HLO_ADD);
+  tpu_hlo_value count_f = tpu_hlo_broadcast_in_dim(B, tpu_hlo_reshape(B, tpu_hlo_convert(B, count, dt), 1, &bags), &ot,
+                                                   &first_dim);
+  tpu_hlo_value zero_rows = tpu_hlo_const_f64(B, &rt, 0.0), out;
+  if (mode == BAG_MAX) {
+    tpu_hlo_value u = sel(c, valid_rows, rows, tpu_hlo_const_f64(B, &rt, -INFINITY));
+    out = rows_into(c, tpu_hlo_const_f64(B, &ot, -INFINITY), bag, u, TPU_HLO_MAX);
+    out = sel(c, cmp(c, TPU_HLO_GT, count_f, k(c, count_f, 0.0)), out, tpu_hlo_const_f64(B, &ot, 0.0));
+    /* the first index reaching its bag's maximum, per column */
+    tpu_hlo_type pt = rt;
+    pt.dtype = TPU_S64;
+    tpu_hlo_value hit = and_(c, valid_rows, cmp(c, TPU_HLO_EQ, rows, rows_at(c, out, bag)));
+    tpu_hlo_value at = sel(c, hit, tpu_hlo_broadcast_in_dim(B, pos, &pt, &first_dim), tpu_hlo_const_i64(B, &pt, n));
+    tpu_hlo_type mt = ot;
+    mt.dtype = TPU_S64;
+    tpu_hlo_value first = rows_into(c, tpu_hlo_const_i64(B, &mt, n), bag, at, TPU_HLO_MIN);
+    int64_t flat = tpu_hlo_type_numel(&mt);
+    tpu_hlo_value picked = rows_at(c, tpu_hlo_reshape(B, idx, 2, n1), tpu_hlo_reshape(B, first, 1, &flat));
+    picked = tpu_hlo_reshape(B, picked, 2, mt.dims);
+    tpu_lower_set_output(c, 3, sel(c, cmp(c, TPU_HLO_LT, first, k(c, first, (double)n)), picked, k(c, first, -1.0)));
+  } else {
+    tpu_hlo_value u = rows;
+    if (!tpu_lower_is_none(c, 6)) u = mul(c, u, tpu_hlo_broadcast_in_dim(B, arg(c, 6, dt), &rt, &first_dim));
+    out = rows_into(c, tpu_hlo_const_f64(B, &ot, 0.0), bag, sel(c, valid_rows, u, zero_rows), TPU_HLO_ADD);
+    if (mode == BAG_MEAN) out = dvd(c, out, tpu_hlo_binary(B, TPU_HLO_MAX, count_f, k(c, count_f, 1.0)));
+    set_zeros(c, 3);
+  }
+  tpu_lower_set_output(c, 0, out);
+  int64_t lo = 0, hi = num_offsets - bags, interior = 0;
+  tpu_hlo_value sizes = tpu_hlo_reshape(B, count, 1, &bags);
+  tpu_lower_set_output(c, 2, tpu_hlo_pad(B, sizes, tpu_hlo_scalar_i64(B, TPU_S64, 0), &lo, &hi, &interior));
+  return NULL;
 }
 
 /* --- activations ------------------------------------------------------------------ */
@@ -908,6 +1004,8 @@ const tpu_lower_rule tpu_rules_nn[] = {
     {{"binary_cross_entropy", "binary_cross_entropy.out"}, bce_rule, 0, 0},
     {{"binary_cross_entropy_backward", "binary_cross_entropy_backward.grad_input"}, bce_backward_rule, 0, 0},
     {{"_pdist_forward"}, pdist_rule, 0, 0},
+    {{"_embedding_bag", "_embedding_bag.out", "_embedding_bag_forward_only", "_embedding_bag_forward_only.out"},
+     embedding_bag_rule, 0, 0},
     {{"embedding_renorm", "embedding_renorm_", "embedding_renorm.out"}, embedding_renorm_rule, 0, 0},
     {{"_pdist_backward"}, pdist_backward_rule, 0, 0},
     {{"hardshrink_backward", "hardshrink_backward.grad_input"}, shrink_backward_rule, 0, 0},
