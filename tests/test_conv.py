@@ -1,6 +1,9 @@
 """Convolutions (1-3 spatial dims, strided, padded, dilated, grouped,
-transposed) and pooling (max with indices, average, adaptive average), forward
-and backward through torch.nn.functional, against PyTorch on CPU."""
+transposed), pooling (max with indices, average, adaptive average and max),
+interpolation and grid sampling, forward and backward through
+torch.nn.functional, against PyTorch on CPU."""
+import functools
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -265,11 +268,105 @@ def test_adaptive_avg_pool_dtypes_and_dims(no_fallbacks):
     compare(lambda x: grads(lambda x: F.adaptive_avg_pool2d(x.transpose(2, 3), (3, 2)), x), make((1, 2, 5, 7)))
 
 
+@pytest.mark.parametrize("shape,size", [
+    ((2, 3, 7, 10), (3, 4)),  # overlapping windows of varying size
+    ((1, 2, 3, 2), (5, 3)),  # larger than the input
+    ((3, 9, 5), (4, None)),  # unbatched, one size kept
+], ids=str)
+def test_adaptive_max_pool2d(no_fallbacks, shape, size):
+    x = make(shape)
+    compare(lambda x: grads(lambda x: F.adaptive_max_pool2d(x, size, return_indices=True)[0], x), x)
+    compare(lambda x: F.adaptive_max_pool2d(x, size, return_indices=True), x)
+
+
+def test_adaptive_max_pool_ties_nan_dims_dtypes(no_fallbacks):
+    x = torch.tensor([[[[1.0, 5.0, 5.0, 0.0], [float("nan"), 2.0, 5.0, float("nan")],
+                        [-float("inf"), -float("inf"), 3.0, 3.0], [0.0, 1.0, 3.0, 2.0]]]])
+    compare(lambda x: F.adaptive_max_pool2d(x, (2, 3), return_indices=True), x)
+    compare(lambda x: F.adaptive_max_pool2d(x, 3, return_indices=True), torch.full((1, 2, 4, 4), -float("inf")))
+    compare(lambda x: grads(lambda x: F.adaptive_max_pool1d(x, 4), x), make((2, 3, 9)))
+    compare(lambda x: grads(lambda x: F.adaptive_max_pool3d(x, (2, 3, 4)), x), make((1, 2, 5, 7, 9)))
+    compare(lambda x: grads(lambda x: F.adaptive_max_pool2d(x, 3), x), make((1, 2, 7, 7), torch.bfloat16), **BF16)
+    compare(lambda x: F.adaptive_max_pool2d(x, 3, return_indices=True), make((0, 2, 4, 4)))
+    assert_same_error(lambda x: F.adaptive_max_pool2d(x, 2), make((1, 2, 4, 4), torch.int64))
+    assert_same_error(lambda x: F.adaptive_max_pool3d(x, 2), make((1, 2, 4, 4, 4), torch.int64))
+
+
 def test_pool_empty_batch(no_fallbacks):
     x = make((0, 2, 4, 4))
     compare(lambda x: F.max_pool2d(x, 2, return_indices=True), x)
     compare(lambda x: F.avg_pool2d(x, 2), x)
     compare(lambda x: F.adaptive_avg_pool2d(x, 3), x)
+
+
+# (mode, spatial dims, interpolate keyword arguments)
+UPSAMPLES = [
+    ("nearest", 1, dict(size=7)),
+    ("nearest", 2, dict(size=(10, 3))),  # twice, and smaller
+    ("nearest", 3, dict(scale_factor=1.7, recompute_scale_factor=False)),
+    ("nearest-exact", 1, dict(size=13)),
+    ("nearest-exact", 2, dict(scale_factor=0.6)),
+    ("nearest-exact", 3, dict(size=(3, 5, 7))),
+    ("linear", 1, dict(size=9, align_corners=True)),
+    ("linear", 1, dict(scale_factor=0.5, recompute_scale_factor=False)),
+    ("bilinear", 2, dict(size=(7, 3))),
+    ("bilinear", 2, dict(size=(1, 8), align_corners=True)),
+    ("trilinear", 3, dict(size=(4, 6, 9))),
+    ("bicubic", 2, dict(size=(9, 4))),  # taps clamped at both edges
+    ("bicubic", 2, dict(scale_factor=1.5, align_corners=True)),
+    ("bilinear", 2, dict(size=(2, 11), antialias=True)),  # 5 -> 2 widens the filter
+    ("bicubic", 2, dict(size=(3, 4), antialias=True, align_corners=True)),
+]
+
+
+@pytest.mark.parametrize("mode,nd,kw", UPSAMPLES, ids=str)
+def test_interpolate(no_fallbacks, mode, nd, kw):
+    x = make((2, 3) + (5, 6, 4)[:nd])
+    compare(lambda x: grads(lambda x: F.interpolate(x, mode=mode, **kw), x), x)
+
+
+def test_interpolate_dtypes_and_edges(no_fallbacks):
+    x = make((1, 2, 5, 6), torch.bfloat16)
+    compare(lambda x: grads(lambda x: F.interpolate(x, size=(7, 9), mode="bilinear"), x), x, **BF16)
+    compare(lambda x: F.interpolate(x, size=(4, 9), mode="nearest"), make((1, 2, 5, 6), torch.uint8))
+    compare(lambda x: grads(lambda x: F.interpolate(x, size=(4, 3), mode="bilinear"), x), make((0, 2, 5, 6)))
+    # a NaN reaches only the outputs whose taps read it
+    x = make((1, 1, 4, 4))
+    x[0, 0, 1, 2] = float("nan")
+    compare(lambda x: F.interpolate(x, size=(8, 8), mode="bilinear"), x)
+    compare(lambda x: F.interpolate(x.transpose(2, 3), size=(3, 5), mode="nearest-exact"), x)
+
+
+def test_interpolate_errors():
+    assert_same_error(lambda x: F.interpolate(x, size=(3, 3), mode="bilinear"), make((2, 3, 4)))
+    assert_same_error(lambda x: F.interpolate(x, size=3, mode="linear"), make((1, 2, 4), torch.int64))
+    assert_same_error(lambda x: F.interpolate(x, size=3, antialias=True, mode="bilinear"), make((1, 2, 4, 4), torch.bfloat16))
+
+
+@pytest.mark.parametrize("nd", [2, 3])
+@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_grid_sample(no_fallbacks, nd, mode, padding_mode, align_corners):
+    if nd == 3 and mode == "bicubic":
+        pytest.skip("bicubic is 2-D only")
+    x = make((2, 3) + (5, 4, 6)[:nd])
+    # points inside and outside [-1, 1], so padding and reflections matter
+    g = torch.rand((2,) + (3, 4, 2)[:nd] + (nd,), generator=torch.Generator().manual_seed(nd)) * 2.6 - 1.3
+
+    def fn(x, g):
+        return F.grid_sample(x, g, mode=mode, padding_mode=padding_mode, align_corners=align_corners)
+    compare(lambda x, g: grads(fn, x, g), x, g, rtol=1e-4, atol=1e-4)
+
+
+def test_grid_sample_edges(no_fallbacks):
+    x = make((1, 2, 4, 5), torch.bfloat16)
+    g = torch.tensor([[[[-1.0, -1.0], [1.0, 1.0], [0.25, -0.5], [2.0, 0.0]]]]).bfloat16()
+    compare(lambda x, g: F.grid_sample(x, g, align_corners=True), x, g, **BF16)
+    sample = functools.partial(F.grid_sample, align_corners=False)
+    compare(lambda x, g: grads(sample, x, g), make((0, 2, 4, 5)), torch.zeros(0, 3, 3, 2))
+    compare(lambda x, g: grads(sample, x, g, needs=[False, True]), make((1, 2, 4, 5)), g.float())
+    assert_same_error(lambda x, g: torch.grid_sampler(x, g, 2, 0, False), make((1, 2, 3, 3, 3)), torch.zeros(1, 2, 2, 2, 3))
 
 
 def test_small_cnn(no_fallbacks):

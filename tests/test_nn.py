@@ -418,8 +418,8 @@ def test_multi_margin_loss(no_fallbacks, reduction, p, weighted):
     x = torch.randn(6, 5)
     t = torch.tensor([0, 4, 2, 2, 1, 3])
     w = torch.rand(5) + 0.5 if weighted else None
-    # forward only: multi_margin_loss_backward has no meta function to size its result
-    compare(lambda x, t, w: F.multi_margin_loss(x, t, p=p, margin=0.7, weight=w, reduction=reduction), x, t, w)
+    compare_grad(lambda x, t, w: F.multi_margin_loss(x, t, p=p, margin=0.7, weight=w, reduction=reduction),
+                 x.requires_grad_(), t, w)
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum"])
@@ -428,6 +428,9 @@ def test_multi_margin_loss_unbatched(no_fallbacks, reduction):
     x = torch.randn(5)
     compare(lambda x, t: F.multi_margin_loss(x, t, reduction=reduction), x, torch.tensor(3))
     compare(lambda x, t: F.multi_margin_loss(x, t, reduction=reduction), x, torch.tensor([1]))
+    compare_grad(lambda x, t: F.multi_margin_loss(x, t, reduction=reduction), x.requires_grad_(), torch.tensor(3))
+    compare_grad(lambda x, t: F.multi_margin_loss(x, t, reduction=reduction), torch.tensor(0.3, requires_grad=True),
+                 torch.tensor(0))
 
 
 def test_multi_margin_loss_target_out_of_range(no_fallbacks):
@@ -437,6 +440,27 @@ def test_multi_margin_loss_target_out_of_range(no_fallbacks):
     with pytest.raises(type(cpu_err.value), match=str(cpu_err.value)):
         F.multi_margin_loss(x.to("tpu"), t.to("tpu"))
     compare(lambda x, t: F.multi_margin_loss(x, t), x, torch.tensor([0, 3, 1]))
+
+
+# --- multilabel_margin_loss ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+def test_multilabel_margin_loss(no_fallbacks, reduction):
+    # targets end at the first -1 (PyTorch's decomposition gets that wrong); repeats count twice
+    t = torch.tensor([[3, 0, -1, 1, 2], [0, 1, 2, 3, 4], [1, 1, -1, 2, 0], [-1, 0, 1, 2, 3], [4, -1, -1, 0, 0]])
+    compare_grad(lambda x, t: F.multilabel_margin_loss(x, t, reduction=reduction),
+                 torch.randn(5, 5, requires_grad=True), t)
+    compare(lambda x, t: A.multilabel_margin_loss_forward(x, t, 1)[1], torch.randn(5, 5), t)
+
+
+def test_margin_losses_unbatched_and_half(no_fallbacks):
+    t = torch.tensor([2, 0, -1, 1])
+    compare_grad(lambda x, t: F.multilabel_margin_loss(x, t), torch.randn(4, requires_grad=True), t)
+    for fn, t in [(F.multilabel_margin_loss, t), (F.multi_margin_loss, torch.tensor(1))]:
+        with pytest.raises(NotImplementedError) as cpu_err:
+            fn(torch.randn(4).bfloat16(), t)
+        with pytest.raises(NotImplementedError, match=re.escape(str(cpu_err.value))):
+            fn(torch.randn(4).bfloat16().to("tpu"), t.to("tpu"))
 
 
 # --- cross entropy (log_softmax + nll_loss) -------------------------------------------------
@@ -616,3 +640,83 @@ def test_out_variants(no_fallbacks, case):
     out_overload(*tpu_args, **outs)
     for n, w_ in list(zip(out_names, want))[:agree]:
         torch.testing.assert_close(outs[n].cpu(), w_)
+
+
+# --- activations ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fn", [F.hardshrink, F.softshrink])
+@pytest.mark.parametrize("lambd", [0.5, 0.0, 2.0])
+def test_shrink_backward(no_fallbacks, fn, lambd):
+    x = torch.tensor([-3.0, -2.0, -0.5, -0.2, 0.0, 0.2, 0.5, 1.0, 2.0, float("nan")], requires_grad=True)
+    compare_grad(lambda x: fn(x, lambd), x)
+    compare_grad(lambda x: fn(x, lambd), torch.randn(3, 4).bfloat16().requires_grad_(), rtol=1e-2, atol=1e-2)
+    compare_grad(lambda x: fn(x, lambd), torch.randn(0, 4, requires_grad=True))
+
+
+# --- pdist ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("p", [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, float("inf")])
+def test_pdist(no_fallbacks, p):
+    x = torch.randn(6, 3)
+    x[1] = x[0]  # a zero distance: its gradient is 0
+    x[2, 0] = x[0, 0]  # a zero difference
+    compare_grad(lambda x: torch.pdist(x, p), x.requires_grad_())
+    compare_grad(lambda x: torch.pdist(x, p), torch.randn(1, 4, requires_grad=True))
+    compare(lambda x: torch.pdist(x, p), torch.randn(4, 0))
+
+
+def test_pdist_dtype_error():
+    with pytest.raises(NotImplementedError) as cpu_err:
+        torch.pdist(torch.randn(3, 2).bfloat16())
+    with pytest.raises(NotImplementedError, match=re.escape(str(cpu_err.value))):
+        torch.pdist(torch.randn(3, 2).bfloat16().to("tpu"))
+
+
+# --- embedding_renorm_ (embedding's max_norm) ---------------------------------------------------
+
+
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, 0.5, float("inf"), 0.0])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_embedding_renorm(no_fallbacks, norm_type, dtype):
+    w = torch.randn(6, 4).to(dtype)
+    idx = torch.tensor([[0, 2, 2], [5, 0, 1]])  # repeats renormalize once
+
+    def renorm(w, idx):
+        w = w.clone()
+        torch.embedding_renorm_(w, idx, 1.5, norm_type)
+        return w
+    compare(renorm, w, idx)
+    compare(renorm, w, torch.zeros(0, dtype=torch.long))
+    compare(lambda w, idx: F.embedding(idx, w.clone(), max_norm=1.0, norm_type=norm_type), w, idx)
+
+
+# --- embedding_bag (forward) -------------------------------------------------------------------
+
+BAGS = [
+    dict(input=torch.tensor([1, 2, 4, 5, 4, 3, 2, 9]), offsets=torch.tensor([0, 0, 3, 8])),  # empty bags
+    dict(input=torch.tensor([1, 2, 4, 5, 4, 3, 2, 9]), offsets=torch.tensor([0, 3, 8]), include_last_offset=True),
+    dict(input=torch.tensor([[2, 2, 2], [4, 3, 2]]), padding_idx=2),  # a bag of padding only
+    dict(input=torch.tensor([1, 1, 1, 3]), offsets=torch.tensor([0, 2])),  # repeats
+    dict(input=torch.tensor([], dtype=torch.long), offsets=torch.tensor([0, 0])),
+]
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+@pytest.mark.parametrize("kw", BAGS, ids=range(len(BAGS)))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_embedding_bag(no_fallbacks, mode, kw, dtype):
+    w = torch.randn(10, 5).to(dtype)
+    if mode == "max":
+        w = w.round()  # ties: the first index wins
+    compare(lambda w, kw: F.embedding_bag(weight=w, mode=mode, **kw), w, kw)
+
+
+def test_embedding_bag_per_sample_weights_and_errors(no_fallbacks):
+    w, i, o = torch.randn(10, 5), torch.tensor([1, 2, 4, 5]), torch.tensor([0, 2])
+    compare(lambda w, i, o, p: F.embedding_bag(i, w, o, mode="sum", per_sample_weights=p), w, i, o, torch.randn(4))
+    with pytest.raises(RuntimeError, match="not in the valid range"):
+        F.embedding_bag(torch.tensor([1, 10]), w, torch.tensor([0]))
+    with pytest.raises(RuntimeError, match="not in the valid range"):
+        F.embedding_bag(torch.tensor([1, 10]).to("tpu"), w.to("tpu"), torch.tensor([0]).to("tpu"))

@@ -1228,3 +1228,23 @@ void tpu_hlo_rng_bits(tpu_hlo_builder *b, tpu_hlo_value state, const tpu_hlo_typ
   *out_state = outs[0];
   *out_bits = outs[1];
 }
+
+/* --- nn --- */
+
+tpu_hlo_value tpu_hlo_const_f64_list(tpu_hlo_builder *b, tpu_dtype_t dtype, const double *v, int64_t n) {
+  if (tpu_hlo_failed(b)) return TPU_HLO_NONE;
+  tpu_hlo_type t = tpu_hlo_make_type(dtype, 1, &n);
+  tpu_strbuf attr = TPU_STRBUF_INIT;
+  tpu_strbuf_puts(&attr, "value = dense<[");
+  for (int64_t i = 0; i < n; i++) {
+    if (i) tpu_strbuf_puts(&attr, ", ");
+    put_element(&attr, dtype, v[i], 0, false);
+  }
+  tpu_strbuf_puts(&attr, "]> : ");
+  put_type(&attr, &t);
+  tpu_hlo_value out = TPU_HLO_NONE;
+  if (attr.failed) tpu_hlo_fail(b, TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+  else out = op1(b, "stablehlo.constant", NULL, 0, attr.data, &t);
+  tpu_strbuf_release(&attr);
+  return out;
+}

@@ -282,6 +282,10 @@ void tpu_hlo_rng_bits(tpu_hlo_builder *b, tpu_hlo_value state, const tpu_hlo_typ
 /* Writes "array<i64: a, b, c>" into |buf| (|cap| bytes). */
 void tpu_hlo_format_i64_array(char *buf, size_t cap, const int64_t *v, int n);
 
+/* --- nn --- */
+/* A 1-D constant of |n| values of float type |dtype| (rounded to it). */
+tpu_hlo_value tpu_hlo_const_f64_list(tpu_hlo_builder *b, tpu_dtype_t dtype, const double *v, int64_t n);
+
 #ifdef __cplusplus
 }
 #endif

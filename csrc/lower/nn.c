@@ -1,6 +1,7 @@
 /* Normalization and loss rules: layer, batch and group norm with their
  * backwards; nll_loss (1-d and 2-d), mse, smooth L1, Huber and binary cross
- * entropy with theirs; multi_margin_loss (forward).
+ * entropy with theirs; the margin losses; pdist; embedding_bag (forward) and
+ * embedding_renorm; the shrink activations' backwards.
  *
  * Statistics and losses are computed in the input's opmath type (float32 for
  * half types) and rounded once, as PyTorch's CPU kernels accumulate. Outputs
@@ -9,7 +10,9 @@
  * target's class by comparing an iota over the class dim with the target and
  * summing the masked row: no gather, so an out-of-range target reads nothing
  * while its runtime check fails the op. */
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "lower/rules.h"
 
@@ -461,17 +464,28 @@ static tpu_status_t nll_loss_backward_rule(tpu_lower_ctx *c) {
   return NULL;
 }
 
+/* PyTorch's CPU margin-loss kernels (named |kernel|) take float and double
+ * only. */
+static tpu_status_t margin_dtype_check(tpu_lower_ctx *c, const char *kernel) {
+  tpu_dtype_t t = c->args[0].dtype;
+  if (t == TPU_F32 || t == TPU_F64) return NULL;
+  return tpu_lower_error(c, TPU_ERR_NOT_IMPLEMENTED, "\"%s\" not implemented for '%s'", kernel,
+                         tpu_dtype_scalar_type(t));
+}
+
 /* multi_margin_loss(self, target, p, margin, weight?, reduction): per sample
  * ([C] or [N, C] input), the sum over classes j != y with z = margin - x[y]
- * + x[j] > 0 of z^p * w[y], over C; p is 1 or 2 (the meta function checks).
- * Its backward has no meta function in PyTorch to size the result, so it is
- * not served here. */
+ * + x[j] > 0 of z^p * w[y], over C; p is 1 or 2 (the meta function checks). */
 static tpu_status_t multi_margin_loss_rule(tpu_lower_ctx *c) {
+  tpu_status_t st = margin_dtype_check(c, "multi_margin_loss_cpu_kernel");
+  if (st != NULL) return st;
+  static const int64_t one = 1;
   tpu_hlo_type xt = arg_type(c, 0, tpu_lower_opmath(c->out_types[0].dtype));
+  if (xt.rank == 0) xt = tpu_hlo_make_type(xt.dtype, 1, &one); /* a 0-dim input is one class */
   int cd = xt.rank - 1;
   int64_t cdim = cd;
   tpu_hlo_value hit = class_hit(c, 1, &xt, cd, NULL, TPU_ERR_RUNTIME, "target out of range");
-  tpu_hlo_value x = arg(c, 0, xt.dtype), zero = tpu_hlo_const_f64(B, &xt, 0.0);
+  tpu_hlo_value x = tpu_hlo_reshape(B, arg(c, 0, xt.dtype), xt.rank, xt.dims), zero = tpu_hlo_const_f64(B, &xt, 0.0);
   tpu_hlo_value xy = expand(c, sum(c, sel(c, hit, x, zero), &cdim, 1), &xt, &cdim, 1);
   tpu_hlo_value z = add(c, sub(c, tpu_hlo_const_f64(B, &xt, tpu_lower_float(c, 3, 1.0)), xy), x);
   tpu_hlo_value h = tpu_lower_float(c, 2, 1.0) == 1.0 ? z : mul(c, z, z);
@@ -482,6 +496,113 @@ static tpu_status_t multi_margin_loss_rule(tpu_lower_ctx *c) {
   tpu_hlo_value counted = and_(c, cmp(c, TPU_HLO_GT, z, zero), tpu_hlo_unary(B, TPU_HLO_NOT, hit));
   tpu_hlo_value loss = sum(c, sel(c, counted, h, zero), &cdim, 1);
   return reduced(c, dvd(c, loss, k(c, loss, (double)xt.dims[cd])), tpu_lower_int(c, 5, REDUCTION_MEAN));
+}
+
+/* The input of a margin loss as [N, C] (a 0-dim input is one class, a 1-d
+ * one sample) in |dtype|. */
+static tpu_hlo_type margin_rows(const tpu_lower_ctx *c, int i, tpu_dtype_t dtype) {
+  const tpu_lower_arg *a = &c->args[i];
+  int64_t dims[2] = {a->rank == 2 ? a->sizes[0] : 1, a->rank == 0 ? 1 : a->sizes[a->rank - 1]};
+  return tpu_hlo_make_type(dtype, 2, dims);
+}
+
+/* A margin loss's upstream gradient over |xt| ([N, C]) divided by C (and by
+ * N for the mean, where |g| is one value). */
+static tpu_hlo_value margin_grad_scale(tpu_lower_ctx *c, const tpu_hlo_type *xt, int64_t reduction) {
+  static const int64_t cdim = 1;
+  tpu_hlo_value g = arg(c, 0, xt->dtype);
+  double n = (double)xt->dims[1] * (reduction == REDUCTION_MEAN ? (double)xt->dims[0] : 1.0);
+  g = reduction == REDUCTION_NONE ? expand(c, tpu_hlo_reshape(B, g, 1, xt->dims), xt, &cdim, 1)
+                                  : tpu_hlo_broadcast_to(B, tpu_hlo_reshape(B, g, 0, NULL), xt);
+  return dvd(c, g, tpu_hlo_const_f64(B, xt, n));
+}
+
+/* multi_margin_loss_backward(grad_output, self, target, p, margin, weight?,
+ * reduction): each counted class j gets h = (p == 1 ? 1 : 2 z) * w[y], the
+ * target class minus their sum (PyTorch has no meta function for it: ours
+ * is in csrc/torch/meta.cpp). */
+static tpu_status_t multi_margin_loss_backward_rule(tpu_lower_ctx *c) {
+  static const int64_t cdim = 1;
+  tpu_hlo_type xt = margin_rows(c, 1, tpu_lower_opmath(OUT->dtype));
+  tpu_hlo_value hit = class_hit(c, 2, &xt, 1, NULL, TPU_ERR_RUNTIME, "target out of range");
+  tpu_hlo_value x = tpu_hlo_reshape(B, arg(c, 1, xt.dtype), 2, xt.dims), zero = tpu_hlo_const_f64(B, &xt, 0.0);
+  tpu_hlo_value xy = expand(c, sum(c, sel(c, hit, x, zero), &cdim, 1), &xt, &cdim, 1);
+  tpu_hlo_value z = add(c, sub(c, tpu_hlo_const_f64(B, &xt, tpu_lower_float(c, 4, 1.0)), xy), x);
+  tpu_hlo_value h = tpu_lower_float(c, 3, 1.0) == 1.0 ? tpu_hlo_const_f64(B, &xt, 1.0) : mul(c, k(c, z, 2.0), z);
+  if (!tpu_lower_is_none(c, 5)) {
+    tpu_hlo_value w = along(c, arg(c, 5, xt.dtype), &xt, 1);
+    h = mul(c, h, expand(c, sum(c, sel(c, hit, w, zero), &cdim, 1), &xt, &cdim, 1));
+  }
+  tpu_hlo_value counted = and_(c, cmp(c, TPU_HLO_GT, z, zero), tpu_hlo_unary(B, TPU_HLO_NOT, hit));
+  h = sel(c, counted, h, zero);
+  tpu_hlo_value grad = sel(c, hit, neg(c, expand(c, sum(c, h, &cdim, 1), &xt, &cdim, 1)), h);
+  return done(c, mul(c, grad, margin_grad_scale(c, &xt, tpu_lower_int(c, 6, REDUCTION_MEAN))));
+}
+
+/* The pairs of a multilabel margin loss over input argument |xi| and target
+ * |ti| ([N, C] as |xt|): per sample, every listed target j (the targets
+ * before the first -1, repeats counted as PyTorch's loop counts them) and
+ * every non-target class i, laid out [N, K (target slot), C]. */
+typedef struct multilabel_pairs {
+  tpu_hlo_value onehot;  /* slot k lists class i */
+  tpu_hlo_value counted; /* 1 - x[j] + x[i] > 0 for a listed target and non-target class */
+  tpu_hlo_value z;       /* 1 - x[j] + x[i] */
+  tpu_hlo_value is_target;
+} multilabel_pairs;
+
+static multilabel_pairs multilabel_pairs_of(tpu_lower_ctx *c, int xi, int ti, const tpu_hlo_type *xt) {
+  static const int64_t slot = 1, cls = 2, nk[2] = {0, 1}, ni[2] = {0, 2};
+  int64_t pdims[3] = {xt->dims[0], xt->dims[1], xt->dims[1]};
+  tpu_hlo_type pt = tpu_hlo_make_type(xt->dtype, 3, pdims), it = tpu_hlo_make_type(TPU_S64, 3, pdims);
+  tpu_hlo_type st = tpu_hlo_make_type(TPU_S64, 2, xt->dims);
+  tpu_hlo_value x = tpu_hlo_reshape(B, arg(c, xi, xt->dtype), 2, xt->dims);
+  tpu_hlo_value t = tpu_hlo_reshape(B, arg(c, ti, TPU_S64), 2, xt->dims);
+  tpu_hlo_value slots = tpu_hlo_iota(B, &st, 1);
+  tpu_hlo_value end = sel(c, cmp(c, TPU_HLO_EQ, t, k(c, t, -1.0)), slots, k(c, t, (double)xt->dims[1]));
+  end = expand(c, tpu_lower_reduce(B, end, TPU_HLO_MIN, &slot, 1), &st, &slot, 1);
+  tpu_hlo_value listed = cmp(c, TPU_HLO_LT, slots, end);
+  multilabel_pairs r;
+  r.onehot = cmp(c, TPU_HLO_EQ, tpu_hlo_iota(B, &it, 2), tpu_hlo_broadcast_in_dim(B, t, &it, nk));
+  it.dtype = TPU_BOOL;
+  r.onehot = and_(c, r.onehot, tpu_hlo_broadcast_in_dim(B, listed, &it, nk));
+  r.is_target = tpu_lower_reduce(B, r.onehot, TPU_HLO_OR, &slot, 1);
+  tpu_hlo_value zero = tpu_hlo_const_f64(B, &pt, 0.0);
+  tpu_hlo_value xj = sum(c, sel(c, r.onehot, tpu_hlo_broadcast_in_dim(B, x, &pt, ni), zero), &cls, 1);
+  r.z = add(c, sub(c, tpu_hlo_const_f64(B, &pt, 1.0), tpu_hlo_broadcast_in_dim(B, xj, &pt, nk)),
+            tpu_hlo_broadcast_in_dim(B, x, &pt, ni));
+  tpu_hlo_value other = tpu_hlo_unary(B, TPU_HLO_NOT, r.is_target);
+  r.counted = and_(c, and_(c, cmp(c, TPU_HLO_GT, r.z, zero), tpu_hlo_broadcast_in_dim(B, listed, &it, nk)),
+                   tpu_hlo_broadcast_in_dim(B, other, &it, ni));
+  return r;
+}
+
+/* multilabel_margin_loss_forward(self, target, reduction) -> (output,
+ * is_target): per sample, the counted pairs' z summed over C. (PyTorch's
+ * decomposition also counts the slots after a -1.) */
+static tpu_status_t multilabel_margin_loss_rule(tpu_lower_ctx *c) {
+  static const int64_t pair_dims[2] = {1, 2};
+  tpu_status_t st = margin_dtype_check(c, "multilabel_margin_loss_forward_out_frame");
+  if (st != NULL) return st;
+  tpu_hlo_type xt = margin_rows(c, 0, tpu_lower_opmath(OUT->dtype));
+  multilabel_pairs p = multilabel_pairs_of(c, 0, 1, &xt);
+  tpu_hlo_value loss = sum(c, sel(c, p.counted, p.z, k(c, p.z, 0.0)), pair_dims, 2);
+  tpu_lower_set_output(c, 1, tpu_hlo_convert(B, p.is_target, xt.dtype));
+  return reduced(c, dvd(c, loss, k(c, loss, (double)xt.dims[1])), tpu_lower_int(c, 2, REDUCTION_MEAN));
+}
+
+/* multilabel_margin_loss_backward(grad_output, self, target, reduction,
+ * is_target): every counted pair moves 1 from target j's gradient to class
+ * i's. PyTorch has no meta function for it either. */
+static tpu_status_t multilabel_margin_loss_backward_rule(tpu_lower_ctx *c) {
+  static const int64_t slot = 1, cls = 2, nk[2] = {0, 1};
+  tpu_hlo_type xt = margin_rows(c, 1, tpu_lower_opmath(OUT->dtype));
+  multilabel_pairs p = multilabel_pairs_of(c, 1, 2, &xt);
+  const tpu_hlo_type pt = *tpu_hlo_type_of(B, p.z);
+  tpu_hlo_value zero = tpu_hlo_const_f64(B, &pt, 0.0);
+  tpu_hlo_value ones = sel(c, p.counted, tpu_hlo_const_f64(B, &pt, 1.0), zero);
+  tpu_hlo_value per_slot = tpu_hlo_broadcast_in_dim(B, sum(c, ones, &cls, 1), &pt, nk);
+  tpu_hlo_value grad = sub(c, sum(c, ones, &slot, 1), sum(c, sel(c, p.onehot, per_slot, zero), &slot, 1));
+  return done(c, mul(c, grad, margin_grad_scale(c, &xt, tpu_lower_int(c, 3, REDUCTION_MEAN))));
 }
 
 /* Pointwise losses. */
@@ -607,6 +728,247 @@ static tpu_status_t bce_backward_rule(tpu_lower_ctx *c) {
   return NULL;
 }
 
+/* --- rows of a matrix (pdist, embedding bags) -------------------------------------------- */
+
+/* Rows (dim 0) of the [R, M] value |x| at the [n] s64 positions |at|
+ * (clamped by the gather: callers mask what lies outside). */
+static tpu_hlo_value rows_at(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value at) {
+  const tpu_hlo_type xt = *tpu_hlo_type_of(B, x);
+  int64_t n = tpu_hlo_type_of(B, at)->dims[0], idims[2] = {n, 1}, slice[2] = {1, xt.dims[1]};
+  int64_t dims[2] = {n, xt.dims[1]};
+  tpu_hlo_type rt = tpu_hlo_make_type(xt.dtype, 2, dims);
+  if (n == 0 || xt.dims[0] == 0) return tpu_hlo_const_f64(B, &rt, 0.0);
+  tpu_hlo_gather_dims g = {.num_offset = 1, .offset_dims = {1}, .num_collapsed = 1, .collapsed_slice_dims = {0},
+                           .num_start_map = 1, .start_index_map = {0}, .index_vector_dim = 1};
+  return tpu_hlo_gather(B, x, tpu_hlo_reshape(B, at, 2, idims), &g, slice, &rt);
+}
+
+/* The [n, M] rows |u| combined (|op|) into the rows |at| of |into|. */
+static tpu_hlo_value rows_into(tpu_lower_ctx *c, tpu_hlo_value into, tpu_hlo_value at, tpu_hlo_value u,
+                               tpu_hlo_binary_t op) {
+  int64_t n = tpu_hlo_type_of(B, at)->dims[0], idims[2] = {n, 1};
+  if (n == 0 || tpu_hlo_type_numel(tpu_hlo_type_of(B, into)) == 0) return into;
+  tpu_hlo_scatter_dims sd = {.num_update_window = 1, .update_window_dims = {1}, .num_inserted = 1,
+                             .inserted_window_dims = {0}, .num_to_operand = 1,
+                             .scatter_dims_to_operand_dims = {0}, .index_vector_dim = 1};
+  tpu_hlo_region body;
+  tpu_hlo_region_binary(B, op, tpu_hlo_dtype(B, into), &body);
+  return tpu_hlo_scatter(B, into, tpu_hlo_reshape(B, at, 2, idims), u, &sd, &body, false);
+}
+
+/* --- distances ----------------------------------------------------------------------- */
+
+/* The row pairs i < j of pdist in PyTorch's order, as positions into the
+ * N rows: |first| picks i, else j. */
+static tpu_hlo_value pair_rows(tpu_lower_ctx *c, int64_t n, bool first, tpu_status_t *st) {
+  int64_t count = n * (n - 1) / 2;
+  int64_t *rows = malloc((size_t)(count > 0 ? count : 1) * sizeof *rows);
+  if (rows == NULL) {
+    *st = tpu_lower_error(c, TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+    return TPU_HLO_NONE;
+  }
+  for (int64_t i = 0, kk = 0; i < n; i++)
+    for (int64_t j = i + 1; j < n; j++) rows[kk++] = first ? i : j;
+  tpu_hlo_value v = tpu_hlo_const_i64_list(B, rows, (int)count);
+  free(rows);
+  return v;
+}
+
+/* The p-norm of every row of the [rows, M] value |d| (p = 0 counts the
+ * nonzeros, p = inf takes the largest magnitude). */
+static tpu_hlo_value row_norms(tpu_lower_ctx *c, tpu_hlo_value d, double p) {
+  static const int64_t row = 1;
+  tpu_hlo_value a = un(c, TPU_HLO_ABS, d), r;
+  if (p == 0.0) return sum(c, tpu_hlo_convert(B, cmp(c, TPU_HLO_NE, d, k(c, d, 0.0)), tpu_hlo_dtype(B, d)), &row, 1);
+  if (isinf(p)) { /* of no columns: 0 */
+    r = tpu_lower_reduce(B, a, TPU_HLO_MAX, &row, 1);
+    return tpu_hlo_binary(B, TPU_HLO_MAX, r, k(c, r, 0.0));
+  }
+  if (p == 1.0) return sum(c, a, &row, 1);
+  if (p == 2.0) return un(c, TPU_HLO_SQRT, sum(c, mul(c, d, d), &row, 1));
+  r = sum(c, tpu_hlo_binary(B, TPU_HLO_POW, a, k(c, a, p)), &row, 1);
+  return tpu_hlo_binary(B, TPU_HLO_POW, r, k(c, r, 1.0 / p));
+}
+
+/* x[i] - x[j] for every pair: [K, M]. */
+static tpu_hlo_value pair_diffs(tpu_lower_ctx *c, tpu_hlo_value x, tpu_status_t *st) {
+  int64_t n = tpu_hlo_type_of(B, x)->dims[0];
+  return sub(c, rows_at(c, x, pair_rows(c, n, true, st)), rows_at(c, x, pair_rows(c, n, false, st)));
+}
+
+static tpu_status_t pdist_dtype_check(tpu_lower_ctx *c, int i) {
+  tpu_dtype_t t = c->args[i].dtype;
+  if (t == TPU_F32 || t == TPU_F64) return NULL;
+  return tpu_lower_error(c, TPU_ERR_NOT_IMPLEMENTED, "\"pdist\" not implemented for '%s'", tpu_dtype_scalar_type(t));
+}
+
+/* _pdist_forward(self, p): the p-norm of every row difference (p = 0
+ * counts the nonzeros, p = inf takes the largest). */
+static tpu_status_t pdist_rule(tpu_lower_ctx *c) {
+  tpu_status_t st = pdist_dtype_check(c, 0);
+  if (st != NULL) return st;
+  double p = tpu_lower_float(c, 1, 2.0);
+  tpu_hlo_value d = pair_diffs(c, tpu_lower_tensor(c, 0), &st);
+  if (st != NULL) return st;
+  return done(c, row_norms(c, d, p));
+}
+
+/* _pdist_backward(grad, self, p, pdist): each pair's gradient with respect
+ * to its difference (PyTorch's per-norm formulas, 0 where the distance is
+ * 0), added to row i and subtracted from row j. */
+static tpu_status_t pdist_backward_rule(tpu_lower_ctx *c) {
+  tpu_status_t st = pdist_dtype_check(c, 1);
+  if (st != NULL) return st;
+  double p = tpu_lower_float(c, 2, 2.0);
+  tpu_hlo_value x = tpu_lower_tensor(c, 1), d = pair_diffs(c, x, &st);
+  if (st != NULL) return st;
+  const tpu_hlo_type dt = *tpu_hlo_type_of(B, d), xt = *tpu_hlo_type_of(B, x);
+  static const int64_t pairs = 0;
+  tpu_hlo_value g = tpu_hlo_broadcast_in_dim(B, tpu_lower_tensor(c, 0), &dt, &pairs);
+  tpu_hlo_value dist = tpu_hlo_broadcast_in_dim(B, tpu_lower_tensor(c, 3), &dt, &pairs);
+  tpu_hlo_value zero = k(c, d, 0.0), a = un(c, TPU_HLO_ABS, d), sign = un(c, TPU_HLO_SIGN, d), r;
+  tpu_hlo_value at_zero = cmp(c, TPU_HLO_EQ, dist, zero);
+  if (p == 0.0) r = zero;
+  else if (p == 1.0) r = mul(c, g, sign);
+  else if (isinf(p)) r = sel(c, cmp(c, TPU_HLO_EQ, a, dist), mul(c, g, sign), zero);
+  else if (p == 2.0) r = sel(c, at_zero, zero, dvd(c, mul(c, g, d), dist));
+  else {
+    tpu_hlo_value scale = dvd(c, g, tpu_hlo_binary(B, TPU_HLO_POW, dist, k(c, d, p - 1.0)));
+    if (p < 2.0) r = mul(c, mul(c, sign, tpu_hlo_binary(B, TPU_HLO_POW, a, k(c, d, p - 1.0))), scale);
+    else r = mul(c, mul(c, d, tpu_hlo_binary(B, TPU_HLO_POW, a, k(c, d, p - 2.0))), scale);
+    r = sel(c, at_zero, zero, r);
+    if (p < 1.0) r = sel(c, cmp(c, TPU_HLO_EQ, d, zero), zero, r);
+  }
+  tpu_hlo_value idx[2] = {pair_rows(c, xt.dims[0], true, &st), pair_rows(c, xt.dims[0], false, &st)};
+  tpu_hlo_value upd[2] = {r, neg(c, r)};
+  if (st != NULL) return st;
+  tpu_hlo_value at = tpu_hlo_concatenate(B, idx, 2, 0);
+  return done(c, rows_into(c, tpu_hlo_const_f64(B, &xt, 0.0), at, tpu_hlo_concatenate(B, upd, 2, 0), TPU_HLO_ADD));
+}
+
+/* embedding_renorm(self, indices, max_norm, norm_type): every row of self
+ * that indices name whose norm (rounded to self's dtype, as CPU's row.norm)
+ * exceeds max_norm, scaled by max_norm / (norm + 1e-7). */
+static tpu_status_t embedding_renorm_rule(tpu_lower_ctx *c) {
+  static const int64_t cols = 1;
+  tpu_hlo_type wt = arg_type(c, 0, tpu_lower_opmath(c->args[0].dtype));
+  if (wt.rank != 2 || tpu_hlo_type_numel(&wt) == 0) return done(c, tpu_lower_tensor(c, 0));
+  tpu_hlo_value w = arg(c, 0, wt.dtype);
+  tpu_hlo_value norm = row_norms(c, w, tpu_lower_float(c, 3, 2.0));
+  norm = tpu_hlo_convert(B, tpu_hlo_convert(B, norm, c->args[0].dtype), wt.dtype);
+  int64_t n = 1;
+  for (int i = 0; i < c->args[1].rank; i++) n *= c->args[1].sizes[i];
+  tpu_hlo_type named_t = tpu_hlo_make_type(TPU_BOOL, 1, wt.dims);
+  tpu_hlo_value named = tpu_hlo_const_f64(B, &named_t, 0.0);
+  if (n > 0) {
+    int64_t idims[2] = {n, 1};
+    tpu_hlo_type ut = tpu_hlo_make_type(TPU_BOOL, 1, &n);
+    tpu_hlo_scatter_dims sd = {.num_inserted = 1, .inserted_window_dims = {0}, .num_to_operand = 1,
+                               .scatter_dims_to_operand_dims = {0}, .index_vector_dim = 1};
+    named = tpu_hlo_scatter(B, named, tpu_hlo_reshape(B, arg(c, 1, TPU_S64), 2, idims), tpu_hlo_const_f64(B, &ut, 1.0),
+                            &sd, NULL, false);
+  }
+  double max_norm = tpu_lower_float(c, 2, 1.0);
+  tpu_hlo_value over = and_(c, named, cmp(c, TPU_HLO_GT, norm, k(c, norm, max_norm)));
+  tpu_hlo_value scale = sel(c, over, dvd(c, k(c, norm, max_norm), add(c, norm, k(c, norm, 1e-7))), k(c, norm, 1.0));
+  return done(c, mul(c, w, expand(c, scale, &wt, &cols, 1)));
+}
+
+/* --- embedding bags --------------------------------------------------------------- */
+
+enum { BAG_SUM, BAG_MEAN, BAG_MAX };
+
+/* _embedding_bag / _embedding_bag_forward_only(weight, indices, offsets,
+ *     scale_grad_by_freq, mode, sparse, per_sample_weights?, include_last_offset,
+ *     padding_idx) -> (output, offset2bag, bag_size, max_indices): bag b sums
+ * (weighted per sample), averages or takes the largest of the weight rows
+ * its indices name (from offsets[b] to the next offset), skipping
+ * padding_idx; an empty bag is 0. The other outputs have the shapes PyTorch's
+ * meta function gives a non-CPU device: each index's bag, each bag's count,
+ * and each maximum's first row (-1 for none). */
+static tpu_status_t embedding_bag_rule(tpu_lower_ctx *c) {
+  static const int64_t entry = 1, first_dim = 0;
+  int64_t mode = tpu_lower_int(c, 4, BAG_SUM), pad = tpu_lower_int(c, 8, -1);
+  int64_t n = c->args[1].sizes[0], num_offsets = c->args[2].sizes[0], bags = OUT->dims[0];
+  tpu_dtype_t dt = tpu_lower_opmath(c->args[0].dtype);
+  tpu_hlo_type it = tpu_hlo_make_type(TPU_S64, 1, &n);
+  tpu_hlo_value idx = arg(c, 1, TPU_S64), offsets = arg(c, 2, TPU_S64);
+  tpu_hlo_value in_range = and_(c, cmp(c, TPU_HLO_GE, idx, k(c, idx, 0.0)),
+                                cmp(c, TPU_HLO_LT, idx, k(c, idx, (double)c->args[0].sizes[0])));
+  /* (CPU's message names the index and its value) */
+  tpu_lower_require(c, all(c, in_range), TPU_ERR_RUNTIME, "embedding_bag: an index is not in the valid range");
+  /* an index's bag: how many bag offsets are <= its position, less 1 */
+  tpu_hlo_value pos = tpu_hlo_iota(B, &it, 0), bag = tpu_hlo_const_i64(B, &it, -1);
+  if (bags > 0 && n > 0) {
+    int64_t pdims[2] = {n, bags};
+    tpu_hlo_type pt = tpu_hlo_make_type(TPU_S64, 2, pdims);
+    tpu_hlo_value starts = tpu_hlo_broadcast_in_dim(B, tpu_hlo_slice_dim(B, offsets, 0, 0, bags, 1), &pt, &entry);
+    tpu_hlo_value le = cmp(c, TPU_HLO_LE, starts, tpu_hlo_broadcast_in_dim(B, pos, &pt, &first_dim));
+    bag = sub(c, sum(c, tpu_hlo_convert(B, le, TPU_S64), &entry, 1), k(c, pos, 1.0));
+  }
+  tpu_lower_set_output(c, 1, bag);
+  tpu_hlo_value valid = and_(c, cmp(c, TPU_HLO_GE, bag, k(c, bag, 0.0)), in_range);
+  if (bags < num_offsets && n > 0) { /* include_last_offset: the last offset ends the last bag */
+    tpu_hlo_value end = tpu_hlo_reshape(B, tpu_hlo_slice_dim(B, offsets, 0, bags, bags + 1, 1), 0, NULL);
+    valid = and_(c, valid, cmp(c, TPU_HLO_LT, pos, tpu_hlo_broadcast_to(B, end, &it)));
+  }
+  if (pad >= 0) valid = and_(c, valid, cmp(c, TPU_HLO_NE, idx, k(c, idx, (double)pad)));
+  bag = sel(c, valid, bag, k(c, bag, 0.0));
+  tpu_hlo_value rows = rows_at(c, arg(c, 0, dt), sel(c, valid, idx, k(c, idx, 0.0)));
+  tpu_hlo_type rt = *tpu_hlo_type_of(B, rows), ot = *OUT, vt = rt;
+  ot.dtype = dt;
+  vt.dtype = TPU_BOOL;
+  tpu_hlo_value valid_rows = tpu_hlo_broadcast_in_dim(B, valid, &vt, &first_dim);
+  /* counts as a [bags, 1] value */
+  int64_t n1[2] = {n, 1}, b1[2] = {bags, 1};
+  tpu_hlo_type ct = tpu_hlo_make_type(TPU_S64, 2, b1);
+  tpu_hlo_value ones = tpu_hlo_convert(B, tpu_hlo_reshape(B, valid, 2, n1), TPU_S64);
+  tpu_hlo_value count = rows_into(c, tpu_hlo_const_i64(B, &ct, 0), bag, ones, TPU_HLO_ADD);
+  tpu_hlo_value count_f = tpu_hlo_broadcast_in_dim(B, tpu_hlo_reshape(B, tpu_hlo_convert(B, count, dt), 1, &bags), &ot,
+                                                   &first_dim);
+  tpu_hlo_value zero_rows = tpu_hlo_const_f64(B, &rt, 0.0), out;
+  if (mode == BAG_MAX) {
+    tpu_hlo_value u = sel(c, valid_rows, rows, tpu_hlo_const_f64(B, &rt, -INFINITY));
+    out = rows_into(c, tpu_hlo_const_f64(B, &ot, -INFINITY), bag, u, TPU_HLO_MAX);
+    out = sel(c, cmp(c, TPU_HLO_GT, count_f, k(c, count_f, 0.0)), out, tpu_hlo_const_f64(B, &ot, 0.0));
+    /* the first index reaching its bag's maximum, per column */
+    tpu_hlo_type pt = rt;
+    pt.dtype = TPU_S64;
+    tpu_hlo_value hit = and_(c, valid_rows, cmp(c, TPU_HLO_EQ, rows, rows_at(c, out, bag)));
+    tpu_hlo_value at = sel(c, hit, tpu_hlo_broadcast_in_dim(B, pos, &pt, &first_dim), tpu_hlo_const_i64(B, &pt, n));
+    tpu_hlo_type mt = ot;
+    mt.dtype = TPU_S64;
+    tpu_hlo_value first = rows_into(c, tpu_hlo_const_i64(B, &mt, n), bag, at, TPU_HLO_MIN);
+    int64_t flat = tpu_hlo_type_numel(&mt);
+    tpu_hlo_value picked = rows_at(c, tpu_hlo_reshape(B, idx, 2, n1), tpu_hlo_reshape(B, first, 1, &flat));
+    picked = tpu_hlo_reshape(B, picked, 2, mt.dims);
+    tpu_lower_set_output(c, 3, sel(c, cmp(c, TPU_HLO_LT, first, k(c, first, (double)n)), picked, k(c, first, -1.0)));
+  } else {
+    tpu_hlo_value u = rows;
+    if (!tpu_lower_is_none(c, 6)) u = mul(c, u, tpu_hlo_broadcast_in_dim(B, arg(c, 6, dt), &rt, &first_dim));
+    out = rows_into(c, tpu_hlo_const_f64(B, &ot, 0.0), bag, sel(c, valid_rows, u, zero_rows), TPU_HLO_ADD);
+    if (mode == BAG_MEAN) out = dvd(c, out, tpu_hlo_binary(B, TPU_HLO_MAX, count_f, k(c, count_f, 1.0)));
+    set_zeros(c, 3);
+  }
+  tpu_lower_set_output(c, 0, out);
+  int64_t lo = 0, hi = num_offsets - bags, interior = 0;
+  tpu_hlo_value sizes = tpu_hlo_reshape(B, count, 1, &bags);
+  tpu_lower_set_output(c, 2, tpu_hlo_pad(B, sizes, tpu_hlo_scalar_i64(B, TPU_S64, 0), &lo, &hi, &interior));
+  return NULL;
+}
+
+/* --- activations ------------------------------------------------------------------ */
+
+/* hardshrink_backward / softshrink_backward(grad_out, self, lambd): the
+ * gradient passes outside [-lambd, lambd] (NaN passes too, as on CPU). */
+static tpu_status_t shrink_backward_rule(tpu_lower_ctx *c) {
+  tpu_hlo_type t = *OUT;
+  t.dtype = tpu_lower_opmath(t.dtype);
+  tpu_hlo_value x = tpu_lower_operand(c, 1, t.dtype, &t), l = tpu_lower_operand(c, 2, t.dtype, &t);
+  tpu_hlo_value inside = and_(c, cmp(c, TPU_HLO_GE, x, neg(c, l)), cmp(c, TPU_HLO_LE, x, l));
+  return done(c, sel(c, inside, tpu_hlo_const_f64(B, &t, 0.0), tpu_lower_operand(c, 0, t.dtype, &t)));
+}
+
 /* --- the table --------------------------------------------------------------------- */
 
 const tpu_lower_rule tpu_rules_nn[] = {
@@ -628,6 +990,11 @@ const tpu_lower_rule tpu_rules_nn[] = {
     {{"nll_loss_backward", "nll_loss_backward.grad_input", "nll_loss2d_backward", "nll_loss2d_backward.grad_input"},
      nll_loss_backward_rule, 0, 0},
     {{"multi_margin_loss", "multi_margin_loss.out"}, multi_margin_loss_rule, TPU_RULE_CONST_SCALARS, 0},
+    {{"multi_margin_loss_backward", "multi_margin_loss_backward.grad_input"},
+     multi_margin_loss_backward_rule, TPU_RULE_CONST_SCALARS, 0},
+    {{"multilabel_margin_loss_forward", "multilabel_margin_loss_forward.output"}, multilabel_margin_loss_rule, 0, 0},
+    {{"multilabel_margin_loss_backward", "multilabel_margin_loss_backward.grad_input"},
+     multilabel_margin_loss_backward_rule, 0, 0},
     {{"mse_loss", "mse_loss.out"}, mse_loss_rule, 0, 0},
     {{"mse_loss_backward", "mse_loss_backward.grad_input"}, mse_loss_backward_rule, 0, 0},
     {{"smooth_l1_loss", "smooth_l1_loss.out"}, smooth_l1_loss_rule, 0, 0},
@@ -636,5 +1003,12 @@ const tpu_lower_rule tpu_rules_nn[] = {
     {{"huber_loss_backward", "huber_loss_backward.out"}, smooth_l1_backward_rule, 0, 1},
     {{"binary_cross_entropy", "binary_cross_entropy.out"}, bce_rule, 0, 0},
     {{"binary_cross_entropy_backward", "binary_cross_entropy_backward.grad_input"}, bce_backward_rule, 0, 0},
+    {{"_pdist_forward"}, pdist_rule, 0, 0},
+    {{"_embedding_bag", "_embedding_bag.out", "_embedding_bag_forward_only", "_embedding_bag_forward_only.out"},
+     embedding_bag_rule, 0, 0},
+    {{"embedding_renorm", "embedding_renorm_", "embedding_renorm.out"}, embedding_renorm_rule, 0, 0},
+    {{"_pdist_backward"}, pdist_backward_rule, 0, 0},
+    {{"hardshrink_backward", "hardshrink_backward.grad_input"}, shrink_backward_rule, 0, 0},
+    {{"softshrink_backward", "softshrink_backward.grad_input"}, shrink_backward_rule, 0, 0},
 };
 TPU_COUNT_RULES(nn);

@@ -2,7 +2,8 @@
 // The eager path takes output metadata from meta functions; PyTorch sends a
 // tpu convolution to convolution_overrideable and its backward to
 // convolution_backward_overrideable, whose only kernels throw. Both have the
-// metadata of the core ops, whose meta functions PyTorch has.
+// metadata of the core ops, whose meta functions PyTorch has. Some CPU ops
+// have no meta function at all.
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
@@ -27,9 +28,25 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
                                          output_mask);
 }
 
+// The margin losses' backwards have CPU and CUDA kernels but no meta
+// function; the input gradient is shaped like the input.
+at::Tensor multi_margin_loss_backward_meta(const at::Tensor& grad_output, const at::Tensor& self,
+                                           const at::Tensor& target, const at::Scalar& p, const at::Scalar& margin,
+                                           const std::optional<at::Tensor>& weight, int64_t reduction) {
+  return at::empty_like(self);
+}
+
+at::Tensor multilabel_margin_loss_backward_meta(const at::Tensor& grad_output, const at::Tensor& self,
+                                                const at::Tensor& target, int64_t reduction,
+                                                const at::Tensor& is_target) {
+  return at::empty_like(self);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, Meta, m) {
   m.impl("convolution_overrideable", TORCH_FN(convolution_overrideable_meta));
   m.impl("convolution_backward_overrideable", TORCH_FN(convolution_backward_overrideable_meta));
+  m.impl("multi_margin_loss_backward", TORCH_FN(multi_margin_loss_backward_meta));
+  m.impl("multilabel_margin_loss_backward", TORCH_FN(multilabel_margin_loss_backward_meta));
 }
