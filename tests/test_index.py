@@ -144,6 +144,47 @@ def test_take_out_of_range(no_fallbacks):
     raises_like(torch.take, t(3, 4), torch.tensor([-13]))
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_put(no_fallbacks, dtype):
+    x, src = t(3, 4, dtype=dtype), t(2, 2, dtype=dtype)
+    idx = torch.tensor([[0, -1], [11, -7]])
+    compare(torch.put, x, idx, src)
+    compare(lambda x, i, s: x.clone().put_(i, s), x, idx, src)
+    compare(lambda x, i, s: x.t().clone().put_(i, s), x, idx, src)
+    dup = torch.tensor([[5, 5], [-7, 0]])  # duplicates accumulate
+    tol = dict(rtol=0.02, atol=0.02) if dtype == torch.bfloat16 else {}
+    compare(lambda x, i, s: torch.put(x, i, s, accumulate=True), x, dup, src, **tol)
+
+
+def test_put_shapes(no_fallbacks):
+    compare(lambda x, i, s: torch.put(x, i, s, accumulate=True), torch.tensor(1.0), torch.tensor([0, -1]),
+            torch.tensor([2.0, 3.0]))
+    compare(torch.put, t(3, 4), torch.tensor([], dtype=torch.long), t(0))
+
+    def on_view(x, i, s):
+        y = x.clone()
+        y[1:, ::2].put_(i, s)
+        return y
+    compare(on_view, t(3, 4), torch.tensor([3, 0]), t(2))
+
+
+def test_put_errors(no_fallbacks):
+    x = t(3, 4).to("tpu")
+    before = x.cpu()
+    raises_like(lambda x, i, s: x.put_(i, s), x.cpu(), torch.tensor([12]), t(1))
+    raises_like(lambda x, i, s: x.put_(i, s), x.cpu(), torch.tensor([-13]), t(1))
+    raises_like(lambda x, i, s: x.put_(i, s), x.cpu(), torch.tensor([0, 1]), t(3))
+    raises_like(lambda x, i, s: x.put_(i, s), x.cpu(), torch.tensor([0]), t(1, dtype=torch.int64))
+    raises_like(lambda x, i, s: x.put_(i, s), x.cpu(), torch.tensor([0], dtype=torch.int32), t(1))
+    torch.testing.assert_close(x.cpu(), before)
+
+
+def test_put_take_backward(no_fallbacks):
+    idx = torch.tensor([[0, 5], [5, -1]])
+    compare_grad(lambda x, i, s: torch.put(x, i, s, accumulate=True), t(3, 4), idx, t(2, 2))
+    compare_grad(lambda x, i: torch.take(x, i), t(3, 4), idx)
+
+
 # --- scatter family -------------------------------------------------------------
 
 def unique_index(shape, size, dim):
@@ -305,6 +346,47 @@ def test_index_copy_out_of_range(no_fallbacks):
     with pytest.raises(IndexError):
         x.index_copy_(0, torch.tensor([3], device="tpu"), torch.ones(1, 4, device="tpu"))
     torch.testing.assert_close(x.cpu(), before)
+
+
+@pytest.mark.parametrize("reduce", ["prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("include_self", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bfloat16])
+def test_index_reduce(no_fallbacks, reduce, include_self, dtype):
+    x = t(4, 5, dtype=dtype)
+    src = t(4, 3, dtype=dtype) if dtype.is_floating_point else torch.randint(-5, 6, (4, 3))
+    idx = torch.tensor([4, 0, 4])  # duplicates; columns 1-3 untouched
+    tol = dict(rtol=0.02, atol=0.02) if dtype == torch.bfloat16 else {}
+    fn = lambda x, i, s: torch.index_reduce(x, -1, i, s, reduce, include_self=include_self)
+    compare(fn, x, idx, src, **tol)
+    compare(lambda x, i, s: x.clone().index_reduce_(1, i, s, reduce, include_self=include_self), x, idx, src, **tol)
+    out = torch.empty(0, dtype=dtype, device="tpu")
+    torch.index_reduce(x.to("tpu"), 1, idx.to("tpu"), src.to("tpu"), reduce, include_self=include_self, out=out)
+    torch.testing.assert_close(out.cpu(), fn(x, idx, src), **tol)
+
+
+def test_index_reduce_edges(no_fallbacks):
+    nan = float("nan")
+    compare(lambda x, i, s: x.index_reduce(0, i, s, "amax"), torch.tensor([1.0, nan, 3.0]), torch.tensor([0, 2]),
+            torch.tensor([nan, 5.0]))
+    compare(lambda x, i, s: x.index_reduce(0, i, s, "mean"), torch.tensor(2.0), torch.tensor([0]), torch.tensor(5.0))
+    compare(lambda x, i, s: x.index_reduce(0, i, s, "prod"), t(3, 2), torch.tensor([], dtype=torch.long), t(0, 2))
+
+
+def test_index_reduce_errors(no_fallbacks):
+    x = t(3, 4).to("tpu")
+    before = x.cpu()
+    raises_like(lambda x, i, s: x.index_reduce_(0, i, s, "amax"), x.cpu(), torch.tensor([3]), t(1, 4))
+    raises_like(lambda x, i, s: x.index_reduce_(0, i, s, "amin"), x.cpu(), torch.tensor([-1]), t(1, 4))
+    raises_like(lambda x, i, s: x.index_reduce_(0, i, s, "sum"), x.cpu(), torch.tensor([0]), t(1, 4))
+    with pytest.raises(IndexError):
+        x.index_reduce_(0, torch.tensor([3], device="tpu"), torch.ones(1, 4, device="tpu"), "prod")
+    torch.testing.assert_close(x.cpu(), before)
+
+
+def test_index_reduce_backward(no_fallbacks):
+    idx = torch.tensor([1, 0, 1])
+    compare_grad(lambda x, i, s: x.index_reduce(0, i, s, "prod"), t(3, 4), idx, t(3, 4))
+    compare_grad(lambda x, i, s: x.index_reduce(0, i, s, "mean", include_self=False), t(3, 4), idx, t(3, 4))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

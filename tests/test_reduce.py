@@ -770,6 +770,62 @@ class TestBackward:
         compare_grad(lambda x: torch.linalg.vector_norm(x, ord), make(SHAPE))
 
 
+@pytest.mark.usefixtures("no_fallbacks")
+class TestHashTensor:
+    @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.int8, torch.bool])
+    @pytest.mark.parametrize("dim", [None, 1, (0, -1)])
+    def test_dims(self, dtype, dim):
+        kw = {} if dim is None else {"dim": dim}
+        compare(lambda x: torch.hash_tensor(x, **kw), make(SHAPE, dtype))
+        compare(lambda x: torch.hash_tensor(x, **kw, keepdim=True), make(SHAPE, dtype, "transposed"))
+
+    def test_nan_and_signed_zero(self):
+        compare(torch.hash_tensor, torch.tensor([NAN, -0.0, 0.0, INF]))
+
+    def test_empty_is_an_error(self):
+        with pytest.raises(RuntimeError, match="hash_tensor: Expected reduction dim to be specified"):
+            torch.hash_tensor(torch.empty(0, device="tpu"))
+
+
+@pytest.mark.usefixtures("no_fallbacks")
+class TestSegmentReduce:
+    REDUCTIONS = ["sum", "mean", "max", "min", "prod"]
+
+    @pytest.mark.parametrize("reduce", REDUCTIONS)
+    @pytest.mark.parametrize("initial", [None, 2.0])
+    def test_lengths(self, reduce, initial):
+        x = make((6, 3))
+        x[4, 1] = NAN
+        lengths = torch.tensor([2, 0, 3, 1])
+        compare(lambda x, n: torch.segment_reduce(x, reduce, lengths=n, initial=initial), x, lengths)
+
+    @pytest.mark.parametrize("reduce", REDUCTIONS)
+    def test_offsets_along_axis_1(self, reduce):
+        offsets = torch.tensor([[0, 2, 2, 5], [0, 1, 3, 5], [0, 0, 4, 5]])
+        compare(lambda x, o: torch.segment_reduce(x, reduce, offsets=o, axis=1, initial=1), make((3, 5, 2)), offsets)
+
+    @pytest.mark.parametrize("reduce", REDUCTIONS)
+    def test_grad(self, reduce):
+        x = make((7, 2))
+        x[1, 0] = 0.0  # prod's zero
+        x[5] = x[4]  # max/min ties
+        lengths = torch.tensor([3, 0, 2, 1])
+        compare_grad(lambda x: torch.segment_reduce(x, reduce, lengths=lengths.to(x.device), unsafe=True), x)
+        compare_grad(lambda x: torch.segment_reduce(x, reduce, lengths=lengths.to(x.device), unsafe=True,
+                                                    initial=2), x)
+
+    def test_bad_reduce_is_an_error(self):
+        with pytest.raises(RuntimeError, match="reduce argument must be either sum, prod, mean, amax or amin, got x"):
+            torch.segment_reduce(torch.ones(3, device="tpu"), "x", lengths=torch.tensor([3], device="tpu"))
+
+    def test_bad_lengths_are_an_error(self):
+        x = torch.ones(5, device="tpu")
+        with pytest.raises(RuntimeError, match="lengths contains negative value!"):
+            torch.segment_reduce(x, "sum", lengths=torch.tensor([-1, 6], device="tpu"))
+        with pytest.raises(RuntimeError, match=r"Expected all rows of lengths along axis to sum"):
+            torch.segment_reduce(x, "sum", lengths=torch.tensor([1, 2], device="tpu"))
+
+
 class TestBackwardThroughOtherFamilies:
     """Gradients whose backward formulas use ops of other families (nonzero,
     flip, cat, scatter)."""

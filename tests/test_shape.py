@@ -303,3 +303,32 @@ def test_eye(no_fallbacks, dtype):
     on_both(lambda d: torch.eye(2, 4, dtype=dtype, device=d))
     on_both(lambda d: torch.eye(4, 0, dtype=dtype, device=d))
     on_both(lambda d: torch.eye(2, 3, dtype=dtype, out=torch.empty(0, dtype=dtype, device=d)))
+
+
+# --- repeat_interleave with a repeats tensor (size read back once) -----------------------
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_repeat_interleave_tensor(no_fallbacks, dtype):
+    compare(torch.repeat_interleave, torch.tensor([0, 3, 0, 2, 1], dtype=dtype))
+    compare(torch.repeat_interleave, torch.tensor([], dtype=dtype))
+    compare(torch.repeat_interleave, torch.tensor([0, 0], dtype=dtype))
+    compare(lambda r: torch.repeat_interleave(r, output_size=6), torch.tensor([0, 3, 0, 2, 1], dtype=dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool, torch.bfloat16])
+def test_repeat_interleave_self_tensor(no_fallbacks, dtype):
+    x = t(2, 3, 4, dtype=dtype)
+    compare(lambda x, r: torch.repeat_interleave(x, r, dim=1), x, torch.tensor([0, 1, 2]))
+    compare(lambda x, r: torch.repeat_interleave(x, r, dim=-1, output_size=5), x, torch.tensor([2, 0, 0, 3]))
+    compare(lambda x, r: x.repeat_interleave(r), x, torch.tensor([2]))  # one count broadcast over the flat input
+    compare_grad(lambda x, r: torch.repeat_interleave(x, r, dim=0), t(3, 2), torch.tensor([2, 0, 1]))
+
+
+def test_repeat_interleave_tensor_errors(no_fallbacks):
+    for repeats, kwargs in [(torch.tensor([1, -2]), {}), (torch.tensor([[1, 2]]), {}), (torch.tensor([1.0, 2.0]), {}),
+                            (torch.tensor([1, 2]), {"output_size": 5})]:
+        with pytest.raises(Exception) as cpu:
+            torch.repeat_interleave(repeats, **kwargs)
+        with pytest.raises(Exception) as tpu:
+            torch.repeat_interleave(repeats.to("tpu"), **kwargs)
+        assert type(tpu.value) is type(cpu.value) and str(tpu.value) == str(cpu.value)

@@ -6,9 +6,10 @@ the results with torch.testing tolerances: float32 and int64/bool exactly as
 PyTorch's defaults, bfloat16 looser (rtol 1.6e-2, atol 1e-2) as PyTorch's own
 reduced-precision tests. A float mismatch is arbitrated by a float64 CPU
 reference: the tpu result passes if it is at least as close to it as the CPU
-result (RMSE within 2x, the rule of PyTorch's benchmark harness). Random ops
-(those that run an ATen op tagged nondeterministic_seeded) and ops that
-return uninitialised memory are compared by shape and dtype;
+result (RMSE within 2x, the rule of PyTorch's benchmark harness). Samples
+that draw random numbers (run an ATen op tagged nondeterministic_seeded) and
+ops whose OpInfo declares a nondeterministic output (empty) are compared by
+shape and dtype;
 their distributions are tested in tests/test_random.py. Differentiable
 float32 samples also compare gradients.
 
@@ -22,6 +23,8 @@ a hang costs that op, not the sweep. Results go to a state file as they come
     python -m torchtpu.coverage report                    # rewrite the report from the state
 """
 import argparse
+import contextlib
+import itertools
 import json
 import multiprocessing as mp
 import os
@@ -32,9 +35,6 @@ import traceback
 DTYPES = ("float32", "bfloat16", "int64", "bool")
 STATUSES = ("pass", "mismatch", "error", "fallback", "timeout", "crash")
 BF16_TOL = {"rtol": 1.6e-2, "atol": 1e-2}
-# OpInfos whose output values are undefined (uninitialised memory): compared
-# by shape and dtype, like random ops.
-UNDEFINED_VALUES = ("empty", "empty_like", "empty_permuted", "empty_strided", "new_empty", "new_empty_strided")
 
 
 def _key(name, dtype, mode):
@@ -127,7 +127,67 @@ def _shape_of(x):
     return type(x).__name__
 
 
-def _run_sample(op, sample, dtype, compiled, grad, random):
+class _SeededWatch:
+    """A dispatch mode that notes whether an ATen op tagged
+    nondeterministic_seeded ran: the op draws random numbers. (OpInfos of
+    random ops pin the seed inside the op, so comparing runs under two seeds
+    does not tell.)"""
+
+    def __enter__(self):
+        import torch
+        from torch.utils._python_dispatch import TorchDispatchMode
+        watch = self
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                if torch.Tag.nondeterministic_seeded in func.tags:
+                    watch.seeded = True
+                return func(*args, **(kwargs or {}))
+        self.seeded = False
+        self._mode = Mode()
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self._mode.__exit__(*exc)
+        return False
+
+
+def _pinned_to_cpu(op, dtype, n):
+    """Per sample, the positions (in SampleInput.transform's order) of the
+    tensors the OpInfo makes on the CPU whatever device it is asked for, as
+    tensor_split's indices, which PyTorch requires there: found by asking
+    for the samples on the meta device."""
+    import torch
+    try:
+        metas = list(op.sample_inputs("meta", dtype))
+    except Exception:  # noqa: BLE001 - a generator meta tensors break pins nothing
+        metas = []
+    if len(metas) != n:
+        return [set()] * n
+    pinned = []
+    for sample in metas:
+        flags = []
+        sample.transform(lambda t: flags.append(isinstance(t, torch.Tensor) and t.device.type == "cpu") or t)
+        pinned.append({i for i, f in enumerate(flags) if f})
+    return pinned
+
+
+@contextlib.contextmanager
+def _rng_unfrozen():
+    """Compiled runs go without wrapper_set_seed's freeze_rng_state: dynamo
+    cannot trace its no_dispatch(), and it only restores the RNG state after
+    the op."""
+    import torch.testing._utils as testing_utils
+    saved = testing_utils.freeze_rng_state
+    testing_utils.freeze_rng_state = contextlib.nullcontext
+    try:
+        yield
+    finally:
+        testing_utils.freeze_rng_state = saved
+
+
+def _run_sample(op, sample, dtype, compiled, grad, progress, pinned=frozenset()):
     """One sample on CPU and tpu; returns None or (status, reason)."""
     import torch
     import torchtpu
@@ -136,18 +196,27 @@ def _run_sample(op, sample, dtype, compiled, grad, random):
         return op(s.input, *s.args, **s.kwargs)
 
     def to(device):
+        seen = itertools.count()
+
         def move(t):  # SampleInput.transform also passes dtypes through here
-            if not isinstance(t, torch.Tensor):
+            if next(seen) in pinned or not isinstance(t, torch.Tensor):
                 return t
-            y = t.detach().to(device)
+            if t._base is not None and t.layout == torch.strided and not t.is_conj() and not t.is_neg():
+                # a view keeps its storage around it: ops such as as_strided read past the view
+                whole = t.detach().new_empty(0).set_(t.untyped_storage())
+                y = whole.to(device).as_strided(t.shape, t.stride(), t.storage_offset())
+            else:
+                y = t.detach().to(device)
             return y.requires_grad_(t.requires_grad) if t.requires_grad else y
         return move
 
     torch.manual_seed(0)
     try:
-        want = call(sample)
+        with _SeededWatch() as watch:
+            want = call(sample)
     except Exception:  # noqa: BLE001 - a sample CPU rejects says nothing about tpu
         return None
+    random = op.has_nondeterministic_output or watch.seeded
     ref = None
     if dtype in (torch.float32, torch.bfloat16) and not random:
         try:
@@ -163,7 +232,8 @@ def _run_sample(op, sample, dtype, compiled, grad, random):
         fn = torch.compile(lambda s: call(s), backend="tpu", fullgraph=False, dynamic=False)
     torchtpu.reset_stats()
     try:
-        got = fn(tpu_sample)
+        with _rng_unfrozen() if compiled else contextlib.nullcontext():
+            got = fn(tpu_sample)
     except Exception as e:  # noqa: BLE001
         return "error", f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
     fallbacks = torchtpu.stats()["fallbacks"]
@@ -201,7 +271,8 @@ def _run_grad(op, sample, tpu_sample, want, got, call):
         return None
     torchtpu.reset_stats()
     try:
-        g_tpu = torch.autograd.grad(outs_tpu, ins_tpu, [g.to("tpu") for g in grads], allow_unused=True)
+        g_tpu = torch.autograd.grad(outs_tpu, ins_tpu, [g.to(o.device) for g, o in zip(grads, outs_tpu)],
+                                    allow_unused=True)
     except Exception as e:  # noqa: BLE001
         return "grad-error", f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
     fallbacks = torchtpu.stats()["fallbacks"]
@@ -238,31 +309,6 @@ def _grad_reference(sample, call, grads):
         return None
 
 
-def _is_random(op, samples):
-    """Whether any of the op's first samples runs an ATen op tagged
-    nondeterministic_seeded (OpInfos of random ops fix the seed inside, so
-    their CPU results do not change between calls: the tag tells)."""
-    import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Watch(TorchDispatchMode):
-        seeded = False
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if torch.Tag.nondeterministic_seeded in func.tags:
-                Watch.seeded = True
-            return func(*args, **(kwargs or {}))
-    for sample in samples[:4]:
-        try:
-            with Watch():
-                op(sample.input, *sample.args, **sample.kwargs)
-        except Exception:  # noqa: BLE001 - a sample CPU rejects says nothing
-            continue
-        if Watch.seeded:
-            return True
-    return False
-
-
 def _run_task(ops, name, dtype_name, mode, grad, send):
     import torch
     op = ops[name]
@@ -273,13 +319,14 @@ def _run_task(ops, name, dtype_name, mode, grad, send):
     want_grad = grad and dtype == torch.float32 and op.supports_autograd and not compiled
     try:
         samples = list(op.sample_inputs("cpu", dtype, requires_grad=want_grad))
+        # compiled graphs take CPU tensors only as 0-dim scalars: those samples move whole
+        pinned = [set()] * len(samples) if compiled else _pinned_to_cpu(op, dtype, len(samples))
     except Exception as e:  # noqa: BLE001
         return {"status": "n/a", "reason": f"no samples: {type(e).__name__}"}
     result = {"status": "pass", "samples": 0, "grad": "pass" if want_grad else "n/a"}
-    random = name.split(".")[0] in UNDEFINED_VALUES or _is_random(op, samples)
     for i, sample in enumerate(samples):
         send(("progress", i))
-        out = _run_sample(op, sample, dtype, compiled, want_grad, random)
+        out = _run_sample(op, sample, dtype, compiled, want_grad, send, pinned[i])
         if out is None:
             result["samples"] += 1
             continue

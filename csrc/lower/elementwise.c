@@ -195,6 +195,49 @@ static tpu_status_t nan_to_num_rule(tpu_lower_ctx *c) {
   return done(c, sel(c, cmp(c, TPU_HLO_EQ, x, tpu_hlo_const_f64(B, OUT, -INFINITY)), ninf, x));
 }
 
+/* frexp: x = mantissa * 2^exponent, |mantissa| in [0.5, 1); 0, infinities
+ * and NaN give (x, 0) as std::frexp does. Integer work on the bits
+ * throughout: XLA's CPU code may flush subnormal floats to zero. */
+static tpu_status_t frexp_rule(tpu_lower_ctx *c) {
+  tpu_dtype_t f = out_math(c), t = OUT->dtype;
+  bool dbl = f == TPU_F64;
+  int64_t width = dbl ? 64 : 32, mant = dbl ? 52 : 23, bias = dbl ? 1022 : 126, emask = dbl ? 0x7ff : 0xff;
+  tpu_hlo_type ut = *OUT, it = *OUT, ft = *OUT;
+  ut.dtype = tpu_dtype_same_width_uint(f);
+  it.dtype = TPU_S32;
+  ft.dtype = f;
+  tpu_hlo_value x = tpu_lower_operand(c, 0, t, OUT), bits;
+  if (t == TPU_BF16) { /* bfloat16 is the top half of a float32 */
+    tpu_hlo_type ht = *OUT;
+    ht.dtype = TPU_U16;
+    bits = tpu_hlo_binary(B, TPU_HLO_SHL, tpu_hlo_convert(B, tpu_hlo_bitcast(B, x, &ht), ut.dtype),
+                          tpu_hlo_const_i64(B, &ut, 16));
+  } else {
+    bits = tpu_hlo_bitcast(B, tpu_hlo_convert(B, x, f), &ut);
+  }
+  tpu_hlo_value xf = tpu_hlo_bitcast(B, bits, &ft);
+  tpu_hlo_value u0 = tpu_hlo_const_i64(B, &ut, 0);
+  tpu_hlo_value e = and_(c, tpu_hlo_binary(B, TPU_HLO_SHR_LOGIC, bits, tpu_hlo_const_i64(B, &ut, mant)),
+                         tpu_hlo_const_i64(B, &ut, emask));
+  tpu_hlo_value frac = and_(c, bits, tpu_hlo_const_i64(B, &ut, ((int64_t)1 << mant) - 1));
+  tpu_hlo_value width_1 = tpu_hlo_const_i64(B, &ut, width - 1);
+  tpu_hlo_value sign = tpu_hlo_binary(B, TPU_HLO_SHL, tpu_hlo_binary(B, TPU_HLO_SHR_LOGIC, bits, width_1), width_1);
+  tpu_hlo_value half = or_(c, sign, tpu_hlo_const_i64(B, &ut, bias << mant)); /* ±0.5's bits */
+  /* subnormal: the leading fraction bit p becomes the hidden bit */
+  tpu_hlo_value p = sub(c, width_1, un(c, TPU_HLO_CLZ, frac));
+  tpu_hlo_value shifted = tpu_hlo_binary(B, TPU_HLO_SHL, frac, sub(c, tpu_hlo_const_i64(B, &ut, mant), p));
+  tpu_hlo_value sub_m = or_(c, and_(c, shifted, tpu_hlo_const_i64(B, &ut, ((int64_t)1 << mant) - 1)), half);
+  tpu_hlo_value sub_e = sub(c, tpu_hlo_convert(B, p, TPU_S32), tpu_hlo_const_i64(B, &it, bias + mant - 1));
+  tpu_hlo_value is_sub = cmp(c, TPU_HLO_EQ, e, u0);
+  tpu_hlo_value m = sel(c, is_sub, sub_m, or_(c, frac, half));
+  tpu_hlo_value exponent = sel(c, is_sub, sub_e, sub(c, tpu_hlo_convert(B, e, TPU_S32), tpu_hlo_const_i64(B, &it, bias)));
+  tpu_hlo_value plain = or_(c, and_(c, is_sub, cmp(c, TPU_HLO_EQ, frac, u0)),
+                            cmp(c, TPU_HLO_EQ, e, tpu_hlo_const_i64(B, &ut, emask)));
+  tpu_lower_set_output(c, 0, sel(c, plain, xf, tpu_hlo_bitcast(B, m, &ft)));
+  tpu_lower_set_output(c, 1, sel(c, plain, tpu_hlo_const_i64(B, &it, 0), exponent));
+  return NULL;
+}
+
 /* --- binary arithmetic ---------------------------------------------------------- */
 
 /* add/sub: self ± alpha * other (data: +1 add, -1 sub, -2 rsub). */
@@ -664,7 +707,6 @@ const tpu_lower_rule tpu_rules_elementwise[] = {
     UNARY("erfc", TPU_HLO_ERFC),
     UNARY("erfinv", TPU_HLO_ERF_INV),
     UNARY("lgamma", TPU_HLO_LGAMMA),
-    UNARY("digamma", TPU_HLO_DIGAMMA),
     {{"log2", "log2_", "log2.out"}, log_base, 0, 2},
     {{"log10", "log10_", "log10.out"}, log_base, 0, 10},
     {{"exp2", "exp2_", "exp2.out"}, exp2_rule, 0, 0},
@@ -689,6 +731,7 @@ const tpu_lower_rule tpu_rules_elementwise[] = {
     {{"isneginf", "isneginf.out"}, is_class, 0, IS_NEGINF},
     {{"isfinite"}, is_class, 0, IS_FINITE},
     {{"nan_to_num", "nan_to_num_", "nan_to_num.out"}, nan_to_num_rule, 0, 0},
+    {{"frexp.Tensor", "frexp.Tensor_out"}, frexp_rule, 0, 0},
 
     {{"add.Tensor", "add_.Tensor", "add.out"}, add_rule, 0, 1},
     {{"add.Scalar", "add_.Scalar", "add.Scalar_out"}, add_rule, 0, 1},

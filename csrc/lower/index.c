@@ -249,10 +249,41 @@ static tpu_status_t take_rule(tpu_lower_ctx *c) {
   return done(c, plan_gather(c, &p, x, reshape(c, wrap_negative(c, idx, n), vt.rank, vt.dims)));
 }
 
+/* put_(self, index, source, accumulate): take's inverse, source's k-th
+ * element written (or added) at self's flat index[k]. */
+static tpu_status_t put_rule(tpu_lower_ctx *c) {
+  const tpu_lower_arg *xa = &c->args[0], *ia = &c->args[1], *sa = &c->args[2];
+  int64_t k = 1, m = 1;
+  for (int i = 0; i < ia->rank; i++) k *= ia->sizes[i];
+  for (int i = 0; i < sa->rank; i++) m *= sa->sizes[i];
+  /* The CPU kernel's checks, in its order (the meta function has none). */
+  if (m != k)
+    return tpu_lower_error(c, TPU_ERR_INDEX, "put_(): Expected source and index to have the same number of elements, "
+                           "but got source.numel() = %lld, index.numel() = %lld", (long long)m, (long long)k);
+  if (sa->dtype != xa->dtype)
+    return tpu_lower_error(c, TPU_ERR_RUNTIME, "put_(): self and source expected to have the same dtype, but got "
+                           "self.dtype = %s and source.dtype = %s", tpu_dtype_scalar_type(xa->dtype),
+                           tpu_dtype_scalar_type(sa->dtype));
+  if (ia->dtype != TPU_S64)
+    return tpu_lower_error(c, TPU_ERR_RUNTIME, "put_(): Expected a long tensor for index, but got %s",
+                           tpu_dtype_scalar_type(ia->dtype));
+  bool accumulate = tpu_lower_bool(c, 3, false);
+  tpu_dtype_t t = accumulate ? tpu_lower_opmath(OUT->dtype) : OUT->dtype;
+  tpu_hlo_value x = flat(c, tpu_hlo_convert(B, tpu_lower_tensor(c, 0), t));
+  tpu_hlo_value idx = flat(c, index_arg(c, 1));
+  int64_t n = numel_of(c, x);
+  tpu_lower_require(c, all_in_range(c, idx, -n, n), TPU_ERR_INDEX,
+                    "out of range: tried to access an index outside of the tensor's elements");
+  tpu_hlo_value src = flat(c, tpu_hlo_convert(B, tpu_lower_tensor(c, 2), t));
+  index_plan p = by_coords(1, 1);
+  tpu_hlo_value r = plan_scatter(c, &p, x, as_vectors(c, wrap_negative(c, idx, n)), src, accumulate ? COMBINE_ADD : REPLACE);
+  return done(c, reshape(c, r, OUT->rank, OUT->dims));
+}
+
 /* --- scatter and its reductions --------------------------------------------------- */
 
 /* data: which overload family, for the reduction and the source argument. */
-enum { SCATTER, SCATTER_LEGACY_REDUCE, SCATTER_ADD, SCATTER_REDUCE_TWO };
+enum { SCATTER, SCATTER_LEGACY_REDUCE, SCATTER_ADD, SCATTER_REDUCE_TWO, INDEX_REDUCE };
 
 typedef struct scatter_op {
   combine_t op;
@@ -266,21 +297,26 @@ static tpu_status_t scatter_reduction(tpu_lower_ctx *c, scatter_op *out) {
     case SCATTER_ADD: out->op = COMBINE_ADD; return NULL;
     default: name = c->args[4].s; break;
   }
-  static const struct { const char *name; combine_t op; bool mean; bool legacy; } names[] = {
-      {"add", COMBINE_ADD, false, true},    {"multiply", COMBINE_MUL, false, true},
-      {"sum", COMBINE_ADD, false, false},   {"prod", COMBINE_MUL, false, false},
-      {"mean", COMBINE_ADD, true, false},   {"amax", COMBINE_MAX, false, false},
-      {"amin", COMBINE_MIN, false, false},
+  /* |in|: the overload families (1 << c->data) that accept the name. */
+  enum { LEGACY = 1 << SCATTER_LEGACY_REDUCE, TWO = 1 << SCATTER_REDUCE_TWO, INDEX = 1 << INDEX_REDUCE };
+  static const struct { const char *name; combine_t op; bool mean; unsigned in; } names[] = {
+      {"add", COMBINE_ADD, false, LEGACY},      {"multiply", COMBINE_MUL, false, LEGACY},
+      {"sum", COMBINE_ADD, false, TWO},         {"prod", COMBINE_MUL, false, TWO | INDEX},
+      {"mean", COMBINE_ADD, true, TWO | INDEX}, {"amax", COMBINE_MAX, false, TWO | INDEX},
+      {"amin", COMBINE_MIN, false, TWO | INDEX},
   };
-  bool legacy = c->data == SCATTER_LEGACY_REDUCE;
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-    if (names[i].legacy == legacy && strcmp(names[i].name, name) == 0) {
+    if ((names[i].in & (1u << c->data)) && strcmp(names[i].name, name) == 0) {
       out->op = names[i].op;
       out->mean = names[i].mean;
       return NULL;
     }
   }
-  if (legacy) return tpu_lower_error(c, TPU_ERR_RUNTIME, "reduce argument must be either add or multiply.");
+  if (c->data == SCATTER_LEGACY_REDUCE)
+    return tpu_lower_error(c, TPU_ERR_RUNTIME, "reduce argument must be either add or multiply.");
+  if (c->data == INDEX_REDUCE)
+    return tpu_lower_error(c, TPU_ERR_RUNTIME,
+                           "index_reduce(): Expected reduce to be one of prod, mean, amax or amin but got %s.", name);
   return tpu_lower_error(c, TPU_ERR_RUNTIME,
                          "reduce argument must be either sum, prod, mean, amax or amin, got %s", name);
 }
@@ -293,6 +329,36 @@ static tpu_hlo_value combine_identity(tpu_lower_ctx *c, combine_t op, tpu_dtype_
     case COMBINE_MIN: return tpu_hlo_scalar_max(B, t);
     default: return tpu_hlo_scalar_i64(B, t, 0);
   }
+}
+
+/* |upd| combined into |x| at |at| as plan_scatter does, for the reductions
+ * of scatter_reduce and index_reduce: with include_self=False touched
+ * elements start from the reduction's identity; mean divides by the number
+ * of values combined, self counting once if included, and integers divide
+ * with floor as PyTorch does. */
+static tpu_hlo_value reduce_into(tpu_lower_ctx *c, const index_plan *p, tpu_hlo_value x, tpu_hlo_value at,
+                                 tpu_hlo_value upd, scatter_op so, bool include_self) {
+  if (!include_self) {
+    tpu_hlo_value untouched = const_like(c, x, 0.0);
+    tpu_hlo_value touched = plan_scatter(c, p, tpu_hlo_convert(B, untouched, TPU_BOOL), at,
+                                         tpu_hlo_convert(B, const_like(c, upd, 1.0), TPU_BOOL), REPLACE);
+    tpu_hlo_type xt = *tpu_hlo_type_of(B, x);
+    tpu_hlo_value id = tpu_hlo_broadcast_to(B, combine_identity(c, so.op, xt.dtype), &xt);
+    x = tpu_hlo_select(B, touched, id, x);
+  }
+  tpu_hlo_value r = plan_scatter(c, p, x, at, upd, so.op);
+  if (!so.mean) return r;
+  tpu_hlo_value count = plan_scatter(c, p, const_like(c, x, include_self ? 1.0 : 0.0), at, const_like(c, upd, 1.0),
+                                     COMBINE_ADD);
+  count = tpu_hlo_binary(B, TPU_HLO_MAX, count, const_like(c, count, 1.0));
+  tpu_hlo_value q = tpu_hlo_binary(B, TPU_HLO_DIV, r, count);
+  if (tpu_dtype_is_int(tpu_hlo_dtype(B, r))) {
+    tpu_hlo_value rem = tpu_hlo_binary(B, TPU_HLO_REM, r, count), zero = const_like(c, r, 0.0);
+    tpu_hlo_value down = tpu_hlo_binary(B, TPU_HLO_AND, tpu_hlo_compare(B, TPU_HLO_NE, rem, zero),
+                                        tpu_hlo_compare(B, TPU_HLO_LT, r, zero));
+    q = tpu_hlo_select(B, down, tpu_hlo_binary(B, TPU_HLO_SUB, q, const_like(c, q, 1.0)), q);
+  }
+  return q;
 }
 
 /* scatter.src/.value(self, dim, index, src|value), scatter.reduce/.value_reduce
@@ -317,48 +383,34 @@ static tpu_status_t scatter_rule(tpu_lower_ctx *c) {
     upd = tpu_hlo_slice(B, upd, start, it.dims, NULL);
   }
   tpu_lower_require(c, all_in_range(c, idx, 0, tpu_hlo_type_of(B, x)->dims[dim]), TPU_ERR_RUNTIME, OUT_OF_BOUNDS);
-  tpu_hlo_value at = coords_along(c, idx, dim);
   index_plan p = by_coords(rank, it.rank);
-  if (!include_self) { /* touched elements start from the reduction's identity */
-    tpu_hlo_value untouched = const_like(c, x, 0.0);
-    tpu_hlo_value touched = plan_scatter(c, &p, tpu_hlo_convert(B, untouched, TPU_BOOL), at,
-                                         tpu_hlo_convert(B, const_like(c, upd, 1.0), TPU_BOOL), REPLACE);
-    tpu_hlo_type xt = *tpu_hlo_type_of(B, x);
-    tpu_hlo_value id = tpu_hlo_broadcast_to(B, combine_identity(c, so.op, t), &xt);
-    x = tpu_hlo_select(B, touched, id, x);
-  }
-  tpu_hlo_value r = plan_scatter(c, &p, x, at, upd, so.op);
-  if (!so.mean) return done(c, r);
-  /* mean: the sum over the values combined, self counting once if included;
-   * integers divide with floor as PyTorch does. */
-  tpu_hlo_value count = plan_scatter(c, &p, const_like(c, x, include_self ? 1.0 : 0.0), at, const_like(c, upd, 1.0),
-                                     COMBINE_ADD);
-  count = tpu_hlo_binary(B, TPU_HLO_MAX, count, const_like(c, count, 1.0));
-  tpu_hlo_value q = tpu_hlo_binary(B, TPU_HLO_DIV, r, count);
-  if (tpu_dtype_is_int(t)) {
-    tpu_hlo_value rem = tpu_hlo_binary(B, TPU_HLO_REM, r, count), zero = const_like(c, r, 0.0);
-    tpu_hlo_value down = tpu_hlo_binary(B, TPU_HLO_AND, tpu_hlo_compare(B, TPU_HLO_NE, rem, zero),
-                                        tpu_hlo_compare(B, TPU_HLO_LT, r, zero));
-    q = tpu_hlo_select(B, down, tpu_hlo_binary(B, TPU_HLO_SUB, q, const_like(c, q, 1.0)), q);
-  }
-  return done(c, q);
+  return done(c, reduce_into(c, &p, x, coords_along(c, idx, dim), upd, so, include_self));
 }
 
-/* --- index_add, index_copy, index_fill ---------------------------------------------- */
+/* --- index_add, index_copy, index_reduce, index_fill ---------------------------- */
+
+/* The operands of index_add/copy/reduce(self, dim, index, source, …) in
+ * |t|: self (at least 1-D), the flat index, and source shaped as self with
+ * the index's length along dim; returns the wrapped dim. */
+static int index_operands(tpu_lower_ctx *c, tpu_dtype_t t, tpu_hlo_value *x, tpu_hlo_value *idx, tpu_hlo_value *src) {
+  *x = tpu_hlo_convert(B, at_least_1d(c, tpu_lower_tensor(c, 0)), t);
+  int rank = tpu_hlo_rank(B, *x), dim = tpu_lower_wrap_dim(tpu_lower_int(c, 1, 0), rank);
+  *idx = flat(c, index_arg(c, 2));
+  tpu_hlo_type st = *tpu_hlo_type_of(B, *x);
+  st.dims[dim] = numel_of(c, *idx);
+  *src = reshape(c, tpu_hlo_convert(B, tpu_lower_tensor(c, 3), t), st.rank, st.dims);
+  return dim;
+}
 
 /* index_add(self, dim, index, source, *, alpha) (data COMBINE_ADD) and
  * index_copy(self, dim, index, source) (data REPLACE). */
 static tpu_status_t index_add_rule(tpu_lower_ctx *c) {
   combine_t op = (combine_t)c->data;
   tpu_dtype_t t = op == REPLACE ? OUT->dtype : tpu_lower_opmath(OUT->dtype);
-  tpu_hlo_value x = tpu_hlo_convert(B, at_least_1d(c, tpu_lower_tensor(c, 0)), t);
-  int rank = tpu_hlo_rank(B, x), dim = tpu_lower_wrap_dim(tpu_lower_int(c, 1, 0), rank);
-  tpu_hlo_value idx = flat(c, index_arg(c, 2));
-  tpu_hlo_type st = *tpu_hlo_type_of(B, x);
-  st.dims[dim] = numel_of(c, idx);
-  tpu_hlo_value src = reshape(c, tpu_hlo_convert(B, tpu_lower_tensor(c, 3), t), st.rank, st.dims);
+  tpu_hlo_value x, idx, src;
+  int dim = index_operands(c, t, &x, &idx, &src);
   if (op == COMBINE_ADD && !tpu_lower_is_none(c, 4)) {
-    tpu_hlo_value alpha = tpu_hlo_broadcast_to(B, tpu_lower_scalar(c, 4, t), &st);
+    tpu_hlo_value alpha = tpu_hlo_broadcast_to(B, tpu_lower_scalar(c, 4, t), tpu_hlo_type_of(B, src));
     src = tpu_hlo_binary(B, t == TPU_BOOL ? TPU_HLO_AND : TPU_HLO_MUL, src, alpha);
   }
   int64_t size = tpu_hlo_type_of(B, x)->dims[dim];
@@ -366,8 +418,21 @@ static tpu_status_t index_add_rule(tpu_lower_ctx *c) {
     tpu_lower_require(c, all_in_range(c, idx, 0, size), TPU_ERR_INDEX, "index_copy_(): index is out of bounds for the dimension it indexes");
   else
     tpu_lower_require(c, all_in_range(c, idx, 0, size), TPU_ERR_RUNTIME, OUT_OF_BOUNDS);
-  index_plan p = along_dim(rank, dim);
+  index_plan p = along_dim(tpu_hlo_rank(B, x), dim);
   return done(c, plan_scatter(c, &p, x, as_vectors(c, idx), src, op));
+}
+
+/* index_reduce(self, dim, index, source, reduce, *, include_self): the
+ * reductions of scatter_reduce applied to whole slices along dim. */
+static tpu_status_t index_reduce_rule(tpu_lower_ctx *c) {
+  scatter_op so = {REPLACE, false};
+  TPU_RETURN_IF_ERROR(scatter_reduction(c, &so));
+  tpu_hlo_value x, idx, src;
+  int dim = index_operands(c, tpu_lower_opmath(OUT->dtype), &x, &idx, &src);
+  tpu_lower_require(c, all_in_range(c, idx, 0, tpu_hlo_type_of(B, x)->dims[dim]), TPU_ERR_INDEX,
+                    "index out of range in self");
+  index_plan p = along_dim(tpu_hlo_rank(B, x), dim);
+  return done(c, reduce_into(c, &p, x, as_vectors(c, idx), src, so, tpu_lower_bool(c, 5, true)));
 }
 
 /* index_fill(self, dim, index, value): value a Scalar or a 0-dim tensor. */
@@ -731,6 +796,7 @@ const tpu_lower_rule tpu_rules_index[] = {
     {{"embedding", "embedding.out"}, embedding_rule, 0, 0},
     {{"gather", "gather.out"}, gather_rule, 0, 0},
     {{"take", "take.out"}, take_rule, 0, 0},
+    {{"put_", "put", "put.out"}, put_rule, 0, 0},
     {{"scatter.src", "scatter_.src", "scatter.src_out"}, scatter_rule, 0, SCATTER},
     {{"scatter.value", "scatter_.value", "scatter.value_out"}, scatter_rule, 0, SCATTER},
     {{"scatter.reduce", "scatter_.reduce", "scatter.reduce_out"}, scatter_rule, 0, SCATTER_LEGACY_REDUCE},
@@ -739,6 +805,7 @@ const tpu_lower_rule tpu_rules_index[] = {
     {{"scatter_reduce.two", "scatter_reduce_.two", "scatter_reduce.two_out"}, scatter_rule, 0, SCATTER_REDUCE_TWO},
     {{"index_add", "index_add_", "index_add.out"}, index_add_rule, 0, COMBINE_ADD},
     {{"index_copy", "index_copy_", "index_copy.out"}, index_add_rule, 0, REPLACE},
+    {{"index_reduce", "index_reduce_", "index_reduce.out"}, index_reduce_rule, 0, INDEX_REDUCE},
     {{"index_fill.int_Scalar", "index_fill_.int_Scalar", "index_fill.int_Scalar_out"}, index_fill_rule, 0, 0},
     {{"index_fill.int_Tensor", "index_fill_.int_Tensor", "index_fill.int_Tensor_out"}, index_fill_rule, 0, 0},
     {{"index.Tensor", "index.Tensor_out"}, index_rule, 0, 0},

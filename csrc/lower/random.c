@@ -44,6 +44,13 @@ static tpu_hlo_value bcast(tpu_lower_ctx *c, tpu_hlo_value s, tpu_dtype_t t) {
 
 /* uniform_(self, from=0, to=1, *, generator) */
 static tpu_status_t uniform_rule(tpu_lower_ctx *c) {
+  if (!tpu_dtype_is_float(OUT->dtype))
+    return tpu_lower_error(c, TPU_ERR_NOT_IMPLEMENTED, "\"check_uniform_bounds\" not implemented for '%s'",
+                           tpu_dtype_scalar_type(OUT->dtype));
+  double from = tpu_lower_float(c, 1, 0.0), to = tpu_lower_float(c, 2, 1.0);
+  if (from > to)
+    return tpu_lower_error(c, TPU_ERR_RUNTIME, "uniform_ expects to return a [from, to) range, but found from=%g > to=%g",
+                           from, to);
   tpu_dtype_t t = float_math(OUT->dtype);
   tpu_hlo_value u = uniform01(c, OUT, t);
   tpu_hlo_value lo = bcast(c, scalar_arg(c, 1, t, 0.0), t), hi = bcast(c, scalar_arg(c, 2, t, 1.0), t);
@@ -100,11 +107,8 @@ static tpu_status_t log_normal_rule(tpu_lower_ctx *c) {
 static tpu_status_t exponential_rule(tpu_lower_ctx *c) {
   tpu_dtype_t t = float_math(OUT->dtype);
   tpu_hlo_value u = uniform01(c, OUT, t);
-  tpu_hlo_type ft = *OUT;
-  ft.dtype = t;
   tpu_hlo_value e = tpu_hlo_unary(B, TPU_HLO_NEG, tpu_hlo_unary(B, TPU_HLO_LOG1P, tpu_hlo_unary(B, TPU_HLO_NEG, u)));
   tpu_lower_set_output(c, 0, tpu_hlo_binary(B, TPU_HLO_DIV, e, bcast(c, scalar_arg(c, 1, t, 1.0), t)));
-  (void)ft;
   return NULL;
 }
 
@@ -132,16 +136,34 @@ static tpu_status_t geometric_rule(tpu_lower_ctx *c) {
 }
 
 /* bernoulli_(self, p) and bernoulli(self = probabilities): u < p. data: 1
- * when the probabilities are |self| itself. */
+ * when the probabilities are |self| itself. Probabilities outside [0, 1]
+ * (or NaN) are refused, a tensor's at run time as on CPU. */
 static tpu_status_t bernoulli_rule(tpu_lower_ctx *c) {
   tpu_dtype_t t = c->data == 1 ? float_math(c->args[0].dtype) : TPU_F64;
   tpu_hlo_value u = uniform01(c, OUT, t);
   tpu_hlo_value p;
-  if (c->data == 1) p = tpu_lower_operand(c, 0, t, OUT);
-  else if (c->args[1].kind == TPU_ARG_TENSOR) p = tpu_lower_operand(c, 1, t, OUT);
-  else p = bcast(c, scalar_arg(c, 1, t, 0.5), t);
+  if (c->data == 1 || c->args[1].kind == TPU_ARG_TENSOR) {
+    p = tpu_lower_operand(c, c->data == 1 ? 0 : 1, t, OUT);
+    tpu_hlo_value ok = and_(c, cmp(c, TPU_HLO_GE, p, tpu_hlo_const_f64(B, tpu_hlo_type_of(B, p), 0.0)),
+                            cmp(c, TPU_HLO_LE, p, tpu_hlo_const_f64(B, tpu_hlo_type_of(B, p), 1.0)));
+    int64_t dims[TPU_HLO_MAX_RANK];
+    for (int i = 0; i < OUT->rank; i++) dims[i] = i;
+    tpu_lower_require(c, tpu_lower_reduce(B, ok, TPU_HLO_AND, dims, OUT->rank), TPU_ERR_RUNTIME,
+                      "Expected p_in >= 0 && p_in <= 1 to be true, but got false.  (Could this error message be "
+                      "improved?  If so, please report an enhancement request to PyTorch.)");
+  } else {
+    double pf = tpu_lower_float(c, 1, 0.5);
+    if (!(pf >= 0.0 && pf <= 1.0))
+      return tpu_lower_error(c, TPU_ERR_RUNTIME, "bernoulli_ expects p to be in [0, 1], but got p=%g", pf);
+    p = bcast(c, scalar_arg(c, 1, t, 0.5), t);
+  }
   tpu_lower_set_output(c, 0, tpu_hlo_compare(B, TPU_HLO_LT, u, p));
   return NULL;
+}
+
+static tpu_status_t empty_range(tpu_lower_ctx *c, int64_t from, int64_t to) {
+  return tpu_lower_error(c, TPU_ERR_RUNTIME, "random_ expects 'from' to be less than 'to', but got from=%lld >= to=%lld",
+                         (long long)from, (long long)to);
 }
 
 /* random_(self), random_.to(self, to), random_.from(self, from, to?):
@@ -172,9 +194,22 @@ static tpu_status_t random_rule(tpu_lower_ctx *c) {
       to = tpu_dtype_size(t) == 8 ? INT64_MAX : (int64_t)1 << (8 * tpu_dtype_size(t) - 1);
     }
   }
-  if (to <= from)
-    return tpu_lower_error(c, TPU_ERR_RUNTIME, "random_ expects 'from' to be less than 'to', but got from=%lld >= to=%lld",
-                           (long long)from, (long long)to);
+  /* PyTorch checks an explicit |to| first, then the range against the
+   * dtype, naming its C++ element type (wider types hold every int64). */
+  if (has_to && to <= from) return empty_range(c, from, to);
+  static const struct { tpu_dtype_t t; double lo, hi; const char *name; } bounds[] = {
+      {TPU_BOOL, 0, 1, "bool"},           {TPU_U8, 0, 255, "unsigned char"},
+      {TPU_S8, -128, 127, "signed char"}, {TPU_S16, -32768, 32767, "short int"},
+      {TPU_S32, -2147483648.0, 2147483647.0, "int"}, {TPU_F16, -65504, 65504, "c10::Half"},
+  };
+  for (size_t i = 0; i < sizeof bounds / sizeof bounds[0]; i++) {
+    if (bounds[i].t != t) continue;
+    if ((double)from < bounds[i].lo || (double)from > bounds[i].hi)
+      return tpu_lower_error(c, TPU_ERR_RUNTIME, "from is out of bounds for %s", bounds[i].name);
+    if (has_to && ((double)(to - 1) < bounds[i].lo || (double)(to - 1) > bounds[i].hi))
+      return tpu_lower_error(c, TPU_ERR_RUNTIME, "to - 1 is out of bounds for %s", bounds[i].name);
+  }
+  if (to <= from) return empty_range(c, from, to);
   tpu_hlo_type bits_t = *OUT;
   bits_t.dtype = TPU_U64;
   tpu_hlo_value state, bits;
@@ -227,25 +262,83 @@ static tpu_status_t native_dropout_backward_rule(tpu_lower_ctx *c) {
   return NULL;
 }
 
-/* randperm(n, *, generator, out): the ranks of random keys (a stable sort of
- * random words carrying iota). */
-static tpu_status_t randperm_rule(tpu_lower_ctx *c) {
-  int64_t n = OUT->dims[0];
-  tpu_hlo_type kt = tpu_hlo_make_type(TPU_U64, 1, &n), it = tpu_hlo_make_type(TPU_S64, 1, &n);
-  tpu_hlo_value state, keys;
-  tpu_hlo_rng_bits(B, c->rng_state, &kt, &state, &keys);
-  tpu_hlo_value idx = tpu_hlo_iota(B, &it, 0);
-  tpu_hlo_type sk = tpu_hlo_make_type(TPU_U64, 0, NULL), si = tpu_hlo_make_type(TPU_S64, 0, NULL);
+/* The s64 positions along |dim| that put |keys| in ascending order (a
+ * stable sort carrying iota). */
+static tpu_hlo_value argsort(tpu_lower_ctx *c, tpu_hlo_value keys, int dim) {
+  tpu_hlo_type kt = *tpu_hlo_type_of(B, keys);
+  tpu_hlo_type it = kt;
+  it.dtype = TPU_S64;
+  tpu_hlo_value idx = tpu_hlo_iota(B, &it, dim);
+  tpu_hlo_type sk = tpu_hlo_make_type(kt.dtype, 0, NULL), si = tpu_hlo_make_type(TPU_S64, 0, NULL);
   tpu_hlo_type ts[4] = {sk, sk, si, si};
   tpu_hlo_value a[4];
-  tpu_hlo_region cmp;
+  tpu_hlo_region order;
   tpu_hlo_region_begin(B, 4, ts, a);
   tpu_hlo_value lt = tpu_hlo_compare(B, TPU_HLO_LT, a[0], a[1]);
-  tpu_hlo_region_end(B, &lt, 1, &cmp);
+  tpu_hlo_region_end(B, &lt, 1, &order);
   tpu_hlo_value xs[2] = {keys, idx}, sorted[2];
-  tpu_hlo_sort(B, xs, 2, 0, true, &cmp, sorted);
-  tpu_lower_set_output(c, 0, sorted[1]);
-  return NULL;
+  tpu_hlo_sort(B, xs, 2, dim, true, &order, sorted);
+  return sorted[1];
+}
+
+/* randperm(n, *, generator, out): the order of random words. */
+static tpu_status_t randperm_rule(tpu_lower_ctx *c) {
+  tpu_hlo_type kt = tpu_hlo_make_type(TPU_U64, 1, OUT->dims);
+  tpu_hlo_value state, keys;
+  tpu_hlo_rng_bits(B, c->rng_state, &kt, &state, &keys);
+  return done(c, argsort(c, keys, 0));
+}
+
+/* multinomial(self, num_samples, replacement, *, generator): category
+ * indices drawn from each row of probabilities. With replacement a sample
+ * inverts the row's cumulative sums at a uniform draw (never landing on the
+ * zero-probability tail); without, the categories with the smallest keys
+ * e / p win (e ~ Exp(1): the CPU kernel's top-k of p / e). */
+static tpu_status_t multinomial_rule(tpu_lower_ctx *c) {
+  const tpu_lower_arg *pa = &c->args[0];
+  int64_t k = tpu_lower_int(c, 1, 1), cats = pa->sizes[pa->rank - 1], rows = pa->rank == 2 ? pa->sizes[0] : 1;
+  bool replacement = tpu_lower_bool(c, 2, false);
+  /* The CPU kernel's checks (the meta function checks only the rank). */
+  if (!tpu_dtype_is_float(pa->dtype))
+    return tpu_lower_error(c, TPU_ERR_RUNTIME, "multinomial only supports floating-point dtypes for input, got: %s",
+                           tpu_dtype_scalar_type(pa->dtype));
+  if (k <= 0) return tpu_lower_error(c, TPU_ERR_RUNTIME, "cannot sample n_sample <= 0 samples");
+  if (!replacement && k > cats)
+    return tpu_lower_error(c, TPU_ERR_RUNTIME, "cannot sample n_sample > prob_dist.size(-1) samples without replacement");
+  if (cats == 0)
+    return tpu_lower_error(c, TPU_ERR_RUNTIME,
+                           "aminmax(): cannot compute aminmax over an empty dimension as the operation has no identity.");
+  if (rows == 0) return done(c, tpu_hlo_const_i64(B, OUT, 0));
+  tpu_dtype_t t = float_math(pa->dtype);
+  int64_t pd[2] = {rows, cats}, all[2] = {0, 1};
+  tpu_hlo_type pt = tpu_hlo_make_type(t, 2, pd);
+  tpu_hlo_value p = tpu_hlo_reshape(B, tpu_hlo_convert(B, tpu_lower_tensor(c, 0), t), 2, pd);
+  tpu_hlo_value zero = tpu_hlo_const_f64(B, &pt, 0.0);
+  tpu_hlo_value valid = and_(c, cmp(c, TPU_HLO_GE, p, zero), un(c, TPU_HLO_IS_FINITE, p));
+  tpu_lower_require(c, tpu_lower_reduce(B, valid, TPU_HLO_AND, all, 2), TPU_ERR_RUNTIME,
+                    "probability tensor contains either `inf`, `nan` or element < 0");
+  tpu_hlo_value cdf = tpu_lower_scan(B, p, 1, TPU_HLO_ADD);
+  tpu_hlo_value total = tpu_hlo_slice_dim(B, cdf, 1, cats - 1, cats, 1); /* [rows, 1] */
+  tpu_hlo_value positive = cmp(c, TPU_HLO_GT, total, tpu_hlo_const_f64(B, tpu_hlo_type_of(B, total), 0.0));
+  tpu_lower_require(c, tpu_lower_reduce(B, positive, TPU_HLO_AND, all, 2), TPU_ERR_RUNTIME,
+                    "invalid multinomial distribution (sum of probabilities <= 0)");
+  tpu_hlo_value idx;
+  if (replacement) {
+    int64_t sd[2] = {rows, k}, cd[3] = {rows, k, cats};
+    tpu_hlo_type st = tpu_hlo_make_type(t, 2, sd), ct = tpu_hlo_make_type(t, 3, cd);
+    tpu_hlo_value v = tpu_hlo_broadcast_in_dim(B, mul(c, uniform01(c, &st, t), tpu_hlo_broadcast_to(B, total, &st)), &ct,
+                                               (int64_t[]){0, 1});
+    tpu_hlo_value cdf3 = tpu_hlo_broadcast_in_dim(B, cdf, &ct, (int64_t[]){0, 2});
+    tpu_hlo_value total3 = tpu_hlo_broadcast_in_dim(B, total, &ct, (int64_t[]){0, 2});
+    tpu_hlo_value below = and_(c, cmp(c, TPU_HLO_LE, cdf3, v), cmp(c, TPU_HLO_LT, cdf3, total3));
+    idx = tpu_lower_reduce(B, tpu_hlo_convert(B, below, TPU_S64), TPU_HLO_ADD, (int64_t[]){2}, 1);
+  } else {
+    tpu_hlo_value e = neg(c, un(c, TPU_HLO_LOG1P, neg(c, uniform01(c, &pt, t))));
+    tpu_hlo_value never = tpu_hlo_broadcast_to(B, tpu_hlo_scalar_max(B, t), &pt);
+    tpu_hlo_value key = sel(c, cmp(c, TPU_HLO_GT, p, zero), dvd(c, e, p), never);
+    idx = tpu_hlo_slice_dim(B, argsort(c, key, 1), 1, 0, k, 1);
+  }
+  return done(c, tpu_hlo_reshape(B, idx, OUT->rank, OUT->dims));
 }
 
 const tpu_lower_rule tpu_rules_random[] = {
@@ -264,5 +357,6 @@ const tpu_lower_rule tpu_rules_random[] = {
     {{"native_dropout", "native_dropout.out"}, native_dropout_rule, TPU_RULE_RNG, 0},
     {{"native_dropout_backward", "native_dropout_backward.out"}, native_dropout_backward_rule, 0, 0},
     {{"randperm.generator_out"}, randperm_rule, TPU_RULE_RNG, 0},
+    {{"multinomial", "multinomial.out"}, multinomial_rule, TPU_RULE_RNG, 0},
 };
 TPU_COUNT_RULES(random);

@@ -1,12 +1,14 @@
 /* Reductions: sum, mean, prod, amax/amin, max/min with indices, argmax/argmin,
- * var/std, logsumexp, vector norms, all/any, count_nonzero, softmax and
- * log_softmax with their backwards, cumulative sums and products.
+ * var/std, logsumexp, vector norms, all/any, count_nonzero, hash_tensor,
+ * segment reductions, softmax and log_softmax with their backwards,
+ * cumulative sums, products and logcumsumexp.
  *
  * Sums accumulate in the output's opmath type (float32 for half types) and
  * round once, as PyTorch's CPU kernels do; integer and bool sums accumulate
  * in the output type PyTorch's meta chose (int64). Keepdim needs no code:
  * tpu_lower_set_output reshapes a reduced value to the output's shape. */
 #include <math.h>
+#include <string.h>
 
 #include "lower/rules.h"
 
@@ -297,6 +299,188 @@ static tpu_status_t count_nonzero_rule(tpu_lower_ctx *c) {
   return NULL;
 }
 
+/* hash_tensor(self, dim[], *, keepdim, mode): the XOR of the elements' 64-bit
+ * patterns, as PyTorch's mode 0: floats as float64 bits, integers
+ * sign-extended. */
+static tpu_status_t hash_tensor_rule(tpu_lower_ctx *c) {
+  int64_t dims[TPU_HLO_MAX_RANK];
+  int n = dims_arg(c, 1, dims);
+  bool is_float = tpu_dtype_is_float(c->args[0].dtype);
+  tpu_hlo_value x = input(c, is_float ? TPU_F64 : TPU_S64);
+  tpu_hlo_type bits = *tpu_hlo_type_of(B, x);
+  bits.dtype = TPU_U64;
+  x = tpu_hlo_bitcast(B, x, &bits);
+  tpu_lower_set_output(c, 0, tpu_lower_reduce(B, x, TPU_HLO_XOR, dims, n));
+  return NULL;
+}
+
+/* --- segment reductions ------------------------------------------------------------ */
+
+enum { SEG_SUM, SEG_MEAN, SEG_MAX, SEG_MIN, SEG_PROD, SEG_COUNT_ };
+static const char *const seg_names[SEG_COUNT_] = {"sum", "mean", "max", "min", "prod"};
+static const tpu_hlo_binary_t seg_ops[SEG_COUNT_] = {TPU_HLO_ADD, TPU_HLO_ADD, TPU_HLO_MAX, TPU_HLO_MIN,
+                                                     TPU_HLO_MUL};
+
+/* The reduction named by string argument |arg|, or -1. */
+static int seg_kind(const tpu_lower_ctx *c, int arg) {
+  for (int i = 0; i < SEG_COUNT_; i++)
+    if (strcmp(c->args[arg].s, seg_names[i]) == 0) return i;
+  return -1;
+}
+
+static tpu_status_t seg_kind_error(tpu_lower_ctx *c, int arg) {
+  return tpu_lower_error(c, TPU_ERR_RUNTIME, "reduce argument must be either sum, prod, mean, amax or amin, got %s",
+                         c->args[arg].s);
+}
+
+/* The segments along |axis| of tensor argument |data|, from the lengths
+ * argument or, when it is None, the offsets: |*mask| (i1 [lead..., S, D]) is
+ * true where data element j lies in segment s; |*lengths| ([lead..., S], s64)
+ * holds the segment lengths. */
+static void segments(tpu_lower_ctx *c, int data, int lengths_arg, int offsets_arg, int axis, tpu_hlo_value *mask,
+                     tpu_hlo_value *lengths) {
+  tpu_hlo_value start, len;
+  if (!tpu_lower_is_none(c, lengths_arg)) {
+    len = tpu_hlo_convert(B, tpu_lower_tensor(c, lengths_arg), TPU_S64);
+    start = sub(c, tpu_lower_scan(B, len, axis, TPU_HLO_ADD), len);
+  } else {
+    tpu_hlo_value off = tpu_hlo_convert(B, tpu_lower_tensor(c, offsets_arg), TPU_S64);
+    int64_t n = c->args[offsets_arg].sizes[axis];
+    start = tpu_hlo_slice_dim(B, off, axis, 0, n - 1, 1);
+    len = sub(c, tpu_hlo_slice_dim(B, off, axis, 1, n, 1), start);
+  }
+  tpu_hlo_type grid = *tpu_hlo_type_of(B, start);
+  grid.dims[grid.rank++] = c->args[data].sizes[axis];
+  int64_t kept[TPU_HLO_MAX_RANK];
+  for (int i = 0; i < grid.rank - 1; i++) kept[i] = i;
+  tpu_hlo_value j = tpu_hlo_iota(B, &grid, grid.rank - 1);
+  tpu_hlo_value lo = tpu_hlo_broadcast_in_dim(B, start, &grid, kept);
+  tpu_hlo_value hi = add(c, lo, tpu_hlo_broadcast_in_dim(B, len, &grid, kept));
+  *mask = and_(c, cmp(c, TPU_HLO_GE, j, lo), cmp(c, TPU_HLO_LT, j, hi));
+  *lengths = len;
+}
+
+/* The work shape [lead..., S, D, inner...]: output |out| ([lead..., S,
+ * inner...]) with the data's |axis| size D after S, in |dtype|. */
+static tpu_hlo_type seg_grid(const tpu_lower_ctx *c, const tpu_hlo_type *out, int data, int axis, tpu_dtype_t dtype) {
+  tpu_hlo_type t = *out;
+  t.dtype = dtype;
+  for (int i = t.rank; i > axis + 1; i--) t.dims[i] = t.dims[i - 1];
+  t.dims[axis + 1] = c->args[data].sizes[axis];
+  t.rank++;
+  return t;
+}
+
+/* |v| broadcast to |grid|: its dims from |skip| on move one up (the data
+ * skips S at |axis|, an output skips D at |axis| + 1, the mask and lengths
+ * skip nothing). */
+static tpu_hlo_value seg_spread(tpu_lower_ctx *c, tpu_hlo_value v, const tpu_hlo_type *grid, int skip) {
+  int64_t map[TPU_HLO_MAX_RANK];
+  for (int i = 0; i < tpu_hlo_rank(B, v); i++) map[i] = i < skip ? i : i + 1;
+  tpu_hlo_type to = *grid;
+  to.dtype = tpu_hlo_dtype(B, v);
+  return tpu_hlo_broadcast_in_dim(B, v, &to, map);
+}
+
+/* The identity of segment reduction |kind| shaped like |like|. */
+static tpu_hlo_value seg_identity(tpu_lower_ctx *c, int kind, tpu_hlo_value like) {
+  tpu_dtype_t t = tpu_hlo_dtype(B, like);
+  tpu_hlo_value s = kind == SEG_MAX   ? tpu_hlo_scalar_min(B, t)
+                    : kind == SEG_MIN ? tpu_hlo_scalar_max(B, t)
+                                      : tpu_hlo_scalar_f64(B, t, kind == SEG_PROD ? 1.0 : 0.0);
+  return tpu_hlo_broadcast_to(B, s, tpu_hlo_type_of(B, like));
+}
+
+/* segment_reduce(data, reduce, *, lengths, indices, offsets, axis, unsafe,
+ * initial): each segment's elements reduced from initial (or the op's
+ * identity) in opmath, as PyTorch's kernel: max and min propagate NaN, a mean
+ * divides by the length and is NaN for an empty segment without initial.
+ * Unless unsafe, the lengths are checked as PyTorch does. */
+static tpu_status_t segment_reduce_rule(tpu_lower_ctx *c) {
+  int kind = seg_kind(c, 1);
+  if (kind < 0) return seg_kind_error(c, 1);
+  int axis = tpu_lower_wrap_dim(tpu_lower_int(c, 5, 0), c->args[0].rank);
+  tpu_dtype_t t = tpu_lower_opmath(OUT->dtype);
+  tpu_hlo_value mask, len;
+  segments(c, 0, 2, 4, axis, &mask, &len);
+  if (!tpu_lower_bool(c, 6, false) && !tpu_lower_is_none(c, 2)) {
+    int64_t all[TPU_HLO_MAX_RANK];
+    int n = tpu_lower_reduce_dims(c, c->num_args, axis + 1, all);
+    tpu_hlo_value zero = tpu_hlo_const_i64(B, tpu_hlo_type_of(B, len), 0);
+    tpu_lower_require(c, tpu_lower_reduce(B, cmp(c, TPU_HLO_GE, len, zero), TPU_HLO_AND, all, n), TPU_ERR_RUNTIME,
+                      "lengths contains negative value!");
+    tpu_hlo_value total = tpu_lower_reduce(B, len, TPU_HLO_ADD, (int64_t[]){axis}, 1);
+    tpu_hlo_value size = tpu_hlo_const_i64(B, tpu_hlo_type_of(B, total), c->args[0].sizes[axis]);
+    tpu_lower_require(c, tpu_lower_reduce(B, cmp(c, TPU_HLO_EQ, total, size), TPU_HLO_AND, all, n - 1),
+                      TPU_ERR_RUNTIME,
+                      "segment_reduce(): Expected all rows of lengths along axis to sum to "
+                      "data.size(lengths.dim()-1) when !unsafe.");
+  }
+  tpu_hlo_type grid = seg_grid(c, OUT, 0, axis, t);
+  tpu_hlo_value x = seg_spread(c, input(c, t), &grid, axis);
+  tpu_hlo_value in = seg_spread(c, mask, &grid, axis + 2);
+  int64_t d[1] = {axis + 1};
+  tpu_hlo_value r = tpu_lower_reduce(B, sel(c, in, x, seg_identity(c, kind, x)), seg_ops[kind], d, 1);
+  bool has_initial = !tpu_lower_is_none(c, 7);
+  if (has_initial) {
+    tpu_hlo_value init = tpu_hlo_broadcast_to(B, tpu_lower_scalar(c, 7, t), tpu_hlo_type_of(B, r));
+    tpu_hlo_value both = tpu_hlo_binary(B, seg_ops[kind], r, init);
+    r = sel(c, is_nan(c, init), init, both);
+  }
+  if (kind == SEG_MAX || kind == SEG_MIN) {
+    tpu_hlo_value nan = tpu_lower_reduce(B, and_(c, in, is_nan(c, x)), TPU_HLO_OR, d, 1);
+    r = sel(c, nan, k(c, r, NAN), r);
+  }
+  if (kind == SEG_MEAN) {
+    tpu_hlo_value n = seg_spread(c, len, tpu_hlo_type_of(B, r), axis + 1);
+    tpu_hlo_value empty = cmp(c, TPU_HLO_EQ, n, tpu_hlo_const_i64(B, tpu_hlo_type_of(B, n), 0));
+    r = sel(c, empty, has_initial ? r : k(c, r, NAN), dvd(c, r, tpu_hlo_convert(B, n, t)));
+  }
+  return done(c, r);
+}
+
+/* _segment_reduce_backward(grad, output, data, reduce, *, lengths, offsets,
+ * axis, initial): PyTorch's CPU formulas. Sum and mean spread the grad (over
+ * the length); max and min give it to the elements equal to the output (or
+ * NaN), a positive grad split among ties; prod gives grad * output / x, and
+ * to a zero the product of the others with initial. */
+static tpu_status_t segment_reduce_backward_rule(tpu_lower_ctx *c) {
+  int kind = seg_kind(c, 3);
+  if (kind < 0) return seg_kind_error(c, 3);
+  int axis = tpu_lower_wrap_dim(tpu_lower_int(c, 6, 0), c->args[2].rank);
+  tpu_dtype_t t = tpu_lower_opmath(OUT->dtype);
+  tpu_hlo_value mask, len;
+  segments(c, 2, 4, 5, axis, &mask, &len);
+  tpu_hlo_type out = tpu_hlo_make_type(t, c->args[1].rank, c->args[1].sizes);
+  tpu_hlo_type grid = seg_grid(c, &out, 2, axis, t);
+  tpu_hlo_value in = seg_spread(c, mask, &grid, axis + 2);
+  tpu_hlo_value g = seg_spread(c, tpu_hlo_convert(B, tpu_lower_tensor(c, 0), t), &grid, axis + 1);
+  tpu_hlo_value y = seg_spread(c, tpu_hlo_convert(B, tpu_lower_tensor(c, 1), t), &grid, axis + 1);
+  tpu_hlo_value x = seg_spread(c, tpu_hlo_convert(B, tpu_lower_tensor(c, 2), t), &grid, axis);
+  tpu_hlo_value zero = k(c, x, 0.0), e = g;
+  int64_t d[1] = {axis + 1};
+  if (kind == SEG_MEAN) {
+    e = dvd(c, g, tpu_hlo_convert(B, seg_spread(c, len, &grid, axis + 2), t));
+  } else if (kind == SEG_MAX || kind == SEG_MIN) {
+    tpu_hlo_value hit = and_(c, in, or_(c, is_nan(c, x), cmp(c, TPU_HLO_EQ, x, y)));
+    tpu_hlo_value ties = tpu_lower_reduce(B, tpu_hlo_convert(B, hit, t), TPU_HLO_ADD, d, 1);
+    ties = seg_spread(c, ties, &grid, axis + 1);
+    e = sel(c, hit, g, zero);
+    tpu_hlo_value split = and_(c, cmp(c, TPU_HLO_GE, ties, k(c, x, 2.0)), cmp(c, TPU_HLO_GT, e, zero));
+    e = sel(c, split, dvd(c, e, ties), e);
+  } else if (kind == SEG_PROD) {
+    tpu_hlo_value is_zero = cmp(c, TPU_HLO_EQ, x, zero);
+    tpu_hlo_value factor = and_(c, in, un(c, TPU_HLO_NOT, is_zero));
+    tpu_hlo_value others = tpu_lower_reduce(B, sel(c, factor, x, k(c, x, 1.0)), TPU_HLO_MUL, d, 1);
+    if (!tpu_lower_is_none(c, 7))
+      others = mul(c, others, tpu_hlo_broadcast_to(B, tpu_lower_scalar(c, 7, t), tpu_hlo_type_of(B, others)));
+    tpu_hlo_value zeros = tpu_lower_reduce(B, tpu_hlo_convert(B, and_(c, in, is_zero), t), TPU_HLO_ADD, d, 1);
+    others = sel(c, cmp(c, TPU_HLO_EQ, zeros, k(c, zeros, 1.0)), others, k(c, others, 0.0));
+    e = sel(c, is_zero, mul(c, g, seg_spread(c, others, &grid, axis + 1)), dvd(c, mul(c, g, y), x));
+  }
+  return done(c, tpu_lower_reduce(B, sel(c, in, e, zero), TPU_HLO_ADD, (int64_t[]){axis}, 1));
+}
+
 /* --- softmax ------------------------------------------------------------------------ */
 
 /* PyTorch's name for an integer dtype in "not implemented for" errors. */
@@ -370,6 +554,43 @@ static tpu_status_t cumulative_rule(tpu_lower_ctx *c) {
   return NULL;
 }
 
+/* logcumsumexp(self, dim): a scan of log(exp(a) + exp(b)) written as PyTorch
+ * does, max + log1p(exp(min - max)), keeping a when both are the same
+ * infinity; computed in opmath. */
+static tpu_status_t logcumsumexp_rule(tpu_lower_ctx *c) {
+  tpu_dtype_t t = c->args[0].dtype;
+  if (!tpu_dtype_is_float(t))
+    return tpu_lower_error(c, TPU_ERR_NOT_IMPLEMENTED, "\"logcumsumexp_out_cpu\" not implemented for '%s'",
+                           torch_int_name(t));
+  int rank = c->args[0].rank;
+  int dim = tpu_lower_wrap_dim(tpu_lower_int(c, 1, 0), rank);
+  t = tpu_lower_opmath(OUT->dtype);
+  tpu_hlo_value x = input(c, t);
+  if (rank == 0) x = tpu_hlo_reshape(B, x, 1, (int64_t[]){1});
+  const tpu_hlo_type *xt = tpu_hlo_type_of(B, x);
+  int64_t size = xt->dims[dim];
+  if (size > 1) {
+    tpu_hlo_type s[2] = {tpu_hlo_make_type(t, 0, NULL), tpu_hlo_make_type(t, 0, NULL)};
+    tpu_hlo_value a[2];
+    tpu_hlo_region body;
+    tpu_hlo_window w;
+    tpu_hlo_window_init(&w, xt->rank);
+    w.dims[dim] = size;
+    w.pad_lo[dim] = size - 1;
+    tpu_hlo_region_begin(B, 2, s, a);
+    tpu_hlo_value hi = tpu_hlo_binary(B, TPU_HLO_MAX, a[0], a[1]), lo = tpu_hlo_binary(B, TPU_HLO_MIN, a[0], a[1]);
+    tpu_hlo_value r = add(c, un(c, TPU_HLO_LOG1P, un(c, TPU_HLO_EXP, sub(c, lo, hi))), hi);
+    tpu_hlo_value general = or_(c, cmp(c, TPU_HLO_NE, lo, hi), un(c, TPU_HLO_IS_FINITE, lo));
+    r = sel(c, general, r, a[0]);
+    /* XLA's max and min may drop a NaN; PyTorch's formula propagates it */
+    r = sel(c, is_nan(c, a[1]), a[1], sel(c, is_nan(c, a[0]), a[0], r));
+    tpu_hlo_region_end(B, &r, 1, &body);
+    tpu_hlo_value init = tpu_hlo_scalar_f64(B, t, -INFINITY);
+    tpu_hlo_reduce_window(B, &x, &init, 1, &w, &body, &x);
+  }
+  return done(c, x);
+}
+
 /* --- the table ------------------------------------------------------------------------ */
 
 const tpu_lower_rule tpu_rules_reduce[] = {
@@ -405,6 +626,9 @@ const tpu_lower_rule tpu_rules_reduce[] = {
     {{"any.dims", "any.dims_out"}, all_any_rule, 0, TPU_HLO_OR},
     {{"count_nonzero", "count_nonzero.out"}, count_nonzero_rule, 0, 0},
     {{"count_nonzero.dim_IntList", "count_nonzero.dim_IntList_out"}, count_nonzero_rule, 0, 0},
+    {{"hash_tensor", "hash_tensor.out"}, hash_tensor_rule, 0, 0},
+    {{"segment_reduce", "segment_reduce.out"}, segment_reduce_rule, 0, 0},
+    {{"_segment_reduce_backward", "_segment_reduce_backward.out"}, segment_reduce_backward_rule, 0, 0},
 
     {{"_softmax", "_softmax.out"}, softmax_rule, 0, 0},
     {{"_log_softmax", "_log_softmax.out"}, softmax_rule, 0, 1},
@@ -413,5 +637,6 @@ const tpu_lower_rule tpu_rules_reduce[] = {
 
     {{"cumsum", "cumsum_", "cumsum.out"}, cumulative_rule, 0, TPU_HLO_ADD},
     {{"cumprod", "cumprod_", "cumprod.out"}, cumulative_rule, 0, TPU_HLO_MUL},
+    {{"logcumsumexp", "logcumsumexp.out"}, logcumsumexp_rule, 0, 0},
 };
 TPU_COUNT_RULES(reduce);

@@ -1,7 +1,10 @@
 // Ops whose output size depends on the data (nonzero, masked_select,
-// indexing with boolean masks) and ops that return host values (equal). Each
-// reads one size back from the device, then runs lowered ops of static shape
-// (nonzero_static, index_select …): one sync, no CPU fallback.
+// indexing with boolean masks, unique, repeat_interleave) and ops that return
+// host values (equal). Each reads one size back from the device, then runs
+// lowered ops of static shape (nonzero_static, index_select …): one sync, no
+// CPU fallback. Histograms read back the data's range the same way, for
+// PyTorch's checks; bincount reads back its largest value, the size of its
+// result.
 #include <ATen/ATen.h>
 #include <ATen/native/Resize.h>
 #include <torch/library.h>
@@ -36,6 +39,237 @@ at::Tensor& masked_select_out(const at::Tensor& self, const at::Tensor& mask, at
   return out.copy_(r);
 }
 
+// unique and unique_consecutive: runs of equal slices along dim 0 of
+// |sorted| (sorted, or in input order for the consecutive ops). |perm| maps a
+// sorted position to its input position (undefined: the identity). Returns the
+// first slice of each run, each input's run number (the inverse) and the run
+// lengths; |inverse| and |counts| are empty unless asked for.
+using Unique = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
+
+Unique unique_runs(const at::Tensor& sorted, const at::Tensor& perm, bool return_inverse, bool return_counts) {
+  int64_t n = sorted.size(0);
+  at::Tensor first = at::ones({n}, sorted.options().dtype(at::kBool));
+  if (n > 1) {
+    at::Tensor differs = sorted.slice(0, 1).ne(sorted.slice(0, 0, n - 1));
+    if (differs.dim() > 1) differs = differs.flatten(1).any(1);
+    first.slice(0, 1).copy_(differs);
+  }
+  int64_t count = first.sum().item<int64_t>();  // the one sync
+  at::Tensor starts = at::nonzero_static(first, count, -1).view(-1);
+  at::Tensor empty = at::empty({0}, sorted.options().dtype(at::kLong));
+  at::Tensor inverse = empty, counts = empty;
+  if (return_inverse) {
+    inverse = first.cumsum(0).sub_(1);
+    if (perm.defined()) inverse = at::empty_like(inverse).scatter_(0, perm, inverse);
+  }
+  if (return_counts) counts = at::diff(at::cat({starts, at::full({1}, n, starts.options())}));
+  return {sorted.index_select(0, starts), inverse, counts};
+}
+
+Unique unique2_impl(const at::Tensor& self, bool sorted, bool return_inverse, bool return_counts) {
+  (void)sorted;  // always sorted, as PyTorch's CPU kernel
+  auto [values, perm] = at::sort(self.reshape(-1), /*stable=*/true, 0, false);
+  auto [u, inverse, counts] = unique_runs(values, perm, return_inverse, return_counts);
+  return {u, return_inverse ? inverse.view(self.sizes()) : inverse, counts};
+}
+
+std::tuple<at::Tensor, at::Tensor> unique_impl(const at::Tensor& self, bool sorted, bool return_inverse) {
+  auto [u, inverse, counts] = unique2_impl(self, sorted, return_inverse, false);
+  return {u, inverse};
+}
+
+// unique over slices along |dim|: the slices sorted lexicographically by
+// stable sorts on each column from the last (a radix sort).
+Unique unique_dim_impl(const at::Tensor& self, int64_t dim, bool sorted, bool return_inverse,
+                       bool return_counts) {
+  (void)sorted;
+  (void)return_inverse;  // PyTorch returns both whatever the flags say
+  (void)return_counts;
+  dim = at::maybe_wrap_dim(dim, self.dim());
+  at::Tensor moved = self.movedim(dim, 0);
+  int64_t n = moved.size(0);
+  at::Tensor rows = moved.dim() > 1 ? moved.flatten(1) : moved.unsqueeze(1);
+  at::Tensor perm = at::arange(n, self.options().dtype(at::kLong));
+  for (int64_t j = rows.size(1) - 1; j >= 0; j--) {
+    at::Tensor key = rows.select(1, j).index_select(0, perm);
+    perm = perm.index_select(0, std::get<1>(at::sort(key, /*stable=*/true, 0, false)));
+  }
+  auto [u, inverse, counts] = unique_runs(moved.index_select(0, perm), perm, true, true);
+  return {u.movedim(0, dim), inverse, counts};
+}
+
+Unique unique_dim_consecutive_impl(const at::Tensor& self, int64_t dim, bool return_inverse, bool return_counts) {
+  (void)return_inverse;
+  (void)return_counts;
+  dim = at::maybe_wrap_dim(dim, self.dim());
+  auto [u, inverse, counts] = unique_runs(self.movedim(dim, 0), at::Tensor(), true, true);
+  return {u.movedim(0, dim), inverse, counts};
+}
+
+Unique unique_consecutive_impl(const at::Tensor& self, bool return_inverse, bool return_counts,
+                               std::optional<int64_t> dim) {
+  if (dim.has_value()) return unique_dim_consecutive_impl(self, *dim, return_inverse, return_counts);
+  auto [u, inverse, counts] = unique_runs(self.reshape(-1), at::Tensor(), return_inverse, return_counts);
+  return {u, return_inverse ? inverse.view(self.sizes()) : inverse, counts};
+}
+
+// histogram and histogramdd, as PyTorch's CPU kernel over |rows| ([N, D]):
+// the outer edges of each dim are the range argument or the data's extremes
+// (read back: PyTorch checks them on the host), widened by 0.5 when equal.
+std::vector<at::Tensor> histogram_edges(const at::Tensor& rows, at::IntArrayRef bins,
+                                        std::optional<at::ArrayRef<double>> range) {
+  int64_t dims = rows.size(1);
+  TORCH_CHECK(static_cast<int64_t>(bins.size()) == dims,
+              "histogramdd: The size of bins must be equal to the innermost dimension of the input.");
+  std::vector<double> lo(dims, 0.0), hi(dims, 1.0);
+  if (range.has_value()) {
+    TORCH_CHECK(static_cast<int64_t>(range->size()) == 2 * dims, "torch.histogramdd: for a ", dims,
+                "-dimensional histogram range should have ", 2 * dims, " elements, but got ", range->size());
+    for (int64_t d = 0; d < dims; d++) lo[d] = (*range)[2 * d], hi[d] = (*range)[2 * d + 1];
+  } else if (rows.numel() > 0) {
+    at::Tensor extremes = at::stack({rows.amin(0), rows.amax(0)}).to(at::kDouble).cpu();  // the one sync
+    for (int64_t d = 0; d < dims; d++) lo[d] = extremes[0][d].item<double>(), hi[d] = extremes[1][d].item<double>();
+  }
+  std::vector<at::Tensor> edges;
+  for (int64_t d = 0; d < dims; d++) {
+    TORCH_CHECK(bins[d] > 0, "torch.histogram(): bins must be > 0, but got ", bins[d], " for dimension ", d);
+    TORCH_CHECK(std::isfinite(lo[d]) && std::isfinite(hi[d]), "torch.histogramdd: dimension ", d, "'s range [",
+                lo[d], ", ", hi[d], "] is not finite");
+    TORCH_CHECK(lo[d] <= hi[d], "torch.histogramdd: min should not exceed max, but got min ", lo[d], " max ", hi[d],
+                " for dimension ", d);
+    if (lo[d] == hi[d]) lo[d] -= 0.5, hi[d] += 0.5;
+    edges.push_back(at::linspace(lo[d], hi[d], bins[d] + 1, rows.options()));
+  }
+  return edges;
+}
+
+// The histogram of |rows| over |edges| (one tensor per dim): an element
+// outside any dim's outer edges is not counted, the top edge belongs to the
+// last bin.
+at::Tensor histogram_counts(const at::Tensor& rows, at::TensorList edges, const std::optional<at::Tensor>& weight,
+                            bool density) {
+  int64_t n = rows.size(0);
+  TORCH_CHECK(static_cast<int64_t>(edges.size()) == rows.size(1),
+              "histogramdd: The size of bins must be equal to the innermost dimension of the input.");
+  at::Tensor flat = at::zeros({n}, rows.options().dtype(at::kLong));
+  at::Tensor inside = at::ones({n}, rows.options().dtype(at::kBool));
+  std::vector<int64_t> shape;
+  for (size_t d = 0; d < edges.size(); d++) {
+    const at::Tensor& e = edges[d];
+    TORCH_CHECK(e.dim() == 1, "torch.histogramdd: bins tensor should have one dimension, but got ", e.dim(),
+                " dimensions in the bins tensor for dimension ", d);
+    int64_t count = e.size(0) - 1;
+    at::Tensor x = rows.select(1, d);
+    // std::upper_bound as the CPU kernel searches, step by step (unsorted edges too)
+    at::Tensor bin = at::searchsorted(e, x, /*out_int32=*/false, /*right=*/true).sub_(1);
+    bin.clamp_(0, std::max<int64_t>(count - 1, 0));
+    inside.logical_and_(x.ge(e[0]).logical_and_(x.le(e[count])));
+    flat = flat.mul(count).add_(bin);
+    shape.push_back(count);
+  }
+  at::Tensor w = weight.has_value() ? weight->reshape({n}) : at::ones({n}, rows.options());
+  w = at::where(inside, w, at::zeros({}, w.options()));
+  at::Tensor hist = at::zeros({c10::multiply_integers(shape)}, rows.options()).index_add_(0, flat, w).view(shape);
+  if (density) {
+    hist = hist.div(hist.sum());
+    for (size_t d = 0; d < edges.size(); d++) {
+      std::vector<int64_t> along(edges.size(), 1);
+      along[d] = shape[d];
+      hist = hist.div(edges[d].diff().view(along));
+    }
+  }
+  return hist;
+}
+
+at::Tensor histogram_rows(const at::Tensor& self, const std::optional<at::Tensor>& weight) {
+  TORCH_CHECK(self.dim() >= 1, "torch.histogramdd: input tensor should have at least 2 dimensions");
+  at::Tensor rows = self.reshape({-1, self.size(-1)});
+  if (weight.has_value())
+    TORCH_CHECK(weight->dim() == self.dim() - 1 && weight->sizes() == self.sizes().slice(0, self.dim() - 1),
+                "torch.histogramdd: if weight tensor is provided it should have the same shape as the input tensor "
+                "excluding its innermost dimension, but got input with shape ",
+                self.sizes(), " and weight with shape ", weight->sizes());
+  return rows;
+}
+
+// histogram's input as one-column rows, its weight flattened alike.
+at::Tensor histogram_column(const at::Tensor& self, const std::optional<at::Tensor>& weight) {
+  std::optional<at::Tensor> flat;
+  if (weight.has_value()) flat = weight->reshape({-1});
+  return histogram_rows(self.reshape({-1, 1}), flat);
+}
+
+std::tuple<at::Tensor, at::Tensor> histogram_bin_ct(const at::Tensor& self, int64_t bins,
+                                                    std::optional<at::ArrayRef<double>> range,
+                                                    const std::optional<at::Tensor>& weight, bool density) {
+  at::Tensor rows = histogram_column(self, weight);
+  std::vector<at::Tensor> edges = histogram_edges(rows, {bins}, range);
+  return {histogram_counts(rows, edges, weight, density), edges[0]};
+}
+
+std::tuple<at::Tensor, at::Tensor> histogram_bins_tensor(const at::Tensor& self, const at::Tensor& bins,
+                                                         const std::optional<at::Tensor>& weight, bool density) {
+  return {histogram_counts(histogram_column(self, weight), {bins}, weight, density), bins.clone()};
+}
+
+std::vector<at::Tensor> histogramdd_bin_edges(const at::Tensor& self, at::IntArrayRef bins,
+                                              std::optional<at::ArrayRef<double>> range,
+                                              const std::optional<at::Tensor>& weight, bool density) {
+  (void)density;
+  return histogram_edges(histogram_rows(self, weight), bins, range);
+}
+
+at::Tensor histogramdd_from_bin_cts(const at::Tensor& self, at::IntArrayRef bins,
+                                    std::optional<at::ArrayRef<double>> range, const std::optional<at::Tensor>& weight,
+                                    bool density) {
+  at::Tensor rows = histogram_rows(self, weight);
+  return histogram_counts(rows, histogram_edges(rows, bins, range), weight, density);
+}
+
+at::Tensor histogramdd_from_bin_tensors(const at::Tensor& self, at::TensorList bins,
+                                        const std::optional<at::Tensor>& weight, bool density) {
+  return histogram_counts(histogram_rows(self, weight), bins, weight, density);
+}
+
+// bincount: as many bins as the largest value + 1 (read back with the
+// smallest, which PyTorch checks), at least minlength. Float weights count in
+// float, others in double, as PyTorch's CPU kernel.
+at::Tensor bincount_impl(const at::Tensor& self, const std::optional<at::Tensor>& weights, int64_t minlength) {
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isIntegralType(self.scalar_type(), /*includeBool=*/true),
+                              "\"bincount_cpu\" not implemented for '", self.scalar_type(), "'");
+  TORCH_CHECK(minlength >= 0, "minlength should be >= 0");
+  TORCH_CHECK(self.dim() == 1, "bincount only supports 1-d non-negative integral inputs.");
+  if (self.numel() == 0) return at::zeros({minlength}, self.options().dtype(at::kLong));
+  bool weighted = weights.has_value() && weights->defined();
+  TORCH_CHECK(!weighted || (weights->dim() == 1 && weights->size(0) == self.size(0)),
+              "weights should be 1-d and have the same length as input");
+  at::Tensor extremes = at::stack({self.min(), self.max()}).to(at::kLong).cpu();  // the one sync
+  TORCH_CHECK(extremes[0].item<int64_t>() >= 0, "bincount only supports 1-d non-negative integral inputs.");
+  int64_t bins = std::max(extremes[1].item<int64_t>() + 1, minlength);
+  at::ScalarType dtype = !weighted ? at::kLong : weights->scalar_type() == at::kFloat ? at::kFloat : at::kDouble;
+  at::Tensor w = weighted ? weights->to(dtype) : at::ones({self.size(0)}, self.options().dtype(dtype));
+  return at::zeros({bins}, w.options()).index_add_(0, self.to(at::kLong), w);
+}
+
+// repeat_interleave(repeats): index i repeated repeats[i] times. The total
+// and the minimum (for PyTorch's negative check) come back in the one sync;
+// then a mark at each cumulative sum, summed up, numbers the runs.
+at::Tensor repeat_interleave_impl(const at::Tensor& repeats, std::optional<c10::SymInt> output_size) {
+  TORCH_CHECK(repeats.dim() == 1, "repeat_interleave only accept 1D vector as repeat");
+  TORCH_CHECK_NOT_IMPLEMENTED(repeats.scalar_type() == at::kLong || repeats.scalar_type() == at::kInt,
+                              "\"repeat_interleave_cpu\" not implemented for '", repeats.scalar_type(), "'");
+  int64_t n = repeats.numel(), total = 0;
+  if (n > 0) {
+    at::Tensor stats = at::stack({repeats.sum(), repeats.min().to(at::kLong)}).cpu();
+    total = stats[0].item<int64_t>();
+    TORCH_CHECK(stats[1].item<int64_t>() >= 0, "repeats can not be negative");
+  }
+  TORCH_CHECK(!output_size || *output_size == total, "allocated size does not match required size");
+  at::Tensor ends = repeats.cumsum(0, at::kLong).slice(0, 0, n > 0 ? n - 1 : 0);
+  at::Tensor marks = at::zeros({total + 1}, ends.options()).index_add_(0, ends, at::ones_like(ends));
+  return marks.slice(0, 0, total).cumsum(0).to(repeats.scalar_type());
+}
+
 bool equal_impl(const at::Tensor& self, const at::Tensor& other) {
   if (self.sizes() != other.sizes()) return false;
   TORCH_CHECK(self.device() == other.device(), "Cannot compare two tensors on different devices. Got: ",
@@ -58,6 +292,18 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("nonzero.out", TORCH_FN(torchtpu::nonzero_out));
   m.impl("masked_select", TORCH_FN(torchtpu::masked_select_impl));
   m.impl("masked_select.out", TORCH_FN(torchtpu::masked_select_out));
+  m.impl("_unique", TORCH_FN(torchtpu::unique_impl));
+  m.impl("_unique2", TORCH_FN(torchtpu::unique2_impl));
+  m.impl("unique_dim", TORCH_FN(torchtpu::unique_dim_impl));
+  m.impl("unique_consecutive", TORCH_FN(torchtpu::unique_consecutive_impl));
+  m.impl("unique_dim_consecutive", TORCH_FN(torchtpu::unique_dim_consecutive_impl));
+  m.impl("histogram.bin_ct", TORCH_FN(torchtpu::histogram_bin_ct));
+  m.impl("histogram.bins_tensor", TORCH_FN(torchtpu::histogram_bins_tensor));
+  m.impl("_histogramdd_bin_edges", TORCH_FN(torchtpu::histogramdd_bin_edges));
+  m.impl("_histogramdd_from_bin_cts", TORCH_FN(torchtpu::histogramdd_from_bin_cts));
+  m.impl("_histogramdd_from_bin_tensors", TORCH_FN(torchtpu::histogramdd_from_bin_tensors));
+  m.impl("bincount", TORCH_FN(torchtpu::bincount_impl));
+  m.impl("repeat_interleave.Tensor", TORCH_FN(torchtpu::repeat_interleave_impl));
   m.impl("equal", TORCH_FN(torchtpu::equal_impl));
   m.impl("is_nonzero", TORCH_FN(torchtpu::is_nonzero_impl));
 }
