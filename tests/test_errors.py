@@ -87,8 +87,8 @@ def test_mixed_devices_error():
 def test_fallback_error_mode():
     torchtpu._C._set_fallback_mode("error")
     try:
-        op = torch.ops.aten._fft_r2c  # no rule for FFTs yet: must refuse to fall back
+        op = torch.ops.aten.linalg_eig  # no rule for general eigenproblems: must refuse to fall back
         with pytest.raises(NotImplementedError, match="TORCHTPU_FALLBACK=error"):
-            op(torch.ones(8, device="tpu"), [0], 0, True)
+            op(torch.eye(2, device="tpu"))
     finally:
         torchtpu._C._set_fallback_mode("warn")

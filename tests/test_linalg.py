@@ -215,3 +215,249 @@ def test_linear_module(no_fallbacks):
 
 def test_outer(no_fallbacks):
     compare(torch.outer, make((3,), torch.float32), make((4,), torch.float32, 1))
+
+
+# --- factorizations and solves (factor.c) ------------------------------------
+
+def spd(shape, dtype, seed=0):
+    a = make(shape, dtype, seed)
+    return a @ a.mH + shape[-1] * torch.eye(shape[-1], dtype=dtype)
+
+
+FACTOR_DTYPES = [torch.float32, torch.float64, torch.complex64]
+
+
+@pytest.mark.parametrize("dtype", FACTOR_DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(4, 4), (2, 3, 3), (0, 2, 2), (1, 1)], ids=str)
+@pytest.mark.parametrize("upper", [False, True])
+def test_cholesky(no_fallbacks, shape, dtype, upper):
+    a = spd(shape, dtype)
+    compare(lambda x: torch.linalg.cholesky(x, upper=upper), a, rtol=1e-4, atol=1e-4)
+    compare(lambda x: torch.linalg.cholesky_ex(x, upper=upper), a, rtol=1e-4, atol=1e-4)
+    compare(lambda x: torch.cholesky_inverse(torch.linalg.cholesky(x, upper=upper), upper=upper), a,
+            rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("upper", [False, True])
+def test_cholesky_solve_broadcasts(no_fallbacks, upper):
+    f = torch.linalg.cholesky(spd((2, 1, 3, 3), torch.float32), upper=upper)
+    compare(lambda b, f: torch.cholesky_solve(b, f, upper=upper), make((4, 3, 2), torch.float32), f,
+            rtol=1e-4, atol=1e-4)
+
+
+def test_cholesky_not_positive_definite():
+    a = spd((2, 3, 3), torch.float32)
+    a[1, 2, 2] = -100.0
+    l, info = torch.linalg.cholesky_ex(a.to("tpu"))
+    assert info.dtype == torch.int32 and info.cpu().tolist() == [0, 3]  # LAPACK's: the first failing minor
+    with pytest.raises(torch.linalg.LinAlgError, match="not positive-definite"):
+        torch.linalg.cholesky(a.to("tpu"))
+    with pytest.raises(RuntimeError, match="not positive-definite"):
+        torch.linalg.cholesky_ex(a.to("tpu"), check_errors=True)
+    compare(lambda x: torch.cholesky(x, upper=True), spd((0, 3, 3), torch.float32))  # checks nothing when empty
+
+
+@pytest.mark.parametrize("dtype", FACTOR_DTYPES, ids=str)
+@pytest.mark.parametrize("upper,left,unit", [(True, True, False), (False, True, True), (False, False, False),
+                                             (True, False, True)])
+def test_solve_triangular(no_fallbacks, dtype, upper, left, unit):
+    a = spd((2, 4, 4), dtype)
+    b = make((4, 3) if left else (3, 4), dtype, 1)  # broadcast against a's batch
+    compare(lambda a, b: torch.linalg.solve_triangular(a, b, upper=upper, left=left, unitriangular=unit), a, b,
+            rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("upper,transpose,unit", [(True, False, False), (False, True, True)])
+def test_triangular_solve(no_fallbacks, upper, transpose, unit):
+    a, b = spd((4, 4), torch.float32), make((2, 4, 3), torch.float32, 1)
+    compare(lambda b, a: torch.triangular_solve(b, a, upper, transpose, unit), b, a, rtol=1e-4, atol=1e-4)
+
+
+LU_OPS = [
+    ("lu_factor_ex", lambda a, b: torch.linalg.lu_factor_ex(a)),
+    ("lu", lambda a, b: torch.linalg.lu(a)),
+    ("lu_unpack", lambda a, b: torch.lu_unpack(*torch.linalg.lu_factor(a))),
+    ("det", lambda a, b: torch.linalg.det(a)),
+    ("det_noncontiguous", lambda a, b: torch.ops.aten._linalg_det(a.mT)),
+    ("slogdet", lambda a, b: torch.ops.aten._linalg_slogdet(a)),
+    ("inv", lambda a, b: torch.linalg.inv_ex(a)),
+    ("solve", lambda a, b: torch.ops.aten._linalg_solve_ex(a, b)),
+    ("solve_vector", lambda a, b: torch.linalg.solve(a, b[..., 0])),
+    ("solve_right", lambda a, b: torch.linalg.solve(a, b.mT, left=False)),
+    ("lu_solve", lambda a, b: torch.linalg.lu_solve(*torch.linalg.lu_factor(a), b)),
+    ("lu_solve_adjoint", lambda a, b: torch.linalg.lu_solve(*torch.linalg.lu_factor(a), b, adjoint=True)),
+    ("lu_solve_right", lambda a, b: torch.linalg.lu_solve(*torch.linalg.lu_factor(a), b.mT, left=False)),
+    ("lu_solve_right_adjoint",
+     lambda a, b: torch.linalg.lu_solve(*torch.linalg.lu_factor(a), b.mT, left=False, adjoint=True)),
+]
+
+
+@pytest.mark.parametrize("dtype", FACTOR_DTYPES, ids=str)
+@pytest.mark.parametrize("name,fn", LU_OPS, ids=[n for n, _ in LU_OPS])
+def test_lu_family(no_fallbacks, name, fn, dtype):
+    compare(fn, make((2, 4, 4), dtype), make((2, 4, 3), dtype, 1), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (5, 3), (0, 0), (2, 0, 3)], ids=str)
+def test_lu_shapes(no_fallbacks, shape):
+    compare(torch.linalg.lu, make(shape, torch.float32))
+    compare(torch.linalg.det if shape[-1] == shape[-2] else torch.linalg.lu_factor, make(shape, torch.float32))
+
+
+def test_lu_singular(no_fallbacks):
+    a = torch.tensor([[[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [0.0, 0.0, 1.0]], [[0.0, 0.0, 0.0]] * 3])
+    compare(lambda x: torch.linalg.lu_factor_ex(x), a)  # info: the first zero pivot, as LAPACK
+    compare(lambda x: torch.linalg.slogdet(x), a)       # sign 0, logabsdet -inf
+    with pytest.raises(torch.linalg.LinAlgError, match="singular"):
+        torch.linalg.inv(a.to("tpu"))
+    with pytest.raises(RuntimeError, match="singular"):
+        torch.linalg.solve_ex(a.to("tpu"), a.to("tpu"), check_errors=True)
+
+
+def test_lu_nan_pivots_stay_in_range(no_fallbacks):
+    a = make((3, 3), torch.float32)
+    a[:, 0] = float("nan")
+    lu, piv = torch.linalg.lu_factor(a.to("tpu"))
+    assert ((piv.cpu() >= 1) & (piv.cpu() <= 3)).all() and lu.cpu().isnan().any()
+
+
+def test_lu_without_pivoting_error():
+    with pytest.raises(RuntimeError, match="LU without pivoting is not implemented on the CPU"):
+        torch.linalg.lu_factor(make((3, 3), torch.float32).to("tpu"), pivot=False)
+
+
+def test_angle(no_fallbacks):
+    compare(torch.angle, torch.tensor([-1.0, 0.0, -0.0, 2.0, float("nan"), float("-inf")]))
+    compare(torch.angle, make((3, 4), torch.complex64))
+    compare(torch.angle, torch.tensor([-3, 0, 2]))  # integers give the default float type
+    compare(torch.angle, make((2, 3), torch.bfloat16))
+
+
+@pytest.mark.parametrize("p", [0.0, 1.0, 2.0, 3.5, float("inf")])
+def test_cdist(no_fallbacks, p):
+    compare(lambda a, b: torch.cdist(a, b, p=p), make((2, 5, 3), torch.float32), make((1, 4, 3), torch.float32, 1),
+            rtol=1e-5, atol=1e-5)
+    compare(lambda a, b: torch.cdist(a, b, p=p), make((0, 3), torch.float32), make((4, 3), torch.float32))
+
+
+def test_cdist_bad_input():
+    with pytest.raises(RuntimeError, match="X1 and X2 must have the same number of columns"):
+        torch.cdist(make((2, 3), torch.float32).to("tpu"), make((2, 4), torch.float32).to("tpu"))
+
+
+@pytest.mark.parametrize("p", [0.0, 1.0, 2.0, 1.5, 3.5, float("inf")])
+def test_cdist_backward(no_fallbacks, p):
+    a, b = make((2, 5, 3), torch.float32), make((1, 4, 3), torch.float32, 1)
+    b[0, 1] = a[1, 2]  # a pair at distance 0 contributes nothing
+
+    def grads(x1, x2):
+        x1, x2 = x1.clone().requires_grad_(), x2.clone().requires_grad_()
+        return torch.autograd.grad(torch.cdist(x1, x2, p=p).sin().sum(), (x1, x2))
+    compare(grads, a, b, rtol=1e-5, atol=1e-5)
+    compare(grads, make((0, 4, 3), torch.float32), make((5, 3), torch.float32))  # x2's gradient: zeros
+
+
+@pytest.mark.parametrize("dtype", FACTOR_DTYPES, ids=str)
+@pytest.mark.parametrize("scale", [0.0, 0.01, 1.0, 30.0])  # 0: no squaring; 30: several, per matrix
+def test_matrix_exp(no_fallbacks, dtype, scale):
+    a = make((3, 4, 4), dtype) * torch.tensor([scale, scale / 10, 1.0]).to(dtype).view(3, 1, 1)
+    compare(torch.linalg.matrix_exp, a, rtol=1e-4, atol=1e-4)
+
+
+def test_matrix_exp_edges(no_fallbacks):
+    a = make((2, 3, 3), torch.float32)
+    a[1, 0, 0] = float("nan")
+    compare(torch.linalg.matrix_exp, a)
+    compare(torch.linalg.matrix_exp, make((0, 3, 3), torch.float32))
+    compare(torch.linalg.matrix_exp, make((2, 0, 0), torch.float32))
+    with pytest.raises(RuntimeError, match="must be batches of square matrices"):
+        torch.linalg.matrix_exp(make((2, 3), torch.float32).to("tpu"))
+
+
+def check_svd(a, full):
+    """U, S, Vh on tpu: S as on CPU, U and Vh orthonormal, U S Vh == a (the
+    vectors' signs/phases are not unique, so they are not compared to CPU)."""
+    u, s, vh = (t.cpu() for t in torch.ops.aten._linalg_svd(a.to("tpu"), full_matrices=full))
+    expected = torch.linalg.svd(a, full_matrices=full)
+    assert u.shape == expected.U.shape and vh.shape == expected.Vh.shape and s.dtype == expected.S.dtype
+    torch.testing.assert_close(s, expected.S, rtol=1e-4, atol=1e-4)
+    k = s.shape[-1]
+    torch.testing.assert_close((u[..., :k] * s.unsqueeze(-2).to(u.dtype)) @ vh[..., :k, :], a, rtol=1e-4, atol=1e-4)
+    for q in (u.mH @ u, vh @ vh.mH):
+        torch.testing.assert_close(q, torch.eye(q.shape[-1], dtype=q.dtype).expand_as(q), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", FACTOR_DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(4, 4), (5, 3), (3, 5), (2, 6, 4), (0, 3), (3, 0)], ids=str)
+@pytest.mark.parametrize("full", [False, True])
+def test_svd(no_fallbacks, shape, dtype, full):
+    check_svd(make(shape, dtype), full)
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_svd_rank_deficient(no_fallbacks, full):
+    # zero singular values: U is completed to orthonormal columns all the same
+    check_svd(make((5, 2), torch.float32) @ make((2, 4), torch.float32, 1), full)
+    check_svd(torch.zeros(3, 3), full)
+
+
+def test_svd_composites(no_fallbacks):
+    a = make((2, 5, 3), torch.float32)
+    for fn in (torch.linalg.svdvals, torch.linalg.pinv, lambda x: torch.linalg.matrix_norm(x, "nuc"),
+               lambda x: torch.linalg.matrix_norm(x, 2), torch.linalg.matrix_rank):
+        compare(fn, a, rtol=1e-4, atol=1e-4)
+    with pytest.raises(RuntimeError, match="input matrix contained non-finite values"):
+        torch.linalg.svdvals(torch.tensor([[float("nan"), 1.0], [0.0, 1.0]], device="tpu"))
+
+
+@pytest.mark.parametrize("dtype", FACTOR_DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(4, 4), (2, 5, 5), (1, 1), (0, 3, 3)], ids=str)
+@pytest.mark.parametrize("uplo", ["L", "U"])
+def test_eigh(no_fallbacks, shape, dtype, uplo):
+    """Eigenvalues as on CPU; eigenvectors orthonormal and V diag(w) V^H equal to
+    the Hermitian matrix of the UPLO triangle (their signs/phases are not unique)."""
+    a = make(shape, dtype)
+    compare(lambda x: torch.linalg.eigvalsh(x, UPLO=uplo), a, rtol=1e-4, atol=1e-4)
+    w, v = (t.cpu() for t in torch.linalg.eigh(a.to("tpu"), UPLO=uplo))
+    ew, ev = torch.linalg.eigh(a, UPLO=uplo)
+    torch.testing.assert_close(w, ew, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close((v * w.unsqueeze(-2).to(v.dtype)) @ v.mH, (ev * ew.unsqueeze(-2).to(v.dtype)) @ ev.mH,
+                               rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(v.mH @ v, torch.eye(shape[-1], dtype=dtype).expand_as(v), rtol=1e-4, atol=1e-4)
+
+
+def test_eigh_composites(no_fallbacks):
+    a = make((2, 4, 4), torch.float32)
+    a = a + a.mT
+    compare(lambda x: torch.linalg.matrix_rank(x, hermitian=True), a)
+    compare(lambda x: torch.linalg.pinv(x, hermitian=True), a, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", FACTOR_DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(4, 4), (5, 3), (3, 5), (2, 4, 3), (0, 3)], ids=str)
+def test_qr(no_fallbacks, shape, dtype):
+    a = make(shape, dtype)
+    for mode in ("reduced", "complete", "r"):  # Householder with LAPACK's signs: Q and R as on CPU
+        compare(lambda x: torch.linalg.qr(x, mode=mode), a, rtol=1e-4, atol=1e-4)
+    refl, tau = torch.geqrf(a)
+    if shape[-2] >= shape[-1]:
+        compare(torch.linalg.householder_product, refl, tau, rtol=1e-4, atol=1e-4)
+    for left, c in ((True, make((*shape[:-2], shape[-2], 2), dtype, 1)), (False, make((*shape[:-2], 2, shape[-2]), dtype, 1))):
+        for transpose in (False, True):
+            compare(lambda r, t, c: torch.ormqr(r, t, c, left, transpose), refl, tau, c, rtol=1e-4, atol=1e-4)
+
+
+def test_qr_reduced_column():
+    # a column with nothing below the diagonal gets no reflection (tau 0), as LAPACK
+    a = torch.tensor([[-2.0, 1.0], [0.0, 3.0], [0.0, 4.0]])
+    compare(torch.linalg.qr, a)
+
+
+def test_factorizations_compiled(no_fallbacks):
+    # the graph path has no strides: _linalg_det factors A^T there, as PyTorch does for contiguous A
+    def f(a, b):
+        return (torch.linalg.det(a), torch.linalg.svdvals(a), torch.linalg.solve(a, b), torch.linalg.qr(a).R,
+                torch.linalg.eigvalsh(a), torch.linalg.matrix_exp(a), torch.linalg.cholesky(a @ a.mT + 4 * torch.eye(4, device=a.device)))
+    a, b = make((3, 4, 4), torch.float32), make((3, 4, 2), torch.float32, 1)
+    got = torch.compile(f, backend="tpu")(a.to("tpu"), b.to("tpu"))
+    torch.testing.assert_close([t.cpu() for t in got], list(f(a, b)), rtol=1e-4, atol=1e-4)

@@ -155,11 +155,12 @@ class _Program:
 
     def __init__(self, gm, inputs, name):
         self.name = name
-        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        # Tensor constants of the graph (get_attr) come after the inputs.
+        placeholders = [n for n in gm.graph.nodes if n.op in ("placeholder", "get_attr")]
         output = next(n for n in gm.graph.nodes if n.op == "output")
         index = {n: i for i, n in enumerate(placeholders)}
         # Concrete metadata for these inputs (graphs may be symbolic).
-        _propagate(gm, inputs)
+        _propagate(gm, inputs[:sum(n.op == "placeholder" for n in placeholders)])
         writes = {}
         for node in gm.graph.nodes:
             if node.op == "call_function" and _writes_input(node):
@@ -318,8 +319,17 @@ class _Runner:
         self.gm = gm
         self.name = name
         self.programs = {}
+        # The graph's tensor constants, on tpu once: they join each call's inputs.
+        self.constants = []
+        for node in gm.graph.nodes:
+            if node.op == "get_attr":
+                value = gm
+                for part in node.target.split("."):
+                    value = getattr(value, part)
+                self.constants.append(value.to("tpu") if isinstance(value, torch.Tensor) else value)
 
     def run(self, inputs):
+        inputs = list(inputs) + self.constants
         sig = (_C._graph_signature([t if isinstance(t, torch.Tensor) else None for t in inputs]),
                tuple(v for v in inputs if not isinstance(v, torch.Tensor)))
         program = self.programs.get(sig)

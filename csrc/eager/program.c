@@ -13,6 +13,10 @@
 #include "eager/internal.h"
 #include "runtime/compile_cache.h"
 
+/* Distinct runtime checks one program may carry (checks raising the same
+ * error share one). */
+#define MAX_CHECKS_PER_PROGRAM 16
+
 /* --- the flat view of a call ------------------------------------------------- */
 
 bool tpu_ref_is_none(const tpu_tensor_ref *r) {
@@ -102,8 +106,8 @@ struct tpu_eager_entry {
   bool track; /* ask for completion tracking (see tpu_executable_execute) */
   /* Runtime checks: the last |num_checks| results are i1 flags. */
   int num_checks;
-  tpu_code_t check_codes[TPU_LOWER_MAX_CHECKS];
-  const char *check_messages[TPU_LOWER_MAX_CHECKS];
+  tpu_code_t check_codes[MAX_CHECKS_PER_PROGRAM];
+  const char *check_messages[MAX_CHECKS_PER_PROGRAM];
 };
 
 void tpu_eager_entry_free(tpu_eager_entry *e) {
@@ -144,8 +148,6 @@ bool tpu_eager_entry_uses_rng(const tpu_eager_entry *e) {
 }
 
 /* --- building ---------------------------------------------------------------------- */
-
-#define MAX_CHECKS_PER_PROGRAM 16
 
 struct tpu_program {
   const tpu_eager_call *call;
@@ -345,10 +347,21 @@ tpu_status_t tpu_program_apply(tpu_program *p, const tpu_lower_rule *rule, const
   };
   if (rule->flags & TPU_RULE_RNG) c.rng_state = next_rng_state(p);
   TPU_RETURN_IF_ERROR(tpu_lower_run(rule, &c));
+  /* Checks that raise the same error share one flag: a graph of many
+   * indexing ops waits for one result per kind of error. */
   for (int i = 0; i < c.num_checks; i++) {
-    if (p->num_checks == MAX_CHECKS_PER_PROGRAM)
-      return tpu_status_new(TPU_ERR_NOT_IMPLEMENTED, "%s: too many runtime checks in one program", p->name);
-    p->checks[p->num_checks++] = c.checks[i];
+    int j = 0;
+    while (j < p->num_checks &&
+           (p->checks[j].code != c.checks[i].code || strcmp(p->checks[j].message, c.checks[i].message) != 0))
+      j++;
+    if (j < p->num_checks) {
+      p->checks[j].ok = tpu_hlo_binary(p->b, TPU_HLO_AND, p->checks[j].ok, c.checks[i].ok);
+    } else if (p->num_checks == MAX_CHECKS_PER_PROGRAM) {
+      return tpu_status_new(TPU_ERR_NOT_IMPLEMENTED, "%s: too many kinds of runtime checks in one program",
+                            p->name);
+    } else {
+      p->checks[p->num_checks++] = c.checks[i];
+    }
   }
   return NULL;
 }
@@ -485,11 +498,7 @@ tpu_status_t tpu_program_finish(tpu_program *p, tpu_eager_entry **out_entry) {
     e->check_codes[i] = p->checks[i].code;
     e->check_messages[i] = p->checks[i].message;
   }
-  e->num_checks = p->num_checks > TPU_LOWER_MAX_CHECKS ? TPU_LOWER_MAX_CHECKS : p->num_checks;
-  if (p->num_checks > TPU_LOWER_MAX_CHECKS) {
-    st = tpu_status_new(TPU_ERR_NOT_IMPLEMENTED, "%s: too many runtime checks", p->name);
-    goto fail;
-  }
+  e->num_checks = p->num_checks;
   e->num_results = n;
   e->results = results;
   results = NULL;

@@ -1,11 +1,1002 @@
-/* factor rules. */
+/* Factorizations and what is built on them: triangular solves
+ * (linalg_solve_triangular, triangular_solve, on stablehlo.triangular_solve);
+ * Cholesky (linalg_cholesky_ex, cholesky, cholesky_inverse,
+ * _cholesky_solve_helper); LU with partial pivoting (linalg_lu_factor_ex,
+ * linalg_lu, lu_unpack, linalg_lu_solve, _linalg_det, _linalg_slogdet,
+ * linalg_inv_ex, _linalg_solve_ex); matrix_exp; SVD and Hermitian
+ * eigendecomposition by Jacobi rotations (_linalg_svd, _linalg_eigh); and
+ * Householder QR (linalg_qr, linalg_householder_product, ormqr).
+ *
+ * The plugin has no LAPACK, so the factorizations are loops written in HLO
+ * (a stablehlo.while over columns or rotations), following LAPACK's
+ * conventions where PyTorch exposes them (pivots and info, the signs of R).
+ * Matrices are the last two dims; the leading ones are a batch, broadcast
+ * to the output's batch where PyTorch broadcasts. */
+#include <math.h>
+#include <stdio.h>
+
 #include "lower/rules.h"
 
-static tpu_status_t placeholder_rule(tpu_lower_ctx *c) {
-  return tpu_lower_error(c, TPU_ERR_NOT_IMPLEMENTED, "%s: no lowering yet", c->op);
+/* The conjugate of |x| (the identity for real types). */
+static tpu_hlo_value conj_of(tpu_lower_ctx *c, tpu_hlo_value x) {
+  if (!tpu_dtype_is_complex(tpu_hlo_dtype(B, x))) return x;
+  return tpu_hlo_binary(B, TPU_HLO_COMPLEX, un(c, TPU_HLO_REAL, x), neg(c, un(c, TPU_HLO_IMAG, x)));
+}
+
+/* The transpose of each matrix of |x|, conjugated if |adjoint| (and complex). */
+static tpu_hlo_value mT(tpu_lower_ctx *c, tpu_hlo_value x, bool adjoint) {
+  int rank = tpu_hlo_rank(B, x);
+  int64_t perm[TPU_HLO_MAX_RANK];
+  for (int d = 0; d < rank; d++) perm[d] = d;
+  perm[rank - 2] = rank - 1;
+  perm[rank - 1] = rank - 2;
+  x = tpu_hlo_transpose(B, x, perm);
+  return adjoint ? conj_of(c, x) : x;
+}
+
+/* |x| (real) as |like|'s dtype (complex with zero imaginary part). */
+static tpu_hlo_value as_type_of(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value like) {
+  return tpu_hlo_convert(B, x, tpu_hlo_dtype(B, like));
+}
+
+/* i1 of |t|'s shape: true where col - row >= |from| (|upper|) or col - row <= |from|. */
+static tpu_hlo_value triangle(tpu_lower_ctx *c, const tpu_hlo_type *t, bool upper, int64_t from) {
+  tpu_hlo_type it = *t;
+  it.dtype = TPU_S64;
+  tpu_hlo_value diff = sub(c, tpu_hlo_iota(B, &it, t->rank - 1), tpu_hlo_iota(B, &it, t->rank - 2));
+  return cmp(c, upper ? TPU_HLO_GE : TPU_HLO_LE, diff, tpu_hlo_const_i64(B, &it, from));
+}
+
+/* |x| with the elements outside the triangle replaced by zeros. */
+static tpu_hlo_value keep_triangle(tpu_lower_ctx *c, tpu_hlo_value x, bool upper) {
+  const tpu_hlo_type *t = tpu_hlo_type_of(B, x);
+  tpu_hlo_type tt = *t;
+  return sel(c, triangle(c, &tt, upper, 0), x, tpu_hlo_const_f64(B, &tt, 0.0));
+}
+
+/* Tensor argument |arg| as matrices of |dtype| with the batch |batch_of|
+ * (whose last two dims are ignored). */
+static tpu_hlo_value batched(tpu_lower_ctx *c, int arg, const tpu_hlo_type *batch_of, tpu_dtype_t dtype) {
+  tpu_hlo_type t = *batch_of;
+  t.dtype = dtype;
+  t.dims[t.rank - 2] = c->args[arg].sizes[c->args[arg].rank - 2];
+  t.dims[t.rank - 1] = c->args[arg].sizes[c->args[arg].rank - 1];
+  return tpu_hlo_broadcast_to(B, tpu_lower_tensor(c, arg), &t);
+}
+
+enum { NO_TRANSPOSE, TRANSPOSE, ADJOINT };
+
+/* op(a) x = b (|left|) or x op(a) = b, a triangular; batches equal. */
+static tpu_hlo_value tri_solve(tpu_lower_ctx *c, tpu_hlo_value a, tpu_hlo_value b, bool left, bool lower, bool unit,
+                               int transpose) {
+  static const char *const mode[] = {"NO_TRANSPOSE", "TRANSPOSE", "ADJOINT"};
+  char attrs[160];
+  snprintf(attrs, sizeof attrs,
+           "left_side = %s, lower = %s, unit_diagonal = %s, transpose_a = #stablehlo<transpose %s>",
+           left ? "true" : "false", lower ? "true" : "false", unit ? "true" : "false", mode[transpose]);
+  tpu_hlo_type t = *tpu_hlo_type_of(B, b);
+  tpu_hlo_value operands[2] = {a, b}, x;
+  tpu_hlo_op(B, "stablehlo.triangular_solve", operands, 2, NULL, 0, attrs, &t, 1, &x);
+  return x;
+}
+
+/* The solution of (L L^H) x = b, or (U^H U) x = b if |upper|, for the factor |f|. */
+static tpu_hlo_value cholesky_solve(tpu_lower_ctx *c, tpu_hlo_value f, tpu_hlo_value b, bool upper) {
+  tpu_hlo_value y = tri_solve(c, f, b, true, !upper, false, upper ? ADJOINT : NO_TRANSPOSE);
+  return tri_solve(c, f, y, true, !upper, false, upper ? NO_TRANSPOSE : ADJOINT);
+}
+
+/* _cholesky_solve_helper(self, A, upper) */
+static tpu_status_t cholesky_solve_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value f = batched(c, 1, OUT, OUT->dtype);
+  return done(c, cholesky_solve(c, f, batched(c, 0, OUT, OUT->dtype), tpu_lower_bool(c, 2, false)));
+}
+
+/* The identity matrices of type |t|. */
+static tpu_hlo_value identity(tpu_lower_ctx *c, const tpu_hlo_type *t) {
+  tpu_hlo_type tt = *t;
+  tpu_hlo_value eye = and_(c, triangle(c, &tt, true, 0), triangle(c, &tt, false, 0));
+  return sel(c, eye, tpu_hlo_const_f64(B, &tt, 1.0), tpu_hlo_const_f64(B, &tt, 0.0));
+}
+
+/* cholesky_inverse(self, upper) */
+static tpu_status_t cholesky_inverse_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value f = tpu_hlo_convert(B, tpu_lower_tensor(c, 0), OUT->dtype);
+  return done(c, cholesky_solve(c, f, identity(c, OUT), tpu_lower_bool(c, 1, false)));
+}
+
+/* linalg_solve_triangular(self, B, *, upper, left, unitriangular) */
+static tpu_status_t solve_triangular_rule(tpu_lower_ctx *c) {
+  bool upper = tpu_lower_bool(c, 2, false), left = tpu_lower_bool(c, 3, true);
+  tpu_hlo_value a = batched(c, 0, OUT, OUT->dtype), b = batched(c, 1, OUT, OUT->dtype);
+  return done(c, tri_solve(c, a, b, left, !upper, tpu_lower_bool(c, 4, false), NO_TRANSPOSE));
+}
+
+/* triangular_solve(self, A, upper, transpose, unitriangular) -> (solution, cloned_coefficient) */
+static tpu_status_t triangular_solve_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value a = batched(c, 1, OUT, OUT->dtype), b = batched(c, 0, OUT, OUT->dtype);
+  bool upper = tpu_lower_bool(c, 2, true), transpose = tpu_lower_bool(c, 3, false);
+  tpu_lower_set_output(c, 0, tri_solve(c, a, b, true, !upper, tpu_lower_bool(c, 4, false),
+                                       transpose ? TRANSPOSE : NO_TRANSPOSE));
+  tpu_lower_set_output(c, 1, a);
+  return NULL;
+}
+
+/* --- loops ---------------------------------------------------------------------
+ * A factorization is a stablehlo.while whose body is one step (a column, a
+ * rotation). State vectors keep size-1 dims (pivots [batch, 1, k], info
+ * [batch, 1, 1]) so that they broadcast against the matrices by NumPy rules. */
+
+#define LOOP_MAX_STATE 4
+typedef void (*loop_step_fn)(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *state);
+
+/* Runs |step| for k = 0 .. count - 1 (|count| a rank-0 s64 value) over the
+ * |n| values of |state| (replaced by the final ones). The body sees only k
+ * and the state. */
+static void loop_to(tpu_lower_ctx *c, tpu_hlo_value count, int n, tpu_hlo_value *state, loop_step_fn step) {
+  if (tpu_hlo_failed(B)) return;
+  tpu_hlo_type types[LOOP_MAX_STATE + 2];
+  tpu_hlo_value init[LOOP_MAX_STATE + 2], args[LOOP_MAX_STATE + 2], out[LOOP_MAX_STATE + 2];
+  init[0] = tpu_hlo_scalar_i64(B, TPU_S64, 0);
+  init[1] = count;
+  for (int i = 0; i < n; i++) init[i + 2] = state[i];
+  for (int i = 0; i < n + 2; i++) types[i] = *tpu_hlo_type_of(B, init[i]);
+  tpu_hlo_region regions[2];
+  tpu_hlo_region_begin(B, n + 2, types, args);
+  tpu_hlo_value go = cmp(c, TPU_HLO_LT, args[0], args[1]);
+  tpu_hlo_region_end(B, &go, 1, &regions[0]);
+  tpu_hlo_region_begin(B, n + 2, types, args);
+  step(c, args[0], args + 2);
+  args[0] = add(c, args[0], tpu_hlo_scalar_i64(B, TPU_S64, 1));
+  tpu_hlo_region_end(B, args, n + 2, &regions[1]);
+  tpu_hlo_op(B, "stablehlo.while", init, n + 2, regions, 2, NULL, types, n + 2, out);
+  for (int i = 0; i < n; i++) state[i] = out[i + 2];
+}
+
+/* loop_to a known count. No iterations: no loop, whose body might not even
+ * compile (slices of empty matrices). */
+static void loop(tpu_lower_ctx *c, int64_t count, int n, tpu_hlo_value *state, loop_step_fn step) {
+  if (count > 0) loop_to(c, tpu_hlo_scalar_i64(B, TPU_S64, count), n, state, step);
+}
+
+/* |x| (rank 0 or NumPy-broadcastable) spread to |t|'s shape, keeping its dtype. */
+static tpu_hlo_value spread(tpu_lower_ctx *c, tpu_hlo_value x, const tpu_hlo_type *t) {
+  tpu_hlo_type to = *t;
+  to.dtype = tpu_hlo_dtype(B, x);
+  return tpu_hlo_broadcast_to(B, x, &to);
+}
+
+/* s64 indices along |dim| of |x|'s shape. */
+static tpu_hlo_value index_along(tpu_lower_ctx *c, tpu_hlo_value x, int dim) {
+  tpu_hlo_type t = *tpu_hlo_type_of(B, x);
+  t.dtype = TPU_S64;
+  return tpu_hlo_iota(B, &t, dim);
+}
+
+/* |x| reduced over |dim| with |op|, the dim kept as size 1. */
+static tpu_hlo_value reduce_keep(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_binary_t op, int dim) {
+  int rank = tpu_hlo_rank(B, x);
+  int64_t d = dim;
+  return tpu_lower_keepdim(B, tpu_lower_reduce(B, x, op, &d, 1), rank, &d, 1);
+}
+
+/* The element of |x| at index |k| (a value) of |dim|, the dim kept as size 1. */
+static tpu_hlo_value pick(tpu_lower_ctx *c, tpu_hlo_value x, int dim, tpu_hlo_value k) {
+  tpu_hlo_type t = *tpu_hlo_type_of(B, x);
+  tpu_hlo_value starts[TPU_HLO_MAX_RANK];
+  for (int d = 0; d < t.rank; d++) starts[d] = d == dim ? k : tpu_hlo_scalar_i64(B, TPU_S64, 0);
+  t.dims[dim] = 1;
+  return tpu_hlo_dynamic_slice(B, x, starts, t.dims);
+}
+
+/* The slices of |x| along |dim| where |pred| holds, summed: the one selected slice. */
+static tpu_hlo_value row_where(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value pred, int dim) {
+  tpu_hlo_type t = *tpu_hlo_type_of(B, x);
+  return reduce_keep(c, sel(c, pred, x, tpu_hlo_const_f64(B, &t, 0.0)), TPU_HLO_ADD, dim);
+}
+
+/* Output |i| from a state vector with size-1 dims (pivots, info). */
+static void set_vector(tpu_lower_ctx *c, int i, tpu_hlo_value v) {
+  if (c->out_types[i].dtype == TPU_INVALID) return;
+  tpu_lower_set_output(c, i, tpu_hlo_reshape(B, v, c->out_types[i].rank, c->out_types[i].dims));
+}
+
+/* Asks for info == 0 everywhere when argument |arg| (check_errors) is set,
+ * or always for |arg| -1. */
+static void check_info(tpu_lower_ctx *c, int arg, tpu_hlo_value info, const char *message) {
+  if (arg >= 0 && !tpu_lower_bool(c, arg, false)) return;
+  tpu_hlo_type t = *tpu_hlo_type_of(B, info);
+  int64_t all[TPU_HLO_MAX_RANK];
+  for (int d = 0; d < t.rank; d++) all[d] = d;
+  tpu_hlo_value worst = tpu_lower_reduce(B, info, TPU_HLO_MAX, all, t.rank); /* the type's minimum if empty */
+  tpu_lower_require(c, cmp(c, TPU_HLO_LE, worst, tpu_hlo_scalar_i64(B, t.dtype, 0)), TPU_ERR_RUNTIME, message);
+}
+
+/* --- Cholesky ------------------------------------------------------------------ */
+
+/* One column of potrf (right-looking). State: the matrices, info (s64
+ * [batch, 1, 1]). A matrix stops changing at its first non-positive pivot
+ * (NaN included), whose order is LAPACK's info. */
+static void cholesky_step(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s) {
+  tpu_hlo_type t = *tpu_hlo_type_of(B, s[0]), it = *tpu_hlo_type_of(B, s[1]);
+  int r = t.rank;
+  tpu_hlo_value col = pick(c, s[0], r - 1, k);
+  tpu_hlo_type ct = *tpu_hlo_type_of(B, col), ci = ct;
+  ci.dtype = TPU_S64;
+  tpu_hlo_value d = un(c, TPU_HLO_REAL, pick(c, col, r - 2, k));
+  tpu_hlo_type dt = *tpu_hlo_type_of(B, d);
+  tpu_hlo_value fine = cmp(c, TPU_HLO_EQ, s[1], tpu_hlo_const_i64(B, &it, 0));
+  tpu_hlo_value positive = cmp(c, TPU_HLO_GT, d, tpu_hlo_const_f64(B, &dt, 0.0));
+  tpu_hlo_value failed = and_(c, fine, tpu_hlo_unary(B, TPU_HLO_NOT, positive));
+  s[1] = sel(c, failed, add(c, spread(c, k, &it), tpu_hlo_const_i64(B, &it, 1)), s[1]);
+  tpu_hlo_value l = as_type_of(c, un(c, TPU_HLO_SQRT, d), col);
+  tpu_hlo_value crow = index_along(c, col, r - 2), kc = spread(c, k, &ci);
+  tpu_hlo_value lc = sel(c, cmp(c, TPU_HLO_GT, crow, kc), dvd(c, col, spread(c, l, &ct)),
+                         sel(c, cmp(c, TPU_HLO_EQ, crow, kc), spread(c, l, &ct), tpu_hlo_const_f64(B, &ct, 0.0)));
+  tpu_hlo_type tt = t;
+  tt.dtype = TPU_S64;
+  tpu_hlo_value rows = index_along(c, s[0], r - 2), cols = index_along(c, s[0], r - 1), kk = spread(c, k, &tt);
+  tpu_hlo_value trailing = and_(c, cmp(c, TPU_HLO_GT, rows, kk), cmp(c, TPU_HLO_GT, cols, kk));
+  tpu_hlo_value outer = mul(c, spread(c, lc, &t), spread(c, mT(c, lc, true), &t));
+  tpu_hlo_value next = sel(c, trailing, sub(c, s[0], outer), sel(c, cmp(c, TPU_HLO_EQ, cols, kk), spread(c, lc, &t), s[0]));
+  s[0] = sel(c, spread(c, and_(c, fine, positive), &t), next, s[0]);
+}
+
+/* linalg_cholesky_ex(self, *, upper, check_errors) -> (L, info);
+ * cholesky(self, upper) -> L */
+static tpu_status_t cholesky_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value a = tpu_hlo_convert(B, tpu_lower_tensor(c, 0), OUT->dtype);
+  tpu_hlo_type it = *tpu_hlo_type_of(B, a);
+  int r = it.rank;
+  int64_t n = it.dims[r - 1];
+  it.dtype = TPU_S64;
+  it.dims[r - 2] = it.dims[r - 1] = 1;
+  tpu_hlo_value s[2] = {a, tpu_hlo_const_i64(B, &it, 0)};
+  loop(c, n, 2, s, cholesky_step);
+  tpu_hlo_value l = keep_triangle(c, s[0], false);
+  bool ex = c->num_outputs > 1;
+  check_info(c, ex ? 2 : -1, s[1],
+             ex ? "linalg.cholesky_ex: The factorization could not be completed because the input is not "
+                  "positive-definite."
+                : "cholesky: The factorization could not be completed because the input is not positive-definite.");
+  tpu_lower_set_output(c, 0, tpu_lower_bool(c, 1, false) ? mT(c, l, true) : l);
+  if (ex) set_vector(c, 1, s[1]);
+  return NULL;
+}
+
+/* --- LU with partial pivoting ------------------------------------------------
+ * A right-looking elimination as LAPACK's getrf: the pivot is the first row
+ * of largest |x| (|re| + |im| for complex), a zero pivot sets info and the
+ * column is left unscaled. */
+
+/* One column of getrf. State: the matrices, pivots (1-based, s64), info (s64). */
+static void lu_step(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s) {
+  tpu_hlo_type t = *tpu_hlo_type_of(B, s[0]);
+  int r = t.rank;
+  int64_t m = t.dims[r - 2];
+  tpu_hlo_value rows = index_along(c, s[0], r - 2), cols = index_along(c, s[0], r - 1), kk = spread(c, k, &t);
+  tpu_hlo_value col = pick(c, s[0], r - 1, k);
+  tpu_hlo_value crow = index_along(c, col, r - 2);
+  tpu_hlo_value mag = tpu_dtype_is_complex(t.dtype)
+                          ? add(c, un(c, TPU_HLO_ABS, un(c, TPU_HLO_REAL, col)), un(c, TPU_HLO_ABS, un(c, TPU_HLO_IMAG, col)))
+                          : un(c, TPU_HLO_ABS, col);
+  tpu_hlo_type mt = *tpu_hlo_type_of(B, mag), ct = mt;
+  ct.dtype = TPU_S64;
+  mag = sel(c, cmp(c, TPU_HLO_GE, crow, spread(c, k, &ct)), mag, tpu_hlo_const_f64(B, &mt, -1.0));
+  tpu_hlo_value hit = cmp(c, TPU_HLO_EQ, mag, spread(c, reduce_keep(c, mag, TPU_HLO_MAX, r - 2), &mt));
+  tpu_hlo_value p = reduce_keep(c, sel(c, hit, crow, tpu_hlo_const_i64(B, &ct, m)), TPU_HLO_MIN, r - 2);
+  const tpu_hlo_type pt = *tpu_hlo_type_of(B, p);
+  p = sel(c, cmp(c, TPU_HLO_EQ, p, tpu_hlo_const_i64(B, &pt, m)), spread(c, k, &pt), p); /* NaN column */
+  tpu_hlo_value at_k = cmp(c, TPU_HLO_EQ, rows, kk), at_p = cmp(c, TPU_HLO_EQ, rows, spread(c, p, &t));
+  tpu_hlo_value row_k = row_where(c, s[0], at_k, r - 2), row_p = row_where(c, s[0], at_p, r - 2);
+  tpu_hlo_value a = sel(c, at_k, spread(c, row_p, &t), sel(c, at_p, spread(c, row_k, &t), s[0]));
+  tpu_hlo_value pivot = pick(c, row_p, r - 1, k);
+  tpu_hlo_type vt = *tpu_hlo_type_of(B, pivot);
+  tpu_hlo_value zero_pivot = cmp(c, TPU_HLO_EQ, pivot, tpu_hlo_const_f64(B, &vt, 0.0));
+  tpu_hlo_value first_zero = and_(c, zero_pivot, cmp(c, TPU_HLO_EQ, s[2], tpu_hlo_const_i64(B, &pt, 0)));
+  s[2] = sel(c, first_zero, add(c, spread(c, k, &pt), tpu_hlo_const_i64(B, &pt, 1)), s[2]);
+  tpu_hlo_value l = pick(c, a, r - 1, k);
+  l = dvd(c, l, spread(c, sel(c, zero_pivot, tpu_hlo_const_f64(B, &vt, 1.0), pivot), tpu_hlo_type_of(B, l)));
+  l = spread(c, l, &t);
+  tpu_hlo_value below = cmp(c, TPU_HLO_GT, rows, kk);
+  tpu_hlo_value trailing = and_(c, below, cmp(c, TPU_HLO_GT, cols, kk));
+  tpu_hlo_value update = sub(c, a, mul(c, l, spread(c, row_p, &t)));
+  s[0] = sel(c, trailing, update, sel(c, and_(c, below, cmp(c, TPU_HLO_EQ, cols, kk)), l, a));
+  tpu_hlo_type it = *tpu_hlo_type_of(B, s[1]);
+  tpu_hlo_value at = cmp(c, TPU_HLO_EQ, index_along(c, s[1], r - 1), spread(c, k, &it));
+  s[1] = sel(c, at, spread(c, add(c, p, tpu_hlo_const_i64(B, &pt, 1)), &it), s[1]);
+}
+
+/* getrf of |a| ([batch, m, n]): out_lu (L and U packed), out_piv (1-based
+ * s64 [batch, 1, min(m, n)]), out_info (s64 [batch, 1, 1]). */
+static void lu_factor(tpu_lower_ctx *c, tpu_hlo_value a, tpu_hlo_value *out_lu, tpu_hlo_value *out_piv,
+                      tpu_hlo_value *out_info) {
+  tpu_hlo_type t = *tpu_hlo_type_of(B, a), pt = t;
+  int r = t.rank;
+  int64_t k = t.dims[r - 2] < t.dims[r - 1] ? t.dims[r - 2] : t.dims[r - 1];
+  pt.dtype = TPU_S64;
+  pt.dims[r - 2] = 1;
+  pt.dims[r - 1] = k;
+  tpu_hlo_type it = pt;
+  it.dims[r - 1] = 1;
+  tpu_hlo_value s[3] = {a, tpu_hlo_const_i64(B, &pt, 0), tpu_hlo_const_i64(B, &it, 0)};
+  loop(c, k, 3, s, lu_step);
+  *out_lu = s[0];
+  *out_piv = s[1];
+  *out_info = s[2];
+}
+
+/* One swap of the row permutation. State: perm ([batch, 1, m]), pivots. */
+static void perm_step(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s) {
+  tpu_hlo_type t = *tpu_hlo_type_of(B, s[0]);
+  int r = t.rank;
+  tpu_hlo_value p = pick(c, s[1], r - 1, k);
+  p = spread(c, sub(c, p, tpu_hlo_const_i64(B, tpu_hlo_type_of(B, p), 1)), &t);
+  tpu_hlo_value idx = index_along(c, s[0], r - 1);
+  tpu_hlo_value at_k = cmp(c, TPU_HLO_EQ, idx, spread(c, k, &t)), at_p = cmp(c, TPU_HLO_EQ, idx, p);
+  tpu_hlo_value was_k = spread(c, row_where(c, s[0], at_k, r - 1), &t);
+  tpu_hlo_value was_p = spread(c, row_where(c, s[0], at_p, r - 1), &t);
+  s[0] = sel(c, at_k, was_p, sel(c, at_p, was_k, s[0]));
+}
+
+/* The permutation matrices P ([batch, m, m] of |dtype|, A = P L U) of the
+ * 1-based s64 pivots |piv| ([batch, 1, k]). */
+static tpu_hlo_value permutation(tpu_lower_ctx *c, tpu_hlo_value piv, int64_t m, tpu_dtype_t dtype) {
+  tpu_hlo_type t = *tpu_hlo_type_of(B, piv);
+  int r = t.rank;
+  int64_t k = t.dims[r - 1];
+  t.dims[r - 1] = m;
+  tpu_hlo_value s[2] = {tpu_hlo_iota(B, &t, r - 1), piv};
+  loop(c, k, 2, s, perm_step);
+  tpu_hlo_type pt = t;
+  pt.dims[r - 2] = m;
+  pt.dtype = dtype;
+  tpu_hlo_value hit = cmp(c, TPU_HLO_EQ, index_along(c, spread(c, s[0], &pt), r - 2), spread(c, s[0], &pt));
+  return sel(c, hit, tpu_hlo_const_f64(B, &pt, 1.0), tpu_hlo_const_f64(B, &pt, 0.0));
+}
+
+/* x @ y for matrices with equal batches, exact for permutation matrices. */
+static tpu_hlo_value matmul(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value y) {
+  int r = tpu_hlo_rank(B, x);
+  tpu_hlo_dot_dims d = {.num_batch = r - 2, .num_contract = 1, .lhs_contract = {r - 1}, .rhs_contract = {r - 2}};
+  for (int i = 0; i < r - 2; i++) d.lhs_batch[i] = d.rhs_batch[i] = i;
+  return tpu_hlo_dot_general(B, x, y, &d, tpu_hlo_dtype(B, x), TPU_HLO_PRECISION_HIGHEST);
+}
+
+/* The solution of op(A) x = b (|left|) or x op(A) = b, A = P L U given as
+ * |lu| and |p|, op the conjugate transpose if |adjoint|; batches equal. */
+static tpu_hlo_value lu_solve(tpu_lower_ctx *c, tpu_hlo_value lu, tpu_hlo_value p, tpu_hlo_value b, bool left,
+                              bool adjoint) {
+  if (left && !adjoint) { /* U^-1 L^-1 P^T b */
+    b = tri_solve(c, lu, matmul(c, mT(c, p, false), b), true, true, true, NO_TRANSPOSE);
+    return tri_solve(c, lu, b, true, false, false, NO_TRANSPOSE);
+  }
+  if (left) { /* P L^-H U^-H b */
+    b = tri_solve(c, lu, tri_solve(c, lu, b, true, false, false, ADJOINT), true, true, true, ADJOINT);
+    return matmul(c, p, b);
+  }
+  if (!adjoint) { /* b U^-1 L^-1 P^T */
+    b = tri_solve(c, lu, tri_solve(c, lu, b, false, false, false, NO_TRANSPOSE), false, true, true, NO_TRANSPOSE);
+    return matmul(c, b, mT(c, p, false));
+  }
+  /* b P L^-H U^-H */
+  b = tri_solve(c, lu, matmul(c, b, p), false, true, true, ADJOINT);
+  return tri_solve(c, lu, b, false, false, false, ADJOINT);
+}
+
+/* linalg_lu_factor_ex(A, *, pivot, check_errors) -> (LU, pivots, info) */
+static tpu_status_t lu_factor_rule(tpu_lower_ctx *c) {
+  if (!tpu_lower_bool(c, 1, true))
+    return tpu_lower_error(c, TPU_ERR_RUNTIME, "linalg.lu_factor: LU without pivoting is not implemented on the CPU");
+  tpu_hlo_value lu, piv, info;
+  lu_factor(c, tpu_hlo_convert(B, tpu_lower_tensor(c, 0), OUT->dtype), &lu, &piv, &info);
+  check_info(c, 2, info, "torch.linalg.lu_factor_ex: U is singular (a zero diagonal element), and using it on lu_solve "
+                         "would result in a division by zero.");
+  tpu_lower_set_output(c, 0, lu);
+  set_vector(c, 1, piv);
+  set_vector(c, 2, info);
+  return NULL;
+}
+
+/* The diagonals of |lu| as [batch, 1, k] and the parity of |piv| as a bool [batch, 1, 1] (odd). */
+static tpu_hlo_value lu_diagonal(tpu_lower_ctx *c, tpu_hlo_value lu, tpu_hlo_value piv, tpu_hlo_value *out_odd) {
+  tpu_hlo_type t = *tpu_hlo_type_of(B, lu);
+  int r = t.rank;
+  tpu_hlo_value eye = and_(c, triangle(c, &t, true, 0), triangle(c, &t, false, 0));
+  tpu_hlo_value d = row_where(c, lu, eye, r - 2);
+  int64_t k = tpu_hlo_type_of(B, piv)->dims[r - 1];
+  d = tpu_hlo_slice_dim(B, d, r - 1, 0, k, 1);
+  tpu_hlo_value idx = add(c, index_along(c, piv, r - 1), tpu_hlo_const_i64(B, tpu_hlo_type_of(B, piv), 1));
+  tpu_hlo_type pt = *tpu_hlo_type_of(B, piv);
+  tpu_hlo_value swaps = tpu_hlo_convert(B, cmp(c, TPU_HLO_NE, piv, idx), TPU_S64);
+  swaps = reduce_keep(c, swaps, TPU_HLO_ADD, r - 1);
+  pt.dims[r - 1] = 1;
+  *out_odd = cmp(c, TPU_HLO_EQ, tpu_hlo_binary(B, TPU_HLO_REM, swaps, tpu_hlo_const_i64(B, &pt, 2)),
+                 tpu_hlo_const_i64(B, &pt, 1));
+  return d;
+}
+
+/* True when tensor argument |arg| is row-major contiguous (PyTorch's
+ * is_contiguous); unknown strides (graphs) count as contiguous. */
+static bool contiguous(const tpu_lower_ctx *c, int arg) {
+  const tpu_lower_arg *a = &c->args[arg];
+  int64_t expected = 1;
+  for (int d = 0; d < a->rank; d++)
+    if (a->sizes[d] == 0) return true;
+  for (int d = a->rank - 1; d >= 0 && a->strides != NULL; d--) {
+    if (a->sizes[d] != 1 && a->strides[d] != expected) return false;
+    expected *= a->sizes[d];
+  }
+  return true;
+}
+
+/* The factorization of A for _linalg_det and _linalg_slogdet. PyTorch
+ * factors A^T for a contiguous real A (the same determinant, and no copy for
+ * LAPACK), and their backwards solve with the LU they return accordingly. */
+static void det_factor(tpu_lower_ctx *c, tpu_hlo_value *out_lu, tpu_hlo_value *out_piv) {
+  tpu_hlo_value a = tpu_hlo_convert(B, tpu_lower_tensor(c, 0), OUT->dtype), info;
+  if (!tpu_dtype_is_complex(c->args[0].dtype) && contiguous(c, 0)) a = mT(c, a, false);
+  lu_factor(c, a, out_lu, out_piv, &info);
+}
+
+/* _linalg_det(A) -> (det, LU, pivots) */
+static tpu_status_t det_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value lu, piv, odd;
+  det_factor(c, &lu, &piv);
+  tpu_hlo_value det = reduce_keep(c, lu_diagonal(c, lu, piv, &odd), TPU_HLO_MUL, tpu_hlo_rank(B, lu) - 1);
+  set_vector(c, 0, sel(c, odd, neg(c, det), det));
+  tpu_lower_set_output(c, 1, lu);
+  set_vector(c, 2, piv);
+  return NULL;
+}
+
+/* _linalg_slogdet(A) -> (sign, logabsdet, LU, pivots) */
+static tpu_status_t slogdet_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value lu, piv, odd;
+  det_factor(c, &lu, &piv);
+  int r = tpu_hlo_rank(B, lu);
+  tpu_hlo_value d = lu_diagonal(c, lu, piv, &odd), mag = un(c, TPU_HLO_ABS, d);
+  tpu_hlo_type dt = *tpu_hlo_type_of(B, d), mt = *tpu_hlo_type_of(B, mag);
+  tpu_hlo_value zero = cmp(c, TPU_HLO_EQ, mag, tpu_hlo_const_f64(B, &mt, 0.0));
+  tpu_hlo_value unit = tpu_dtype_is_complex(dt.dtype)
+                           ? dvd(c, d, tpu_hlo_binary(B, TPU_HLO_COMPLEX, mag, tpu_hlo_const_f64(B, &mt, 0.0)))
+                           : un(c, TPU_HLO_SIGN, d);
+  unit = sel(c, zero, tpu_hlo_const_f64(B, &dt, 0.0), unit);
+  tpu_hlo_value sign = reduce_keep(c, unit, TPU_HLO_MUL, r - 1);
+  set_vector(c, 0, sel(c, odd, neg(c, sign), sign));
+  set_vector(c, 1, reduce_keep(c, un(c, TPU_HLO_LOG, mag), TPU_HLO_ADD, r - 1));
+  tpu_lower_set_output(c, 2, lu);
+  set_vector(c, 3, piv);
+  return NULL;
+}
+
+/* linalg_inv_ex(A, *, check_errors) -> (inverse, info) */
+static tpu_status_t inv_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value lu, piv, info;
+  lu_factor(c, tpu_hlo_convert(B, tpu_lower_tensor(c, 0), OUT->dtype), &lu, &piv, &info);
+  check_info(c, 1, info, "linalg.inv_ex: The inversion could not be completed because the input matrix is singular.");
+  tpu_hlo_value p = permutation(c, piv, OUT->dims[OUT->rank - 1], OUT->dtype);
+  tpu_lower_set_output(c, 0, lu_solve(c, lu, p, identity(c, OUT), true, false));
+  set_vector(c, 1, info);
+  return NULL;
+}
+
+/* The right-hand side argument |arg| as matrices of the output's batch;
+ * a vector (the output has the rank of A less one) becomes one column, or
+ * one row unless |left|. */
+static tpu_hlo_value rhs(tpu_lower_ctx *c, int arg, int a_rank, bool left) {
+  if (OUT->rank != a_rank - 1) return tpu_hlo_broadcast_to(B, tpu_lower_tensor(c, arg), OUT);
+  tpu_hlo_type t = *OUT;
+  t.rank++;
+  t.dims[t.rank - 2] = left ? OUT->dims[OUT->rank - 1] : 1;
+  t.dims[t.rank - 1] = left ? 1 : OUT->dims[OUT->rank - 1];
+  return tpu_hlo_reshape(B, tpu_hlo_broadcast_to(B, tpu_lower_tensor(c, arg), OUT), t.rank, t.dims);
+}
+
+/* |lu| and |p| broadcast to the batch of |b|. */
+static void to_batch_of(tpu_lower_ctx *c, tpu_hlo_value b, tpu_hlo_value *lu, tpu_hlo_value *p) {
+  tpu_hlo_type t = *tpu_hlo_type_of(B, b);
+  t.dims[t.rank - 2] = t.dims[t.rank - 1] = tpu_hlo_type_of(B, *lu)->dims[t.rank - 1];
+  *lu = tpu_hlo_broadcast_to(B, *lu, &t);
+  *p = tpu_hlo_broadcast_to(B, *p, &t);
+}
+
+/* _linalg_solve_ex(A, B, *, left, check_errors) -> (result, LU, pivots, info) */
+static tpu_status_t solve_rule(tpu_lower_ctx *c) {
+  bool left = tpu_lower_bool(c, 2, true);
+  tpu_hlo_value lu, piv, info;
+  lu_factor(c, tpu_hlo_convert(B, tpu_lower_tensor(c, 0), OUT->dtype), &lu, &piv, &info);
+  check_info(c, 3, info, "torch.linalg.solve_ex: The solver failed because the input matrix is singular.");
+  tpu_hlo_value p = permutation(c, piv, c->args[0].sizes[c->args[0].rank - 1], OUT->dtype);
+  tpu_hlo_value b = rhs(c, 1, c->args[0].rank, left);
+  to_batch_of(c, b, &lu, &p);
+  tpu_hlo_value x = lu_solve(c, lu, p, b, left, false);
+  tpu_lower_set_output(c, 0, tpu_hlo_reshape(B, x, OUT->rank, OUT->dims));
+  tpu_lower_set_output(c, 1, tpu_hlo_reshape(B, lu, c->out_types[1].rank, c->out_types[1].dims));
+  set_vector(c, 2, piv);
+  set_vector(c, 3, info);
+  return NULL;
+}
+
+/* Vector argument |arg| ([batch, k]) as [batch, 1, k] of |dtype|. */
+static tpu_hlo_value vector_arg(tpu_lower_ctx *c, int arg, tpu_dtype_t dtype) {
+  const tpu_lower_arg *a = &c->args[arg];
+  int64_t dims[TPU_HLO_MAX_RANK];
+  for (int d = 0; d < a->rank - 1; d++) dims[d] = a->sizes[d];
+  dims[a->rank - 1] = 1;
+  dims[a->rank] = a->sizes[a->rank - 1];
+  return tpu_hlo_reshape(B, tpu_hlo_convert(B, tpu_lower_tensor(c, arg), dtype), a->rank + 1, dims);
+}
+
+/* Argument |arg| (pivots, s32 [batch, k]) as s64 [batch, 1, k]. */
+static tpu_hlo_value pivots_arg(tpu_lower_ctx *c, int arg) { return vector_arg(c, arg, TPU_S64); }
+
+/* linalg_lu_solve(LU, pivots, B, *, left, adjoint) */
+static tpu_status_t lu_solve_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value lu = tpu_hlo_convert(B, tpu_lower_tensor(c, 0), OUT->dtype);
+  tpu_hlo_value p = permutation(c, pivots_arg(c, 1), c->args[0].sizes[c->args[0].rank - 1], OUT->dtype);
+  tpu_hlo_value b = tpu_hlo_broadcast_to(B, tpu_lower_tensor(c, 2), OUT);
+  to_batch_of(c, b, &lu, &p);
+  return done(c, lu_solve(c, lu, p, b, tpu_lower_bool(c, 3, true), tpu_lower_bool(c, 4, false)));
+}
+
+/* Outputs |first| .. |first| + 2 = (P, L, U) of the packed |lu| and the pivots |piv|. */
+static void unpack(tpu_lower_ctx *c, int first, tpu_hlo_value lu, tpu_hlo_value piv, bool data, bool pivots) {
+  const tpu_hlo_type *pt = &c->out_types[first], *lt = &c->out_types[first + 1], *ut = &c->out_types[first + 2];
+  if (pivots) tpu_lower_set_output(c, first, permutation(c, piv, pt->dims[pt->rank - 1], pt->dtype));
+  else tpu_lower_set_output(c, first, tpu_hlo_const_f64(B, pt, 0.0));
+  if (!data) {
+    tpu_lower_set_output(c, first + 1, tpu_hlo_const_f64(B, lt, 0.0));
+    tpu_lower_set_output(c, first + 2, tpu_hlo_const_f64(B, ut, 0.0));
+    return;
+  }
+  int r = lt->rank;
+  tpu_hlo_value l = tpu_hlo_slice_dim(B, lu, r - 1, 0, lt->dims[r - 1], 1);
+  tpu_hlo_value u = tpu_hlo_slice_dim(B, lu, r - 2, 0, ut->dims[r - 2], 1);
+  tpu_hlo_type t = *tpu_hlo_type_of(B, l);
+  tpu_lower_set_output(c, first + 1, sel(c, triangle(c, &t, false, -1), l, identity(c, &t)));
+  tpu_lower_set_output(c, first + 2, keep_triangle(c, u, true));
+}
+
+/* linalg_lu(A, *, pivot) -> (P, L, U) */
+static tpu_status_t lu_rule(tpu_lower_ctx *c) {
+  if (!tpu_lower_bool(c, 1, true))
+    return tpu_lower_error(c, TPU_ERR_RUNTIME, "linalg.lu: LU without pivoting is not implemented on the CPU");
+  tpu_hlo_value lu, piv, info;
+  lu_factor(c, tpu_hlo_convert(B, tpu_lower_tensor(c, 0), c->out_types[1].dtype), &lu, &piv, &info);
+  unpack(c, 0, lu, piv, true, true);
+  return NULL;
+}
+
+/* lu_unpack(LU_data, LU_pivots, unpack_data, unpack_pivots) -> (P, L, U) */
+static tpu_status_t lu_unpack_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value lu = tpu_hlo_convert(B, tpu_lower_tensor(c, 0), c->out_types[1].dtype);
+  unpack(c, 0, lu, pivots_arg(c, 1), tpu_lower_bool(c, 2, true), tpu_lower_bool(c, 3, true));
+  return NULL;
+}
+
+/* --- matrix_exp ------------------------------------------------------------------
+ * Scaling and squaring: each matrix is scaled by 2^-s to a 1-norm of at most
+ * theta, where the degree-18 Taylor polynomial is exact to below the type's
+ * rounding (theta 1 for double, 3 for float: fewer squarings, each of which
+ * doubles the relative error), and then squared s times (s per matrix, in a
+ * loop to the largest). */
+
+/* One squaring. State: the matrices, the squarings each needs (s64 [batch, 1, 1]). */
+static void square_step(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s) {
+  tpu_hlo_type t = *tpu_hlo_type_of(B, s[0]), st = *tpu_hlo_type_of(B, s[1]);
+  tpu_hlo_value more = spread(c, cmp(c, TPU_HLO_LT, spread(c, k, &st), s[1]), &t);
+  s[0] = sel(c, more, matmul(c, s[0], s[0]), s[0]);
+}
+
+/* linalg_matrix_exp(self) */
+static tpu_status_t matrix_exp_rule(tpu_lower_ctx *c) {
+  tpu_hlo_type t = *OUT;
+  t.dtype = tpu_lower_opmath(OUT->dtype);
+  int r = t.rank;
+  tpu_hlo_value a = tpu_hlo_convert(B, tpu_lower_tensor(c, 0), t.dtype);
+  tpu_hlo_value norm = reduce_keep(c, reduce_keep(c, un(c, TPU_HLO_ABS, a), TPU_HLO_ADD, r - 2), TPU_HLO_MAX, r - 1);
+  tpu_hlo_type nt = *tpu_hlo_type_of(B, norm);
+  double theta = nt.dtype == TPU_F64 ? 1.0 : 3.0;
+  tpu_hlo_value sq = un(c, TPU_HLO_CEIL, dvd(c, un(c, TPU_HLO_LOG, dvd(c, norm, tpu_hlo_const_f64(B, &nt, theta))),
+                                             tpu_hlo_const_f64(B, &nt, M_LN2)));
+  sq = tpu_hlo_clamp(B, tpu_hlo_scalar_f64(B, nt.dtype, 0.0), sq, tpu_hlo_scalar_f64(B, nt.dtype, 1100.0));
+  sq = sel(c, is_nan(c, sq), tpu_hlo_const_f64(B, &nt, 0.0), sq); /* NaN (or empty) matrices */
+  tpu_hlo_value scale = tpu_hlo_binary(B, TPU_HLO_POW, tpu_hlo_const_f64(B, &nt, 2.0), neg(c, sq));
+  a = mul(c, a, spread(c, tpu_hlo_convert(B, scale, t.dtype), &t));
+  tpu_hlo_value eye = identity(c, &t), e = eye;
+  for (int k = 18; k >= 1; k--) e = add(c, eye, mul(c, matmul(c, a, e), tpu_hlo_const_f64(B, &t, 1.0 / k)));
+  tpu_hlo_value state[2] = {e, tpu_hlo_convert(B, sq, TPU_S64)};
+  int64_t all[TPU_HLO_MAX_RANK];
+  for (int d = 0; d < r; d++) all[d] = d;
+  loop_to(c, tpu_lower_reduce(B, state[1], TPU_HLO_MAX, all, r), 2, state, square_step);
+  return done(c, state[0]);
+}
+
+/* --- SVD -------------------------------------------------------------------------
+ * One-sided (Hestenes) Jacobi on the tall side (A^H when A is wide): sweeps
+ * of plane rotations over every column pair (p, q) orthogonalize the columns
+ * of W = A V; the singular values are the column norms, U = W / S, sorted
+ * descending. Left vectors that W cannot give (zero singular values, or the
+ * rest of U for full_matrices) are completed one at a time with the identity
+ * column of largest residual against those found, orthogonalized twice. */
+
+/* The squared norm of each column of |x|, kept as [batch, 1, n] (real). */
+static tpu_hlo_value column_norm2(tpu_lower_ctx *c, tpu_hlo_value x) {
+  tpu_hlo_value mag = un(c, TPU_HLO_ABS, x);
+  return reduce_keep(c, mul(c, mag, mag), TPU_HLO_ADD, tpu_hlo_rank(B, x) - 2);
+}
+
+/* |x| with slices p and q of |dim| (values) replaced by the combinations
+ * w[0] x_p + w[1] x_q and w[2] x_p + w[3] x_q (w: [batch, 1, 1] of x's dtype). */
+static tpu_hlo_value combine(tpu_lower_ctx *c, tpu_hlo_value x, int dim, tpu_hlo_value p, tpu_hlo_value q,
+                             const tpu_hlo_value *w) {
+  tpu_hlo_type xt = *tpu_hlo_type_of(B, x), it = xt;
+  it.dtype = TPU_S64;
+  tpu_hlo_value xp = pick(c, x, dim, p), xq = pick(c, x, dim, q);
+  tpu_hlo_type st = *tpu_hlo_type_of(B, xp);
+  tpu_hlo_value new_p = add(c, mul(c, spread(c, w[0], &st), xp), mul(c, spread(c, w[1], &st), xq));
+  tpu_hlo_value new_q = add(c, mul(c, spread(c, w[2], &st), xp), mul(c, spread(c, w[3], &st), xq));
+  tpu_hlo_value idx = index_along(c, x, dim);
+  tpu_hlo_value at_p = cmp(c, TPU_HLO_EQ, idx, spread(c, p, &it)), at_q = cmp(c, TPU_HLO_EQ, idx, spread(c, q, &it));
+  return sel(c, at_p, spread(c, new_p, &xt), sel(c, at_q, spread(c, new_q, &xt), x));
+}
+
+/* The plane rotation J = [[cs, sn e], [-sn conj(e), cs]] that zeroes the
+ * off-diagonal g e of the Hermitian 2x2 [[app, g e], [conj(g e), aqq]]
+ * (g = |gamma| >= 0, real app, aqq: [batch, 1, 1]), as the combine weights of
+ * columns (X J) in |out_cols| and of rows (J^H X) in |out_rows| (NULL: not
+ * wanted). No rotation where g == 0 or !|want|. */
+static void rotation(tpu_lower_ctx *c, tpu_hlo_value app, tpu_hlo_value aqq, tpu_hlo_value gamma, tpu_hlo_value want,
+                     tpu_hlo_value *out_cols, tpu_hlo_value *out_rows) {
+  tpu_hlo_value g = un(c, TPU_HLO_ABS, gamma);
+  tpu_hlo_type gt = *tpu_hlo_type_of(B, g);
+  tpu_hlo_value zero = tpu_hlo_const_f64(B, &gt, 0.0), one = tpu_hlo_const_f64(B, &gt, 1.0);
+  tpu_hlo_value rotate = and_(c, cmp(c, TPU_HLO_GT, g, zero), want);
+  tpu_hlo_value safe_g = sel(c, rotate, g, one);
+  tpu_hlo_value zeta = dvd(c, sub(c, aqq, app), mul(c, tpu_hlo_const_f64(B, &gt, 2.0), safe_g));
+  tpu_hlo_value t = dvd(c, sel(c, cmp(c, TPU_HLO_GE, zeta, zero), one, neg(c, one)),
+                        add(c, un(c, TPU_HLO_ABS, zeta), un(c, TPU_HLO_SQRT, add(c, one, mul(c, zeta, zeta)))));
+  t = sel(c, rotate, t, zero);
+  tpu_hlo_value cs = un(c, TPU_HLO_RSQRT, add(c, one, mul(c, t, t)));
+  tpu_hlo_value e = dvd(c, gamma, as_type_of(c, safe_g, gamma)); /* the phase of gamma */
+  tpu_hlo_value sn = as_type_of(c, mul(c, cs, t), gamma), cw = as_type_of(c, cs, gamma);
+  tpu_hlo_value sn_e = mul(c, sn, e), sn_ce = mul(c, sn, conj_of(c, e));
+  out_cols[0] = cw, out_cols[1] = neg(c, sn_ce), out_cols[2] = sn_e, out_cols[3] = cw;
+  if (out_rows != NULL) out_rows[0] = cw, out_rows[1] = neg(c, sn_e), out_rows[2] = sn_ce, out_rows[3] = cw;
+}
+
+/* The pair (p, q) = (k / n % n, k % n) of a sweep over n columns, and p < q. */
+static tpu_hlo_value sweep_pair(tpu_lower_ctx *c, tpu_hlo_value k, int64_t n, tpu_hlo_value *p, tpu_hlo_value *q) {
+  tpu_hlo_value nv = tpu_hlo_scalar_i64(B, TPU_S64, n);
+  *p = tpu_hlo_binary(B, TPU_HLO_REM, dvd(c, k, nv), nv);
+  *q = tpu_hlo_binary(B, TPU_HLO_REM, k, nv);
+  return cmp(c, TPU_HLO_LT, *p, *q);
+}
+
+/* One rotation of the one-sided Jacobi sweeps. State: W ([batch, m, n]), V ([batch, n, n]). */
+static void jacobi_step(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s) {
+  int r = tpu_hlo_rank(B, s[0]);
+  tpu_hlo_value p, q, pair = sweep_pair(c, k, tpu_hlo_type_of(B, s[0])->dims[r - 1], &p, &q);
+  tpu_hlo_value ap = pick(c, s[0], r - 1, p), aq = pick(c, s[0], r - 1, q);
+  tpu_hlo_value gamma = reduce_keep(c, mul(c, conj_of(c, ap), aq), TPU_HLO_ADD, r - 2);
+  tpu_hlo_value w[4];
+  tpu_hlo_type gt = *tpu_hlo_type_of(B, column_norm2(c, ap));
+  rotation(c, column_norm2(c, ap), column_norm2(c, aq), gamma, spread(c, pair, &gt), w, NULL);
+  s[0] = combine(c, s[0], r - 1, p, q, w);
+  s[1] = combine(c, s[1], r - 1, p, q, w);
+}
+
+/* One rotation of the two-sided (eigenvalue) Jacobi sweeps. State: A
+ * ([batch, n, n], Hermitian), V ([batch, n, n]). */
+static void eigh_step(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s) {
+  int r = tpu_hlo_rank(B, s[0]);
+  tpu_hlo_value p, q, pair = sweep_pair(c, k, tpu_hlo_type_of(B, s[0])->dims[r - 1], &p, &q);
+  tpu_hlo_value col_p = pick(c, s[0], r - 1, p), col_q = pick(c, s[0], r - 1, q);
+  tpu_hlo_value app = un(c, TPU_HLO_REAL, pick(c, col_p, r - 2, p)), aqq = un(c, TPU_HLO_REAL, pick(c, col_q, r - 2, q));
+  tpu_hlo_value gamma = pick(c, col_q, r - 2, p), cols[4], rows[4];
+  tpu_hlo_type gt = *tpu_hlo_type_of(B, app);
+  rotation(c, app, aqq, gamma, spread(c, pair, &gt), cols, rows);
+  s[0] = combine(c, combine(c, s[0], r - 1, p, q, cols), r - 2, p, q, rows);
+  s[1] = combine(c, s[1], r - 1, p, q, cols);
+}
+
+/* Sorts |n| values along their last dim by |keys| ([batch, 1, k]),
+ * descending or ascending. */
+static void sort_by(tpu_lower_ctx *c, tpu_hlo_value keys, tpu_hlo_value *xs, int n, bool descending) {
+  for (int i = 0; i < n; i++) {
+    tpu_hlo_type xt = *tpu_hlo_type_of(B, xs[i]), kt = *tpu_hlo_type_of(B, keys);
+    tpu_hlo_value ops[2] = {spread(c, keys, &xt), xs[i]}, out[2];
+    tpu_hlo_type args[4] = {tpu_hlo_make_type(kt.dtype, 0, NULL), tpu_hlo_make_type(kt.dtype, 0, NULL),
+                            tpu_hlo_make_type(xt.dtype, 0, NULL), tpu_hlo_make_type(xt.dtype, 0, NULL)};
+    tpu_hlo_value a[4];
+    tpu_hlo_region cmp_region;
+    tpu_hlo_region_begin(B, 4, args, a);
+    tpu_hlo_value before = cmp(c, descending ? TPU_HLO_GT : TPU_HLO_LT, a[0], a[1]);
+    tpu_hlo_region_end(B, &before, 1, &cmp_region);
+    tpu_hlo_sort(B, ops, 2, xt.rank - 1, true, &cmp_region, out);
+    xs[i] = out[1];
+  }
+}
+
+/* One completion step. State: Q ([batch, m, k], orthonormal columns where
+ * not missing, zero where missing), missing ([batch, 1, k], s64 0/1). */
+static void complete_step(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s) {
+  (void)k;
+  tpu_hlo_type qt = *tpu_hlo_type_of(B, s[0]), mt = *tpu_hlo_type_of(B, s[1]);
+  int r = qt.rank;
+  int64_t m = qt.dims[r - 2];
+  tpu_hlo_type st = qt;
+  st.dims[r - 1] = m;
+  /* the residuals of the identity columns: I - Q Q^H */
+  tpu_hlo_value res = sub(c, identity(c, &st), matmul(c, s[0], mT(c, s[0], true)));
+  tpu_hlo_value norms = column_norm2(c, res);
+  tpu_hlo_type nt = *tpu_hlo_type_of(B, norms);
+  tpu_hlo_value best = cmp(c, TPU_HLO_EQ, norms, spread(c, reduce_keep(c, norms, TPU_HLO_MAX, r - 1), &nt));
+  tpu_hlo_type it = nt;
+  it.dtype = TPU_S64;
+  tpu_hlo_value idx = index_along(c, norms, r - 1);
+  tpu_hlo_value j = reduce_keep(c, sel(c, best, idx, tpu_hlo_const_i64(B, &it, m)), TPU_HLO_MIN, r - 1);
+  tpu_hlo_value v = row_where(c, res, cmp(c, TPU_HLO_EQ, index_along(c, res, r - 1), spread(c, j, &st)), r - 1);
+  for (int i = 0; i < 2; i++) {
+    tpu_hlo_value proj = matmul(c, s[0], matmul(c, mT(c, s[0], true), v));
+    v = sub(c, v, proj);
+  }
+  tpu_hlo_value vn = un(c, TPU_HLO_SQRT, column_norm2(c, v));
+  v = dvd(c, v, spread(c, as_type_of(c, vn, v), tpu_hlo_type_of(B, v)));
+  /* into the first missing column */
+  tpu_hlo_value slot = index_along(c, s[1], r - 1);
+  tpu_hlo_value missing = cmp(c, TPU_HLO_EQ, s[1], tpu_hlo_const_i64(B, &mt, 1));
+  tpu_hlo_value first = reduce_keep(c, sel(c, missing, slot, tpu_hlo_const_i64(B, &mt, qt.dims[r - 1])), TPU_HLO_MIN,
+                                    r - 1);
+  tpu_hlo_value here = cmp(c, TPU_HLO_EQ, slot, spread(c, first, &mt));
+  s[0] = sel(c, spread(c, here, &qt), spread(c, v, &qt), s[0]);
+  s[1] = sel(c, here, tpu_hlo_const_i64(B, &mt, 0), s[1]);
+}
+
+/* _linalg_svd(A, full_matrices, compute_uv, *, driver) -> (U, S, Vh) */
+static tpu_status_t svd_rule(tpu_lower_ctx *c) {
+  const tpu_hlo_type *st = &c->out_types[1];
+  tpu_dtype_t dtype = tpu_lower_opmath(c->args[0].dtype);
+  tpu_hlo_value a = tpu_hlo_convert(B, tpu_lower_tensor(c, 0), dtype);
+  int r = c->args[0].rank;
+  int64_t all[TPU_HLO_MAX_RANK];
+  for (int d = 0; d < r; d++) all[d] = d;
+  tpu_hlo_value finite = un(c, TPU_HLO_IS_FINITE, tpu_dtype_is_complex(dtype) ? un(c, TPU_HLO_ABS, a) : a);
+  tpu_lower_require(c, tpu_lower_reduce(B, finite, TPU_HLO_AND, all, r), TPU_ERR_RUNTIME,
+                    "linalg.svd: The algorithm failed to converge because the input matrix contained non-finite "
+                    "values.");
+  int64_t m = c->args[0].sizes[r - 2], n = c->args[0].sizes[r - 1];
+  bool wide = m < n, full = tpu_lower_bool(c, 1, false), uv = tpu_lower_bool(c, 2, true);
+  if (wide) {
+    a = mT(c, a, true);
+    int64_t t = m;
+    m = n;
+    n = t;
+  }
+  tpu_hlo_type vt = *tpu_hlo_type_of(B, a);
+  vt.dims[r - 2] = n;
+  tpu_hlo_value state[2] = {a, identity(c, &vt)};
+  int sweeps = tpu_dtype_real(dtype) == TPU_F64 ? 16 : 12;
+  loop(c, sweeps * n * n, 2, state, jacobi_step);
+  tpu_hlo_value s2 = column_norm2(c, state[0]), sv = un(c, TPU_HLO_SQRT, s2);
+  tpu_hlo_value sorted[3] = {sv, state[0], state[1]};
+  sort_by(c, sv, sorted, 3, true);
+  if (!uv) {
+    tpu_lower_set_output(c, 0, tpu_hlo_const_f64(B, &c->out_types[0], 0.0));
+    tpu_lower_set_output(c, 1, tpu_hlo_reshape(B, sorted[0], st->rank, st->dims));
+    tpu_lower_set_output(c, 2, tpu_hlo_const_f64(B, &c->out_types[2], 0.0));
+    return NULL;
+  }
+  /* U = W / S; singular values at rounding level of the largest give no direction */
+  tpu_hlo_type kt = *tpu_hlo_type_of(B, sorted[0]);
+  double eps = tpu_dtype_real(dtype) == TPU_F64 ? 2.2e-16 : 1.2e-7;
+  tpu_hlo_value cut = mul(c, spread(c, reduce_keep(c, sorted[0], TPU_HLO_MAX, r - 1), &kt),
+                          tpu_hlo_const_f64(B, &kt, eps * (double)m));
+  tpu_hlo_value missing = tpu_hlo_unary(B, TPU_HLO_NOT, cmp(c, TPU_HLO_GT, sorted[0], cut));
+  tpu_hlo_type wt = *tpu_hlo_type_of(B, sorted[1]);
+  tpu_hlo_value safe = sel(c, missing, tpu_hlo_const_f64(B, &kt, 1.0), sorted[0]);
+  tpu_hlo_value u = dvd(c, sorted[1], spread(c, as_type_of(c, safe, sorted[1]), &wt));
+  u = sel(c, spread(c, missing, &wt), tpu_hlo_const_f64(B, &wt, 0.0), u);
+  tpu_hlo_type mk = kt;
+  mk.dtype = TPU_S64;
+  tpu_hlo_value miss = sel(c, missing, tpu_hlo_const_i64(B, &mk, 1), tpu_hlo_const_i64(B, &mk, 0));
+  int64_t cols = full ? m : n;
+  if (cols > n) {
+    int64_t lo[TPU_HLO_MAX_RANK] = {0}, hi[TPU_HLO_MAX_RANK] = {0}, in[TPU_HLO_MAX_RANK] = {0};
+    hi[r - 1] = cols - n;
+    u = tpu_hlo_pad(B, u, tpu_hlo_scalar_f64(B, dtype, 0.0), lo, hi, in);
+    miss = tpu_hlo_pad(B, miss, tpu_hlo_scalar_i64(B, TPU_S64, 1), lo, hi, in);
+  }
+  tpu_hlo_value fill[2] = {u, miss};
+  loop(c, m > 0 ? cols : 0, 2, fill, complete_step);
+  u = fill[0];
+  tpu_hlo_value v = sorted[2];
+  /* A = U S V^H; for a wide A those came from A^H = V S U^H */
+  tpu_lower_set_output(c, 0, wide ? v : u);
+  tpu_lower_set_output(c, 1, tpu_hlo_reshape(B, sorted[0], st->rank, st->dims));
+  tpu_lower_set_output(c, 2, mT(c, wide ? u : v, true));
+  return NULL;
+}
+
+/* _linalg_eigh(A, UPLO, compute_v) -> (eigenvalues, eigenvectors): two-sided
+ * Jacobi on the Hermitian matrix of the UPLO triangle (the diagonal's
+ * imaginary part ignored, as LAPACK), eigenvalues ascending. */
+static tpu_status_t eigh_rule(tpu_lower_ctx *c) {
+  tpu_dtype_t dtype = tpu_lower_opmath(c->args[0].dtype);
+  tpu_hlo_value a = tpu_hlo_convert(B, tpu_lower_tensor(c, 0), dtype);
+  bool upper = c->args[1].kind == TPU_ARG_STRING && (c->args[1].s[0] == 'U' || c->args[1].s[0] == 'u');
+  tpu_hlo_type t = *tpu_hlo_type_of(B, a);
+  int r = t.rank;
+  int64_t n = t.dims[r - 1];
+  tpu_hlo_value strict = sel(c, triangle(c, &t, upper, upper ? 1 : -1), a, tpu_hlo_const_f64(B, &t, 0.0));
+  tpu_hlo_value h = add(c, keep_triangle(c, a, upper), mT(c, strict, true));
+  tpu_hlo_value eye = and_(c, triangle(c, &t, true, 0), triangle(c, &t, false, 0));
+  h = sel(c, eye, as_type_of(c, un(c, TPU_HLO_REAL, h), h), h);
+  tpu_hlo_value state[2] = {h, identity(c, &t)};
+  int sweeps = tpu_dtype_real(dtype) == TPU_F64 ? 16 : 12;
+  loop(c, sweeps * n * n, 2, state, eigh_step);
+  tpu_hlo_value w = un(c, TPU_HLO_REAL, row_where(c, state[0], eye, r - 2));
+  tpu_hlo_value sorted[2] = {w, state[1]};
+  sort_by(c, w, sorted, 2, false);
+  set_vector(c, 0, sorted[0]);
+  tpu_lower_set_output(c, 1, tpu_lower_bool(c, 2, true) ? sorted[1] : tpu_hlo_const_f64(B, &c->out_types[1], 0.0));
+  return NULL;
+}
+
+/* --- QR ---------------------------------------------------------------------------
+ * Householder QR as LAPACK's geqrf, with its reflector convention (larfg:
+ * beta = -sign(re alpha) |x|, tau = (beta - alpha) / beta, no reflection for
+ * a column already reduced), so R's signs match LAPACK's. Q = H_1 ... H_k
+ * with H_i = I - tau_i v_i v_i^H is applied reflector by reflector. */
+
+/* One column of geqrf. State: A ([batch, m, n]), tau ([batch, 1, k]). */
+static void qr_step(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s) {
+  tpu_hlo_type t = *tpu_hlo_type_of(B, s[0]);
+  int r = t.rank;
+  tpu_hlo_value col = pick(c, s[0], r - 1, k);
+  tpu_hlo_type ct = *tpu_hlo_type_of(B, col), it = ct;
+  it.dtype = TPU_S64;
+  tpu_hlo_value crow = index_along(c, col, r - 2), kc = spread(c, k, &it);
+  tpu_hlo_value at_k = cmp(c, TPU_HLO_EQ, crow, kc), below = cmp(c, TPU_HLO_GT, crow, kc);
+  tpu_hlo_value zero = tpu_hlo_const_f64(B, &ct, 0.0);
+  tpu_hlo_value alpha = pick(c, col, r - 2, k), xnorm2 = column_norm2(c, sel(c, below, col, zero));
+  tpu_hlo_value amag = un(c, TPU_HLO_ABS, alpha);
+  tpu_hlo_type at = *tpu_hlo_type_of(B, amag);
+  tpu_hlo_value rzero = tpu_hlo_const_f64(B, &at, 0.0);
+  tpu_hlo_value norm = un(c, TPU_HLO_SQRT, add(c, mul(c, amag, amag), xnorm2));
+  tpu_hlo_value beta = sel(c, cmp(c, TPU_HLO_GE, un(c, TPU_HLO_REAL, alpha), rzero), neg(c, norm), norm);
+  tpu_hlo_value skip = cmp(c, TPU_HLO_EQ, xnorm2, rzero);
+  if (tpu_dtype_is_complex(t.dtype)) skip = and_(c, skip, cmp(c, TPU_HLO_EQ, un(c, TPU_HLO_IMAG, alpha), rzero));
+  tpu_hlo_value bc = as_type_of(c, sel(c, skip, tpu_hlo_const_f64(B, &at, 1.0), beta), alpha);
+  tpu_hlo_type st = *tpu_hlo_type_of(B, alpha);
+  tpu_hlo_value one = tpu_hlo_const_f64(B, &st, 1.0);
+  tpu_hlo_value tau = sel(c, skip, tpu_hlo_const_f64(B, &st, 0.0), dvd(c, sub(c, bc, alpha), bc));
+  tpu_hlo_value denom = sel(c, skip, one, sub(c, alpha, bc));
+  tpu_hlo_value v = sel(c, at_k, tpu_hlo_const_f64(B, &ct, 1.0), sel(c, below, dvd(c, col, spread(c, denom, &ct)), zero));
+  /* the trailing columns: A - conj(tau) v (v^H A) */
+  tpu_hlo_value vha = reduce_keep(c, mul(c, spread(c, conj_of(c, v), &t), s[0]), TPU_HLO_ADD, r - 2);
+  tpu_hlo_value upd = sub(c, s[0], mul(c, spread(c, conj_of(c, tau), &t), mul(c, spread(c, v, &t), spread(c, vha, &t))));
+  tpu_hlo_type tt = t;
+  tt.dtype = TPU_S64;
+  tpu_hlo_value cols = index_along(c, s[0], r - 1), kk = spread(c, k, &tt);
+  tpu_hlo_value new_col = sel(c, spread(c, skip, &ct), col, sel(c, at_k, spread(c, as_type_of(c, beta, alpha), &ct),
+                                                                 sel(c, below, v, col)));
+  s[0] = sel(c, cmp(c, TPU_HLO_GT, cols, kk), upd, sel(c, cmp(c, TPU_HLO_EQ, cols, kk), spread(c, new_col, &t), s[0]));
+  tpu_hlo_type taut = *tpu_hlo_type_of(B, s[1]), ti = taut;
+  ti.dtype = TPU_S64;
+  s[1] = sel(c, cmp(c, TPU_HLO_EQ, index_along(c, s[1], r - 1), spread(c, k, &ti)), spread(c, tau, &taut), s[1]);
+}
+
+/* geqrf of |a|: the packed reflectors and R, and tau ([batch, 1, min(m, n)]). */
+static void qr_factor(tpu_lower_ctx *c, tpu_hlo_value a, tpu_hlo_value *out_a, tpu_hlo_value *out_tau) {
+  tpu_hlo_type t = *tpu_hlo_type_of(B, a);
+  int r = t.rank;
+  int64_t k = t.dims[r - 2] < t.dims[r - 1] ? t.dims[r - 2] : t.dims[r - 1];
+  t.dims[r - 2] = 1;
+  t.dims[r - 1] = k;
+  tpu_hlo_value s[2] = {a, tpu_hlo_const_f64(B, &t, 0.0)};
+  loop(c, k, 2, s, qr_step);
+  *out_a = s[0];
+  *out_tau = s[1];
+}
+
+/* Applying the reflectors. State: X, the packed reflectors ([batch, m, *]), tau
+ * ([batch, 1, k]). The step functions differ in the order of the reflectors
+ * (descending: H_k first), the side and conjugation (H^H). */
+static void reflect(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s, bool descending, bool left, bool adjoint) {
+  tpu_hlo_type at = *tpu_hlo_type_of(B, s[1]), xt = *tpu_hlo_type_of(B, s[0]);
+  int r = at.rank;
+  int64_t count = tpu_hlo_type_of(B, s[2])->dims[r - 1];
+  tpu_hlo_value i = descending ? sub(c, tpu_hlo_scalar_i64(B, TPU_S64, count - 1), k) : k;
+  tpu_hlo_value col = pick(c, s[1], r - 1, i);
+  tpu_hlo_type ct = *tpu_hlo_type_of(B, col), it = ct;
+  it.dtype = TPU_S64;
+  tpu_hlo_value crow = index_along(c, col, r - 2), ic = spread(c, i, &it);
+  tpu_hlo_value v = sel(c, cmp(c, TPU_HLO_EQ, crow, ic), tpu_hlo_const_f64(B, &ct, 1.0),
+                        sel(c, cmp(c, TPU_HLO_GT, crow, ic), col, tpu_hlo_const_f64(B, &ct, 0.0)));
+  tpu_hlo_value tau = pick(c, s[2], r - 1, i);
+  if (adjoint) tau = conj_of(c, tau);
+  tpu_hlo_value vh = mT(c, v, true);
+  /* left: X - tau v (v^H X); right: X - tau (X v) v^H */
+  tpu_hlo_value outer = left ? matmul(c, v, matmul(c, vh, s[0])) : matmul(c, matmul(c, s[0], v), vh);
+  s[0] = sub(c, s[0], mul(c, spread(c, tau, &xt), outer));
+}
+static void reflect_left(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s) { reflect(c, k, s, true, true, false); }
+static void reflect_left_adjoint(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s) {
+  reflect(c, k, s, false, true, true);
+}
+static void reflect_right(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s) { reflect(c, k, s, false, false, false); }
+static void reflect_right_adjoint(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s) {
+  reflect(c, k, s, true, false, true);
+}
+
+/* Q x (or Q^H x, x Q, x Q^H) for the reflectors |a|, |tau| ([batch, 1, k]). */
+static tpu_hlo_value apply_q(tpu_lower_ctx *c, tpu_hlo_value a, tpu_hlo_value tau, tpu_hlo_value x, bool left,
+                             bool adjoint) {
+  static const loop_step_fn steps[2][2] = {{reflect_right, reflect_right_adjoint}, {reflect_left, reflect_left_adjoint}};
+  int r = tpu_hlo_rank(B, tau);
+  tpu_hlo_value s[3] = {x, a, tau};
+  loop(c, tpu_hlo_type_of(B, tau)->dims[r - 1], 3, s, steps[left][adjoint]);
+  return s[0];
+}
+
+/* The first |cols| columns of the identity of |a|'s rows, batched like |a|. */
+static tpu_hlo_value eye_columns(tpu_lower_ctx *c, tpu_hlo_value a, int64_t cols) {
+  tpu_hlo_type t = *tpu_hlo_type_of(B, a);
+  t.dims[t.rank - 1] = cols;
+  return identity(c, &t);
+}
+
+/* linalg_householder_product(input, tau) */
+static tpu_status_t householder_product_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value a = tpu_hlo_convert(B, tpu_lower_tensor(c, 0), OUT->dtype);
+  tpu_hlo_value tau = vector_arg(c, 1, OUT->dtype);
+  return done(c, apply_q(c, a, tau, eye_columns(c, a, OUT->dims[OUT->rank - 1]), true, false));
+}
+
+/* ormqr(self, input2 (tau), input3 (C), left, transpose) */
+static tpu_status_t ormqr_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value a = tpu_hlo_convert(B, tpu_lower_tensor(c, 0), OUT->dtype);
+  tpu_hlo_value tau = vector_arg(c, 1, OUT->dtype);
+  tpu_hlo_value x = tpu_hlo_convert(B, tpu_lower_tensor(c, 2), OUT->dtype);
+  return done(c, apply_q(c, a, tau, x, tpu_lower_bool(c, 3, true), tpu_lower_bool(c, 4, false)));
+}
+
+/* linalg_qr(A, mode) -> (Q, R) */
+static tpu_status_t qr_rule(tpu_lower_ctx *c) {
+  const tpu_hlo_type *qt = &c->out_types[0], *rt = &c->out_types[1];
+  tpu_hlo_value a, tau;
+  qr_factor(c, tpu_hlo_convert(B, tpu_lower_tensor(c, 0), rt->dtype), &a, &tau);
+  int r = rt->rank;
+  tpu_lower_set_output(c, 1, keep_triangle(c, tpu_hlo_slice_dim(B, a, r - 2, 0, rt->dims[r - 2], 1), true));
+  if (qt->rank < 2) /* mode "r" */
+    tpu_lower_set_output(c, 0, tpu_hlo_const_f64(B, qt, 0.0));
+  else
+    tpu_lower_set_output(c, 0, apply_q(c, a, tau, eye_columns(c, a, qt->dims[r - 1]), true, false));
+  return NULL;
 }
 
 const tpu_lower_rule tpu_rules_factor[] = {
-    {{"tpu_placeholder_factor"}, placeholder_rule, TPU_RULE_INTERNAL, 0},
+    {{"linalg_cholesky_ex", "linalg_cholesky_ex.L"}, cholesky_rule, 0, 0},
+    {{"cholesky", "cholesky.out"}, cholesky_rule, 0, 0},
+    {{"_cholesky_solve_helper", "_cholesky_solve_helper.out"}, cholesky_solve_rule, 0, 0},
+    {{"cholesky_inverse", "cholesky_inverse.out"}, cholesky_inverse_rule, 0, 0},
+    {{"linalg_solve_triangular", "linalg_solve_triangular.out"}, solve_triangular_rule, 0, 0},
+    {{"triangular_solve", "triangular_solve.X"}, triangular_solve_rule, 0, 0},
+    {{"linalg_lu_factor_ex", "linalg_lu_factor_ex.out"}, lu_factor_rule, 0, 0},
+    {{"linalg_lu", "linalg_lu.out"}, lu_rule, 0, 0},
+    {{"lu_unpack", "lu_unpack.out"}, lu_unpack_rule, 0, 0},
+    {{"linalg_lu_solve", "linalg_lu_solve.out"}, lu_solve_rule, 0, 0},
+    {{"_linalg_det", "_linalg_det.result"}, det_rule, 0, 0},
+    {{"_linalg_slogdet", "_linalg_slogdet.sign"}, slogdet_rule, 0, 0},
+    {{"linalg_inv_ex", "linalg_inv_ex.inverse"}, inv_rule, 0, 0},
+    {{"_linalg_solve_ex", "_linalg_solve_ex.result"}, solve_rule, 0, 0},
+    {{"linalg_matrix_exp", "linalg_matrix_exp.out"}, matrix_exp_rule, 0, 0},
+    {{"_linalg_svd", "_linalg_svd.U"}, svd_rule, 0, 0},
+    {{"_linalg_eigh", "_linalg_eigh.eigenvalues"}, eigh_rule, 0, 0},
+    {{"linalg_householder_product", "linalg_householder_product.out"}, householder_product_rule, 0, 0},
+    {{"ormqr", "ormqr.out"}, ormqr_rule, 0, 0},
+    {{"linalg_qr", "linalg_qr.out"}, qr_rule, 0, 0},
 };
 TPU_COUNT_RULES(factor);

@@ -1,6 +1,8 @@
 /* Matrix products: mm, bmm, mv, dot, vdot and the add* forms addmm, baddbmm,
  * addbmm, addmv. torch.matmul, F.linear, outer and their backwards are
- * PyTorch composites of these.
+ * PyTorch composites of these. Next to them: conj_physical and angle (the
+ * complex-number ops the products' composites use) and the pairwise
+ * distances of cdist.
  *
  * Each product is one dot_general that accumulates in the output's opmath
  * type: half inputs give a float32 product that is rounded once at the end,
@@ -8,6 +10,8 @@
  * compute beta * self + alpha * product in that type, and beta == 0 ignores
  * self entirely (NaN and inf in it do not propagate), as PyTorch documents;
  * beta is a runtime value, so that choice is a select. */
+#include <math.h>
+
 #include "lower/rules.h"
 
 /* How the two operands contract, per product kind (data of the rules). */
@@ -100,6 +104,88 @@ static tpu_status_t add_product_rule(tpu_lower_ctx *c) {
   return NULL;
 }
 
+/* _conj_physical(self), conj_physical_ and conj_physical.out (conj_physical
+ * itself is a composite that returns a real tensor unchanged) */
+static tpu_status_t conj_physical_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value x = tpu_lower_tensor(c, 0);
+  return done(c, tpu_dtype_is_complex(c->args[0].dtype) ? conj_(c, x) : x);
+}
+
+/* angle(self): atan2(imag, real); a real x gives pi below zero, else 0
+ * (NaN stays NaN), in the output's float type. */
+static tpu_status_t angle_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value x = tpu_lower_tensor(c, 0);
+  if (tpu_dtype_is_complex(c->args[0].dtype))
+    return done(c, tpu_hlo_binary(B, TPU_HLO_ATAN2, un(c, TPU_HLO_IMAG, x), un(c, TPU_HLO_REAL, x)));
+  tpu_hlo_type t = *OUT;
+  t.dtype = tpu_lower_opmath(OUT->dtype);
+  x = tpu_hlo_convert(B, x, t.dtype);
+  tpu_hlo_value zero = tpu_hlo_const_f64(B, &t, 0.0);
+  tpu_hlo_value r = sel(c, cmp(c, TPU_HLO_LT, x, zero), tpu_hlo_const_f64(B, &t, M_PI), zero);
+  return done(c, sel(c, is_nan(c, x), x, r));
+}
+
+/* Tensor argument |arg| with a size-1 dim inserted before dim |at| counted
+ * from the end, broadcast to |t|. */
+static tpu_hlo_value spread_rows(tpu_lower_ctx *c, int arg, int at, const tpu_hlo_type *t) {
+  const tpu_lower_arg *a = &c->args[arg];
+  int64_t dims[TPU_HLO_MAX_RANK];
+  int k = a->rank - at;
+  for (int d = 0, j = 0; d <= a->rank; d++) dims[d] = d == k ? 1 : a->sizes[j++];
+  return tpu_hlo_broadcast_to(B, tpu_hlo_reshape(B, tpu_lower_tensor(c, arg), a->rank + 1, dims), t);
+}
+
+/* _cdist_forward(x1, x2, p, compute_mode): the p-norm distance of every
+ * pair of rows, from their differences (PyTorch's matrix-product shortcut
+ * for p = 2 is a speed trade that loses accuracy). */
+static tpu_status_t cdist_rule(tpu_lower_ctx *c) {
+  double p = tpu_lower_float(c, 2, 2.0);
+  int r = OUT->rank;
+  tpu_hlo_type t = *OUT;
+  t.rank = r + 1;
+  t.dims[r] = c->args[0].sizes[c->args[0].rank - 1];
+  t.dtype = tpu_lower_opmath(OUT->dtype);
+  tpu_hlo_value d = un(c, TPU_HLO_ABS, sub(c, spread_rows(c, 0, 1, &t), spread_rows(c, 1, 2, &t)));
+  int64_t last = r;
+  if (p == 0.0)
+    return done(c, tpu_lower_reduce(B, tpu_hlo_convert(B, cmp(c, TPU_HLO_NE, d, tpu_hlo_const_f64(B, &t, 0.0)), t.dtype),
+                                    TPU_HLO_ADD, &last, 1));
+  if (isinf(p)) return done(c, tpu_lower_reduce(B, d, TPU_HLO_MAX, &last, 1));
+  if (p == 1.0) return done(c, tpu_lower_reduce(B, d, TPU_HLO_ADD, &last, 1));
+  if (p == 2.0) return done(c, un(c, TPU_HLO_SQRT, tpu_lower_reduce(B, mul(c, d, d), TPU_HLO_ADD, &last, 1)));
+  tpu_hlo_value sum = tpu_lower_reduce(B, tpu_hlo_binary(B, TPU_HLO_POW, d, tpu_hlo_const_f64(B, &t, p)), TPU_HLO_ADD,
+                                       &last, 1);
+  tpu_hlo_type st = *tpu_hlo_type_of(B, sum);
+  return done(c, tpu_hlo_binary(B, TPU_HLO_POW, sum, tpu_hlo_const_f64(B, &st, 1.0 / p)));
+}
+
+/* _cdist_backward(grad, x1, x2, p, cdist): the gradient for x1, summed over
+ * the rows of x2; pairs at distance 0 contribute nothing, and p = inf
+ * sends it to the coordinates that reach the maximum, as PyTorch's kernel. */
+static tpu_status_t cdist_backward_rule(tpu_lower_ctx *c) {
+  double p = tpu_lower_float(c, 3, 2.0);
+  const tpu_lower_arg *g = &c->args[0];
+  tpu_hlo_type t = *OUT;
+  t.rank = g->rank + 1;
+  for (int d = 0; d < g->rank; d++) t.dims[d] = g->sizes[d];
+  t.dims[g->rank] = OUT->dims[OUT->rank - 1];
+  t.dtype = tpu_lower_opmath(OUT->dtype);
+  if (tpu_hlo_type_numel(&t) == 0) return done(c, tpu_hlo_const_f64(B, OUT, 0.0)); /* zeros like x1, as PyTorch */
+  tpu_hlo_value diff = sub(c, spread_rows(c, 1, 1, &t), spread_rows(c, 2, 2, &t));
+  tpu_hlo_value dist = tpu_hlo_broadcast_to(B, spread_rows(c, 4, 0, &t), &t);
+  tpu_hlo_value zero = tpu_hlo_const_f64(B, &t, 0.0), sign = un(c, TPU_HLO_SIGN, diff), d;
+  if (p == 0.0) d = zero;
+  else if (p == 1.0) d = sign;
+  else if (isinf(p)) d = sel(c, cmp(c, TPU_HLO_EQ, un(c, TPU_HLO_ABS, diff), dist), sign, zero);
+  else if (p == 2.0) d = dvd(c, diff, dist);
+  else d = dvd(c, mul(c, sign, tpu_hlo_binary(B, TPU_HLO_POW, un(c, TPU_HLO_ABS, diff), tpu_hlo_const_f64(B, &t, p - 1))),
+               tpu_hlo_binary(B, TPU_HLO_POW, dist, tpu_hlo_const_f64(B, &t, p - 1)));
+  d = sel(c, cmp(c, TPU_HLO_EQ, dist, zero), zero, d);
+  int64_t rows = g->rank - 1;
+  tpu_hlo_value sum = tpu_lower_reduce(B, mul(c, spread_rows(c, 0, 0, &t), d), TPU_HLO_ADD, &rows, 1);
+  return done(c, tpu_hlo_reshape(B, sum, OUT->rank, OUT->dims));
+}
+
 const tpu_lower_rule tpu_rules_linalg[] = {
     {{"mm", "mm.out"}, product_rule, 0, MM},
     {{"bmm", "bmm.out"}, product_rule, 0, BMM},
@@ -110,5 +196,9 @@ const tpu_lower_rule tpu_rules_linalg[] = {
     {{"baddbmm", "baddbmm_", "baddbmm.out"}, add_product_rule, 0, BMM},
     {{"addbmm", "addbmm_", "addbmm.out"}, add_product_rule, 0, BSUM},
     {{"addmv", "addmv_", "addmv.out"}, add_product_rule, 0, MV},
+    {{"_conj_physical", "conj_physical_", "conj_physical.out"}, conj_physical_rule, 0, 0},
+    {{"angle", "angle.out"}, angle_rule, 0, 0},
+    {{"_cdist_forward", "_cdist_forward.out"}, cdist_rule, 0, 0},
+    {{"_cdist_backward", "_cdist_backward.out"}, cdist_backward_rule, 0, 0},
 };
 TPU_COUNT_RULES(linalg);

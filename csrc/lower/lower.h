@@ -62,6 +62,7 @@ typedef struct tpu_lower_arg {
   const tpu_dtype_t *item_dtypes; /* TENSOR_LIST: dtype per item (INVALID = None) */
   const int *item_ranks;
   const int64_t *const *item_sizes;
+  const int64_t *strides; /* TENSOR: strides in elements where known (eager), else NULL */
 } tpu_lower_arg;
 
 typedef struct tpu_lower_ctx tpu_lower_ctx;

@@ -203,7 +203,10 @@ void describe_call(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs, CallScrat
     tpu_eager_arg& a = sc.args[i];
     tpu_lower_arg& l = a.lower;
     switch (l.kind) {
-      case TPU_ARG_TENSOR: l.sizes = a.tensor.view.sizes; break;
+      case TPU_ARG_TENSOR:
+        l.sizes = a.tensor.view.sizes;
+        l.strides = a.tensor.view.strides;
+        break;
       case TPU_ARG_TENSOR_LIST:
         a.items = sc.refs.data() + sc.ref_begin[i];
         l.item_dtypes = sc.item_dtypes.data() + sc.ref_begin[i];
