@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "base/stats.h"
+#include "base/strbuf.h"
 #include "runtime/pjrt_api.h"
 
 #define TPU_MAX_DEVICES 64
@@ -36,6 +37,7 @@ struct tpu_runtime {
   pthread_mutex_t lock; /* guards |pending| and |async_error| */
   pending_list pending[TPU_MAX_DEVICES];
   tpu_status_t async_error;
+  tpu_strbuf compile_options; /* serialized CompileOptionsProto for every compile */
 };
 
 struct tpu_executable {
@@ -47,6 +49,47 @@ struct tpu_executable {
  * 1, num_partitions: 1}, compile_portable_executable: true. Portable programs
  * run on any device of the client, chosen at execute time. */
 static const char kCompileOptions[] = {0x1a, 0x04, 0x20, 0x01, 0x28, 0x01, 0x20, 0x01};
+
+/* XLA debug options set on the CPU plugin (CompileOptionsProto
+ * env_option_overrides, applied over XLA's defaults): dots and reductions go
+ * to XLA's YNNPACK library kernels, as jax configures the same compiler. A
+ * plugin that does not know an option fails the first compile; the runtime
+ * then compiles with kCompileOptions alone. */
+static const char *const kCpuOverrides[][2] = {
+    {"xla_cpu_experimental_ynn_fusion_type", "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT,LIBRARY_FUSION_TYPE_REDUCE"},
+};
+
+static void put_varint(tpu_strbuf *sb, uint64_t v) {
+  do {
+    uint8_t byte = (uint8_t)(v & 0x7f);
+    v >>= 7;
+    if (v) byte |= 0x80;
+    tpu_strbuf_append(sb, &byte, 1);
+  } while (v);
+}
+
+/* A length-delimited protobuf field. */
+static void put_bytes_field(tpu_strbuf *sb, int field, const void *data, size_t n) {
+  put_varint(sb, (uint64_t)field << 3 | 2);
+  put_varint(sb, n);
+  tpu_strbuf_append(sb, data, n);
+}
+
+/* kCompileOptions plus one env_option_overrides entry (field 7: map<string,
+ * OptionOverrideProto {string_field = 1}>) per override. */
+static tpu_status_t cpu_compile_options(tpu_strbuf *out) {
+  tpu_strbuf_append(out, kCompileOptions, sizeof kCompileOptions);
+  for (size_t i = 0; i < sizeof kCpuOverrides / sizeof kCpuOverrides[0]; i++) {
+    tpu_strbuf value = TPU_STRBUF_INIT, entry = TPU_STRBUF_INIT;
+    put_bytes_field(&value, 1, kCpuOverrides[i][1], strlen(kCpuOverrides[i][1]));
+    put_bytes_field(&entry, 1, kCpuOverrides[i][0], strlen(kCpuOverrides[i][0]));
+    put_bytes_field(&entry, 2, value.data, value.len);
+    put_bytes_field(out, 7, entry.data, entry.len);
+    tpu_strbuf_release(&value);
+    tpu_strbuf_release(&entry);
+  }
+  return tpu_strbuf_status(out);
+}
 
 static tpu_status_t from_pjrt(const PJRT_Api *api, PJRT_Error *err, const char *what) {
   if (err == NULL) return NULL;
@@ -226,6 +269,12 @@ tpu_status_t tpu_runtime_create(const tpu_runtime_options *opts, tpu_runtime **o
 
   TPU_GOTO_IF_ERROR(st, client_string(api, rt->client, false, &rt->platform_name), fail);
   TPU_GOTO_IF_ERROR(st, client_string(api, rt->client, true, &rt->platform_version), fail);
+  if (strcmp(rt->platform_name, "cpu") == 0) {
+    TPU_GOTO_IF_ERROR(st, cpu_compile_options(&rt->compile_options), fail);
+  } else {
+    tpu_strbuf_append(&rt->compile_options, kCompileOptions, sizeof kCompileOptions);
+    TPU_GOTO_IF_ERROR(st, tpu_strbuf_status(&rt->compile_options), fail);
+  }
 
   PJRT_Client_AddressableDevices_Args devs = {
       .struct_size = TPU_PJRT_SIZE(PJRT_Client_AddressableDevices_Args, num_addressable_devices),
@@ -268,6 +317,7 @@ void tpu_runtime_destroy(tpu_runtime *rt) {
   free(rt->platform_name);
   free(rt->platform_version);
   free(rt->plugin_path);
+  tpu_strbuf_release(&rt->compile_options);
   pthread_mutex_destroy(&rt->lock);
   free(rt);
 }
@@ -276,6 +326,10 @@ int tpu_runtime_device_count(const tpu_runtime *rt) { return rt->num_devices; }
 const char *tpu_runtime_platform_name(const tpu_runtime *rt) { return rt->platform_name; }
 const char *tpu_runtime_platform_version(const tpu_runtime *rt) { return rt->platform_version; }
 const char *tpu_runtime_plugin_path(const tpu_runtime *rt) { return rt->plugin_path; }
+const char *tpu_runtime_compile_options(const tpu_runtime *rt, size_t *out_size) {
+  *out_size = rt->compile_options.len;
+  return rt->compile_options.data;
+}
 
 const char *tpu_runtime_device_kind(const tpu_runtime *rt, int device) {
   if (device < 0 || device >= rt->num_devices || rt->kinds[device] == NULL) return "unknown";
@@ -439,12 +493,22 @@ tpu_status_t tpu_executable_compile(tpu_runtime *rt, const char *mlir, size_t si
       .struct_size = TPU_PJRT_SIZE(PJRT_Client_Compile_Args, executable),
       .client = rt->client,
       .program = &program,
-      .compile_options = kCompileOptions,
-      .compile_options_size = sizeof kCompileOptions,
+      .compile_options = rt->compile_options.data,
+      .compile_options_size = rt->compile_options.len,
   };
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   tpu_status_t st = CALL(rt->api, PJRT_Client_Compile, &a, "XLA compilation failed");
+  if (st != NULL && rt->compile_options.len > sizeof kCompileOptions &&
+      strstr(tpu_status_message(st), kCpuOverrides[0][0]) != NULL) {
+    /* An older plugin without the option: drop the overrides for good. */
+    tpu_status_free(st);
+    tpu_strbuf_clear(&rt->compile_options);
+    tpu_strbuf_append(&rt->compile_options, kCompileOptions, sizeof kCompileOptions);
+    a.compile_options = rt->compile_options.data;
+    a.compile_options_size = rt->compile_options.len;
+    st = CALL(rt->api, PJRT_Client_Compile, &a, "XLA compilation failed");
+  }
   clock_gettime(CLOCK_MONOTONIC, &t1);
   tpu_stats_add(TPU_STAT_COMPILE_NS,
                 (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec)));

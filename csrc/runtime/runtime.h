@@ -48,6 +48,9 @@ int tpu_runtime_device_count(const tpu_runtime *rt);
 const char *tpu_runtime_platform_name(const tpu_runtime *rt);    /* "cpu", "cuda" … */
 const char *tpu_runtime_platform_version(const tpu_runtime *rt);
 const char *tpu_runtime_plugin_path(const tpu_runtime *rt);
+/* The serialized CompileOptionsProto every compile uses (valid while |rt|
+ * lives; may change once, when the plugin refuses an XLA option). */
+const char *tpu_runtime_compile_options(const tpu_runtime *rt, size_t *out_size);
 const char *tpu_runtime_device_kind(const tpu_runtime *rt, int device);
 void tpu_runtime_api_version(const tpu_runtime *rt, int *out_major, int *out_minor);
 

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "base/stats.h"
 #include "check.h"
@@ -50,6 +51,10 @@ static void test_client(void) {
   int major = -1, minor = -1;
   tpu_runtime_api_version(rt, &major, &minor);
   CHECK(major == 0 && minor >= 81);
+  /* The CPU plugin compiles with XLA option overrides (YNNPACK fusions). */
+  size_t size = 0;
+  const char *options = tpu_runtime_compile_options(rt, &size);
+  CHECK(size > 8 && memmem(options, size, "xla_cpu_experimental_ynn_fusion_type", 36) != NULL);
 }
 
 static void test_roundtrip_and_zero_size(void) {
