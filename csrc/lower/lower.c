@@ -206,6 +206,23 @@ tpu_hlo_value tpu_lower_scan(tpu_hlo_builder *b, tpu_hlo_value x, int dim, tpu_h
   return r;
 }
 
+void tpu_lower_extreme_body(tpu_lower_ctx *c, tpu_dtype_t t, bool is_max, bool later_wins, tpu_hlo_region *out) {
+  tpu_hlo_type v = tpu_hlo_make_type(t, 0, NULL), i = tpu_hlo_make_type(TPU_S64, 0, NULL);
+  tpu_hlo_type types[4] = {v, i, v, i};
+  tpu_hlo_value a[4];
+  tpu_hlo_region_begin(B, 4, types, a);
+  tpu_hlo_value better = cmp(c, is_max ? TPU_HLO_GT : TPU_HLO_LT, a[0], a[2]);
+  tpu_hlo_value same = cmp(c, TPU_HLO_EQ, a[0], a[2]);
+  if (tpu_dtype_is_float(t)) {
+    tpu_hlo_value an = is_nan(c, a[0]), bn = is_nan(c, a[2]);
+    better = or_(c, better, and_(c, an, un(c, TPU_HLO_NOT, bn)));
+    same = or_(c, same, and_(c, an, bn));
+  }
+  tpu_hlo_value pick = or_(c, better, and_(c, same, cmp(c, later_wins ? TPU_HLO_GT : TPU_HLO_LT, a[1], a[3])));
+  tpu_hlo_value r[2] = {sel(c, pick, a[0], a[2]), sel(c, pick, a[1], a[3])};
+  tpu_hlo_region_end(B, r, 2, out);
+}
+
 tpu_hlo_value tpu_lower_keepdim(tpu_hlo_builder *b, tpu_hlo_value x, int rank, const int64_t *dims,
                                 int n) {
   const tpu_hlo_type *t = tpu_hlo_type_of(b, x);

@@ -165,6 +165,12 @@ tpu_hlo_value tpu_lower_keepdim(tpu_hlo_builder *b, tpu_hlo_value x, int rank, c
  * a reduce_window spanning the dim, padded in front with the op's identity. */
 tpu_hlo_value tpu_lower_scan(tpu_hlo_builder *b, tpu_hlo_value x, int dim, tpu_hlo_binary_t op);
 
+/* A reduce or scan body over (value, index) pairs that keeps the larger
+ * (|is_max|) or smaller value, NaN beyond every number, and among equal
+ * values the lower index (the higher with |later_wins|). The order is total,
+ * so XLA may associate the reduction as it likes. */
+void tpu_lower_extreme_body(tpu_lower_ctx *c, tpu_dtype_t t, bool is_max, bool later_wins, tpu_hlo_region *out);
+
 /* Adds a runtime check (see tpu_lower_check): data-dependent errors such as
  * an index out of range. Eager waits for the flag and raises PyTorch's
  * error; the op's writes are dropped when a check fails. */

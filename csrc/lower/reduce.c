@@ -76,27 +76,6 @@ static tpu_hlo_value extreme(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_binary_t
   return tpu_hlo_select(B, any_nan, k(c, r, NAN), r);
 }
 
-/* A reduce body over (value, index) pairs that keeps the larger (smaller)
- * value and, among equal values, the lower index; NaN ranks beyond every
- * number. The order is total, so the first occurrence wins however XLA
- * associates the reduction. */
-static void arg_body(tpu_lower_ctx *c, tpu_dtype_t t, bool is_max, tpu_hlo_region *out) {
-  tpu_hlo_type v = tpu_hlo_make_type(t, 0, NULL), i = tpu_hlo_make_type(TPU_S64, 0, NULL);
-  tpu_hlo_type types[4] = {v, i, v, i};
-  tpu_hlo_value a[4];
-  tpu_hlo_region_begin(B, 4, types, a);
-  tpu_hlo_value better = cmp(c, is_max ? TPU_HLO_GT : TPU_HLO_LT, a[0], a[2]);
-  tpu_hlo_value same = cmp(c, TPU_HLO_EQ, a[0], a[2]);
-  if (tpu_dtype_is_float(t)) {
-    tpu_hlo_value an = is_nan(c, a[0]), bn = is_nan(c, a[2]);
-    better = or_(c, better, and_(c, an, un(c, TPU_HLO_NOT, bn)));
-    same = or_(c, same, and_(c, an, bn));
-  }
-  tpu_hlo_value pick = or_(c, better, and_(c, same, cmp(c, TPU_HLO_LT, a[1], a[3])));
-  tpu_hlo_value r[2] = {tpu_hlo_select(B, pick, a[0], a[2]), tpu_hlo_select(B, pick, a[1], a[3])};
-  tpu_hlo_region_end(B, r, 2, out);
-}
-
 /* The max (min) of |x| along |dim| and its first index. */
 static void arg_extreme(tpu_lower_ctx *c, tpu_hlo_value x, bool is_max, int dim, tpu_hlo_value *out_value,
                         tpu_hlo_value *out_index) {
@@ -109,7 +88,7 @@ static void arg_extreme(tpu_lower_ctx *c, tpu_hlo_value x, bool is_max, int dim,
   tpu_hlo_value inits[2] = {is_max ? tpu_hlo_scalar_min(B, t) : tpu_hlo_scalar_max(B, t),
                             tpu_hlo_scalar_i64(B, TPU_S64, INT64_MAX)};
   tpu_hlo_region body;
-  arg_body(c, t, is_max, &body);
+  tpu_lower_extreme_body(c, t, is_max, false, &body);
   int64_t dims[1] = {dim};
   tpu_hlo_value out[2];
   tpu_hlo_reduce(B, xs, inits, 2, dims, 1, &body, out);

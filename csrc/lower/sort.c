@@ -199,27 +199,6 @@ static tpu_status_t mode_rule(tpu_lower_ctx *c) {
 
 /* --- running extremes ---------------------------------------------------------- */
 
-/* The scan body of cummax (cummin) over (value, index) pairs: the larger
- * (smaller) value, NaN beyond every number, and among equal values the later
- * index, as PyTorch's kernel, which takes x >= running max. A total order, so
- * XLA may associate the window as it likes. */
-static void running_body(tpu_lower_ctx *c, tpu_dtype_t t, bool is_max, tpu_hlo_region *out) {
-  tpu_hlo_type v = tpu_hlo_make_type(t, 0, NULL), i = tpu_hlo_make_type(TPU_S64, 0, NULL);
-  tpu_hlo_type types[4] = {v, i, v, i};
-  tpu_hlo_value a[4];
-  tpu_hlo_region_begin(B, 4, types, a);
-  tpu_hlo_value better = cmp(c, is_max ? TPU_HLO_GT : TPU_HLO_LT, a[0], a[2]);
-  tpu_hlo_value same = cmp(c, TPU_HLO_EQ, a[0], a[2]);
-  if (tpu_dtype_is_float(t)) {
-    tpu_hlo_value an = is_nan(c, a[0]), bn = is_nan(c, a[2]);
-    better = or_(c, better, and_(c, an, un(c, TPU_HLO_NOT, bn)));
-    same = or_(c, same, and_(c, an, bn));
-  }
-  tpu_hlo_value take_a = or_(c, better, and_(c, same, cmp(c, TPU_HLO_GT, a[1], a[3])));
-  tpu_hlo_value r[2] = {sel(c, take_a, a[0], a[2]), sel(c, take_a, a[1], a[3])};
-  tpu_hlo_region_end(B, r, 2, out);
-}
-
 /* cummax/cummin(self, dim) -> (values, indices); data: MAX or MIN. A
  * reduce_window over (value, index) reaching back over the whole dim, padded
  * with (lowest, -1), which every element beats. */
@@ -241,7 +220,8 @@ static tpu_status_t running_rule(tpu_lower_ctx *c) {
     tpu_hlo_value inits[2] = {is_max ? tpu_hlo_scalar_min(B, t) : tpu_hlo_scalar_max(B, t),
                               tpu_hlo_scalar_i64(B, TPU_S64, -1)};
     tpu_hlo_region body;
-    running_body(c, t, is_max, &body);
+    /* PyTorch takes x >= the running max: the later index wins ties. */
+    tpu_lower_extreme_body(c, t, is_max, true, &body);
     tpu_hlo_reduce_window(B, xs, inits, 2, &w, &body, out);
   }
   tpu_lower_set_output(c, 0, out[0]);
