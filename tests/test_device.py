@@ -97,3 +97,21 @@ def test_decomposition_runs_before_fallback():
     s = torchtpu.stats()
     assert s["fallbacks"] == {}
     assert s["decompositions"].get("aten::hardshrink.out") == 1
+
+
+def test_program_cache_is_capped(tmp_path):
+    """A process that keeps compiling new signatures stays under the cap of
+    loaded programs (each maps memory; Linux allows ~65k maps a process) and
+    still computes right: evicted programs come back from the disk cache."""
+    code = (
+        "import torch, torchtpu\n"
+        "for n in list(range(1, 41)) + list(range(1, 41)):\n"
+        "    x = torch.arange(n, dtype=torch.float32)\n"
+        "    y = (x.to('tpu') * 2 + 1).cpu()\n"
+        "    torch.testing.assert_close(y, x * 2 + 1)\n"
+        "    assert torchtpu.stats()['cached_programs'] <= 8, torchtpu.stats()\n"
+        "print(torchtpu.stats()['cache_loads'])\n")
+    env = dict(os.environ, TORCHTPU_MAX_CACHED_PROGRAMS="8", TORCHTPU_CACHE_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert int(out.stdout.split()[-1]) > 0  # the second pass loaded evicted programs from disk

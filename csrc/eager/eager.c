@@ -139,6 +139,23 @@ static void build_key(tpu_strbuf *k, const tpu_eager_call *call, const flat_call
 static pthread_mutex_t g_cache_lock = PTHREAD_MUTEX_INITIALIZER;
 static tpu_eager_entry **g_buckets;
 static size_t g_num_buckets, g_num_entries;
+
+/* Programs kept loaded. Each loaded executable maps a few memory regions and
+ * Linux allows about 65k per process, so a process that keeps compiling new
+ * signatures (a test suite, an op sweep) would run out; at the cap the cache
+ * is emptied and programs come back from the disk cache as they are used.
+ * TORCHTPU_MAX_CACHED_PROGRAMS overrides the cap. */
+#define DEFAULT_MAX_CACHED_PROGRAMS 4096
+
+static size_t max_cached_programs(void) {
+  static size_t cap;
+  if (cap == 0) {
+    const char *env = getenv("TORCHTPU_MAX_CACHED_PROGRAMS");
+    long v = env != NULL ? strtol(env, NULL, 10) : 0;
+    cap = v > 0 ? (size_t)v : DEFAULT_MAX_CACHED_PROGRAMS;
+  }
+  return cap;
+}
 static _Thread_local tpu_strbuf t_key;
 
 /* The key of |call| in this thread's scratch buffer; false if out of memory. */
@@ -263,6 +280,11 @@ tpu_status_t tpu_eager_compile(const tpu_eager_call *call, const tpu_eager_out_m
   }
   TPU_GOTO_IF_ERROR(st, tpu_program_finish(p, &e), done);
 
+  if (tpu_eager_cache_size() >= max_cached_programs()) {
+    /* Launches still in flight keep their executables: wait for them first. */
+    TPU_GOTO_IF_ERROR(st, tpu_runtime_synchronize(tpu_eager_runtime(), -1), done);
+    tpu_eager_cache_clear();
+  }
   uint64_t h;
   if (!key_of(call, &h)) {
     st = tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
