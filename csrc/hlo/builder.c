@@ -563,6 +563,18 @@ tpu_hlo_value tpu_hlo_scalar_min(tpu_hlo_builder *b, tpu_dtype_t dtype) {
   return scalar_limit(b, dtype, false);
 }
 
+/* Emits "|attr| > : type" as a stablehlo.constant of type |t| (|attr| holds
+ * "value = dense<" and the elements) and releases |attr|. */
+static tpu_hlo_value dense_constant(tpu_hlo_builder *b, tpu_strbuf *attr, const tpu_hlo_type *t) {
+  tpu_strbuf_puts(attr, "> : ");
+  put_type(attr, t);
+  tpu_hlo_value out = TPU_HLO_NONE;
+  if (attr->failed) tpu_hlo_fail(b, TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+  else out = op1(b, "stablehlo.constant", NULL, 0, attr->data, t);
+  tpu_strbuf_release(attr);
+  return out;
+}
+
 tpu_hlo_value tpu_hlo_const_i64_list(tpu_hlo_builder *b, const int64_t *v, int n) {
   if (tpu_hlo_failed(b)) return TPU_HLO_NONE;
   int64_t dim = n;
@@ -570,13 +582,20 @@ tpu_hlo_value tpu_hlo_const_i64_list(tpu_hlo_builder *b, const int64_t *v, int n
   tpu_strbuf attr = TPU_STRBUF_INIT;
   tpu_strbuf_puts(&attr, "value = dense<");
   put_i64_list(&attr, v, n);
-  tpu_strbuf_puts(&attr, "> : ");
-  put_type(&attr, &t);
-  tpu_hlo_value out = TPU_HLO_NONE;
-  if (attr.failed) tpu_hlo_fail(b, TPU_ERR_OUT_OF_MEMORY, "out of host memory");
-  else out = op1(b, "stablehlo.constant", NULL, 0, attr.data, &t);
-  tpu_strbuf_release(&attr);
-  return out;
+  return dense_constant(b, &attr, &t);
+}
+
+tpu_hlo_value tpu_hlo_const_f64_list(tpu_hlo_builder *b, tpu_dtype_t dtype, const double *v, int64_t n) {
+  if (tpu_hlo_failed(b)) return TPU_HLO_NONE;
+  tpu_hlo_type t = tpu_hlo_make_type(dtype, 1, &n);
+  tpu_strbuf attr = TPU_STRBUF_INIT;
+  tpu_strbuf_puts(&attr, "value = dense<[");
+  for (int64_t i = 0; i < n; i++) {
+    if (i) tpu_strbuf_puts(&attr, ", ");
+    put_element(&attr, dtype, v[i], 0, false);
+  }
+  tpu_strbuf_puts(&attr, "]");
+  return dense_constant(b, &attr, &t);
 }
 
 /* --- elementwise ----------------------------------------------------------------------- */
@@ -1227,24 +1246,4 @@ void tpu_hlo_rng_bits(tpu_hlo_builder *b, tpu_hlo_value state, const tpu_hlo_typ
   }
   *out_state = outs[0];
   *out_bits = outs[1];
-}
-
-/* --- nn --- */
-
-tpu_hlo_value tpu_hlo_const_f64_list(tpu_hlo_builder *b, tpu_dtype_t dtype, const double *v, int64_t n) {
-  if (tpu_hlo_failed(b)) return TPU_HLO_NONE;
-  tpu_hlo_type t = tpu_hlo_make_type(dtype, 1, &n);
-  tpu_strbuf attr = TPU_STRBUF_INIT;
-  tpu_strbuf_puts(&attr, "value = dense<[");
-  for (int64_t i = 0; i < n; i++) {
-    if (i) tpu_strbuf_puts(&attr, ", ");
-    put_element(&attr, dtype, v[i], 0, false);
-  }
-  tpu_strbuf_puts(&attr, "]> : ");
-  put_type(&attr, &t);
-  tpu_hlo_value out = TPU_HLO_NONE;
-  if (attr.failed) tpu_hlo_fail(b, TPU_ERR_OUT_OF_MEMORY, "out of host memory");
-  else out = op1(b, "stablehlo.constant", NULL, 0, attr.data, &t);
-  tpu_strbuf_release(&attr);
-  return out;
 }

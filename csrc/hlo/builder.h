@@ -87,6 +87,8 @@ tpu_hlo_value tpu_hlo_scalar_max(tpu_hlo_builder *b, tpu_dtype_t dtype);
 tpu_hlo_value tpu_hlo_scalar_min(tpu_hlo_builder *b, tpu_dtype_t dtype);
 /* A 1-D i64 constant. */
 tpu_hlo_value tpu_hlo_const_i64_list(tpu_hlo_builder *b, const int64_t *v, int n);
+/* A 1-D constant of |n| values of float type |dtype| (rounded to it). */
+tpu_hlo_value tpu_hlo_const_f64_list(tpu_hlo_builder *b, tpu_dtype_t dtype, const double *v, int64_t n);
 
 /* --- elementwise -------------------------------------------------------------
  * Operands of binary ops must have equal types; results keep that type
@@ -281,10 +283,6 @@ void tpu_hlo_rng_bits(tpu_hlo_builder *b, tpu_hlo_value state, const tpu_hlo_typ
 /* --- text helpers for rules that emit rare ops through tpu_hlo_op -------------- */
 /* Writes "array<i64: a, b, c>" into |buf| (|cap| bytes). */
 void tpu_hlo_format_i64_array(char *buf, size_t cap, const int64_t *v, int n);
-
-/* --- nn --- */
-/* A 1-D constant of |n| values of float type |dtype| (rounded to it). */
-tpu_hlo_value tpu_hlo_const_f64_list(tpu_hlo_builder *b, tpu_dtype_t dtype, const double *v, int64_t n);
 
 #ifdef __cplusplus
 }
