@@ -6,10 +6,10 @@
  * Statistics and losses are computed in the input's opmath type (float32 for
  * half types) and rounded once, as PyTorch's CPU kernels accumulate. Outputs
  * nobody asked for (an output_mask entry that is false, a None running stat)
- * have type INVALID and are not computed. The class-index losses pick each
- * target's class by comparing an iota over the class dim with the target and
- * summing the masked row: no gather, so an out-of-range target reads nothing
- * while its runtime check fails the op. */
+ * have type INVALID and are not computed. The class-index losses read each
+ * target's element with one gather (XLA clamps an out-of-range target, whose
+ * runtime check fails the op); their gradients, dense over the classes, put
+ * each target's value where an iota over the class dim equals the target. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -380,37 +380,69 @@ static tpu_status_t reduced(tpu_lower_ctx *c, tpu_hlo_value loss, int64_t reduct
 
 /* Class-index losses (nll_loss, multi_margin_loss). */
 
-/* Where each target (argument |ti|, one per position of |xt| without its
- * class dim |cd|) picks its class in |xt|: an i1 value of |xt|'s shape.
- * Targets equal to *|ignore| (if given) pick nothing; any other target
- * outside [0, C) fails the op with |code| and |message|, as PyTorch. */
-static tpu_hlo_value class_hit(tpu_lower_ctx *c, int ti, const tpu_hlo_type *xt, int cd, const int64_t *ignore,
-                               tpu_code_t code, const char *message) {
-  int64_t cdim = cd, dims[MAXR];
+/* The targets (argument |ti|, one per position of |xt| without its class
+ * dim |cd|), checked: targets equal to *|ignore| (if given) are ignored (and
+ * *|out_kept|, an i1 value of the targets' shape, is false there); any other
+ * target outside [0, C) fails the op with |code| and |message|, as PyTorch. */
+static tpu_hlo_value class_targets(tpu_lower_ctx *c, int ti, const tpu_hlo_type *xt, int cd, const int64_t *ignore,
+                                   tpu_code_t code, const char *message, tpu_hlo_value *out_kept) {
+  int64_t dims[MAXR];
   int n = 0;
   for (int i = 0; i < xt->rank; i++)
     if (i != cd) dims[n++] = xt->dims[i];
   tpu_hlo_value t = tpu_hlo_reshape(B, arg(c, ti, TPU_S64), n, dims); /* a [1] target of a [C] input: rank 0 */
   tpu_hlo_value ok = and_(c, cmp(c, TPU_HLO_GE, t, k(c, t, 0.0)), cmp(c, TPU_HLO_LT, t, k(c, t, (double)xt->dims[cd])));
-  tpu_hlo_value kept = TPU_HLO_NONE;
+  *out_kept = TPU_HLO_NONE;
   if (ignore != NULL) {
-    kept = cmp(c, TPU_HLO_NE, t, k(c, t, (double)*ignore));
-    ok = tpu_hlo_binary(B, TPU_HLO_OR, ok, tpu_hlo_unary(B, TPU_HLO_NOT, kept));
+    *out_kept = cmp(c, TPU_HLO_NE, t, k(c, t, (double)*ignore));
+    ok = tpu_hlo_binary(B, TPU_HLO_OR, ok, tpu_hlo_unary(B, TPU_HLO_NOT, *out_kept));
   }
   tpu_lower_require(c, all(c, ok), code, message);
+  return t;
+}
+
+/* |v| at each target's class: |v| has the input's shape (class dim |cd|,
+ * every other dim one per target) or is a [C] vector (|cd| 0); the result
+ * has the targets' shape. One gather, which reads one element per target
+ * (XLA clamps an ignored or failing target into range). */
+static tpu_hlo_value at_class(tpu_lower_ctx *c, tpu_hlo_value v, tpu_hlo_value t, int cd) {
+  if (tpu_hlo_failed(B)) return TPU_HLO_NONE;
+  const tpu_hlo_type *vt = tpu_hlo_type_of(B, v), *tt = tpu_hlo_type_of(B, t);
+  tpu_hlo_type out = tpu_hlo_make_type(vt->dtype, tt->rank, tt->dims);
+  if (tpu_hlo_type_numel(&out) == 0) return tpu_hlo_const_f64(B, &out, 0.0);
+  tpu_hlo_gather_dims g = {.num_collapsed = 1, .num_start_map = 1, .index_vector_dim = tt->rank};
+  g.collapsed_slice_dims[0] = g.start_index_map[0] = cd;
+  int64_t slice[MAXR];
+  for (int i = 0; i < vt->rank; i++) {
+    slice[i] = 1;
+    if (vt->rank > 1 && i != cd) {
+      g.start_indices_batching_dims[g.num_indices_batch++] = g.num_operand_batch;
+      g.operand_batching_dims[g.num_operand_batch++] = i;
+    }
+  }
+  return tpu_hlo_gather(B, v, t, &g, slice, &out);
+}
+
+/* Where each target |t| (from class_targets) picks its class in |xt|: an
+ * i1 value of |xt|'s shape, for the gradients, which are dense over the
+ * classes. Ignored targets (|kept| false, if given) pick nothing. */
+static tpu_hlo_value class_hit(tpu_lower_ctx *c, tpu_hlo_value t, tpu_hlo_value kept, const tpu_hlo_type *xt, int cd) {
+  int64_t cdim = cd;
   tpu_hlo_type it = *xt;
   it.dtype = TPU_S64;
   tpu_hlo_value hit = cmp(c, TPU_HLO_EQ, tpu_hlo_iota(B, &it, cd), expand(c, t, &it, &cdim, 1));
-  if (ignore != NULL) {
+  if (kept != TPU_HLO_NONE) {
     it.dtype = TPU_BOOL;
     hit = and_(c, hit, expand(c, kept, &it, &cdim, 1));
   }
   return hit;
 }
 
-static tpu_hlo_value nll_hit(tpu_lower_ctx *c, int ti, int ignore_arg, const tpu_hlo_type *xt, int cd) {
+/* nll_loss's targets (argument |ti|, ignore_index argument |ignore_arg|). */
+static tpu_hlo_value nll_targets(tpu_lower_ctx *c, int ti, int ignore_arg, const tpu_hlo_type *xt, int cd,
+                                 tpu_hlo_value *out_kept) {
   int64_t ignore = tpu_lower_int(c, ignore_arg, -100);
-  return class_hit(c, ti, xt, cd, &ignore, TPU_ERR_INDEX, "Target is out of bounds.");
+  return class_targets(c, ti, xt, cd, &ignore, TPU_ERR_INDEX, "Target is out of bounds.", out_kept);
 }
 
 /* A per-target (reduction none) or single upstream gradient, broadcast to
@@ -428,14 +460,14 @@ static tpu_status_t nll_loss_rule(tpu_lower_ctx *c) {
   const tpu_lower_arg *in = &c->args[0];
   tpu_hlo_type xt = arg_type(c, 0, tpu_lower_opmath(c->out_types[0].dtype));
   int cd = in->rank == 1 ? 0 : 1;
-  int64_t cdim = cd, reduction = tpu_lower_int(c, 3, REDUCTION_MEAN);
-  tpu_hlo_value hit = nll_hit(c, 1, 4, &xt, cd);
-  tpu_hlo_value x = arg(c, 0, xt.dtype), zero = tpu_hlo_const_f64(B, &xt, 0.0);
-  tpu_hlo_value w = tpu_lower_is_none(c, 2) ? tpu_hlo_const_f64(B, &xt, 1.0) : along(c, arg(c, 2, xt.dtype), &xt, cd);
+  int64_t reduction = tpu_lower_int(c, 3, REDUCTION_MEAN);
+  tpu_hlo_value kept, t = nll_targets(c, 1, 4, &xt, cd, &kept);
   /* per target: -x[t] * w[t] and w[t], 0 where ignored */
-  tpu_hlo_value loss = sum(c, sel(c, hit, mul(c, neg(c, x), w), zero), &cdim, 1);
-  tpu_hlo_value weight = sum(c, sel(c, hit, w, zero), &cdim, 1);
-  tpu_hlo_value total = sum_all(c, weight);
+  tpu_hlo_value xy = at_class(c, arg(c, 0, xt.dtype), t, cd);
+  tpu_hlo_value w = tpu_lower_is_none(c, 2) ? k(c, xy, 1.0) : at_class(c, arg(c, 2, xt.dtype), t, 0);
+  tpu_hlo_value zero = k(c, xy, 0.0);
+  tpu_hlo_value loss = sel(c, kept, mul(c, neg(c, xy), w), zero);
+  tpu_hlo_value total = sum_all(c, sel(c, kept, w, zero));
   if (reduction == REDUCTION_NONE) {
     tpu_lower_set_output(c, 0, loss);
     /* PyTorch's batched kernel leaves total_weight 0 */
@@ -455,7 +487,8 @@ static tpu_status_t nll_loss_backward_rule(tpu_lower_ctx *c) {
   tpu_hlo_type xt = arg_type(c, 1, tpu_lower_opmath(c->out_types[0].dtype));
   int cd = in->rank == 1 ? 0 : 1;
   int64_t reduction = tpu_lower_int(c, 4, REDUCTION_MEAN);
-  tpu_hlo_value hit = nll_hit(c, 2, 5, &xt, cd);
+  tpu_hlo_value kept, t = nll_targets(c, 2, 5, &xt, cd, &kept);
+  tpu_hlo_value hit = class_hit(c, t, kept, &xt, cd);
   tpu_hlo_value g = arg(c, 0, xt.dtype);
   if (reduction == REDUCTION_MEAN) g = dvd(c, g, arg(c, 6, xt.dtype));
   tpu_hlo_value grad = neg(c, per_target_grad(c, g, &xt, cd));
@@ -484,15 +517,13 @@ static tpu_status_t multi_margin_loss_rule(tpu_lower_ctx *c) {
   if (xt.rank == 0) xt = tpu_hlo_make_type(xt.dtype, 1, &one); /* a 0-dim input is one class */
   int cd = xt.rank - 1;
   int64_t cdim = cd;
-  tpu_hlo_value hit = class_hit(c, 1, &xt, cd, NULL, TPU_ERR_RUNTIME, "target out of range");
+  tpu_hlo_value kept, t = class_targets(c, 1, &xt, cd, NULL, TPU_ERR_RUNTIME, "target out of range", &kept);
+  tpu_hlo_value hit = class_hit(c, t, kept, &xt, cd);
   tpu_hlo_value x = tpu_hlo_reshape(B, arg(c, 0, xt.dtype), xt.rank, xt.dims), zero = tpu_hlo_const_f64(B, &xt, 0.0);
-  tpu_hlo_value xy = expand(c, sum(c, sel(c, hit, x, zero), &cdim, 1), &xt, &cdim, 1);
+  tpu_hlo_value xy = expand(c, at_class(c, x, t, cd), &xt, &cdim, 1);
   tpu_hlo_value z = add(c, sub(c, tpu_hlo_const_f64(B, &xt, tpu_lower_float(c, 3, 1.0)), xy), x);
   tpu_hlo_value h = tpu_lower_float(c, 2, 1.0) == 1.0 ? z : mul(c, z, z);
-  if (!tpu_lower_is_none(c, 4)) {
-    tpu_hlo_value w = along(c, arg(c, 4, xt.dtype), &xt, cd);
-    h = mul(c, h, expand(c, sum(c, sel(c, hit, w, zero), &cdim, 1), &xt, &cdim, 1));
-  }
+  if (!tpu_lower_is_none(c, 4)) h = mul(c, h, expand(c, at_class(c, arg(c, 4, xt.dtype), t, 0), &xt, &cdim, 1));
   tpu_hlo_value counted = and_(c, cmp(c, TPU_HLO_GT, z, zero), tpu_hlo_unary(B, TPU_HLO_NOT, hit));
   tpu_hlo_value loss = sum(c, sel(c, counted, h, zero), &cdim, 1);
   return reduced(c, dvd(c, loss, k(c, loss, (double)xt.dims[cd])), tpu_lower_int(c, 5, REDUCTION_MEAN));
@@ -524,15 +555,13 @@ static tpu_hlo_value margin_grad_scale(tpu_lower_ctx *c, const tpu_hlo_type *xt,
 static tpu_status_t multi_margin_loss_backward_rule(tpu_lower_ctx *c) {
   static const int64_t cdim = 1;
   tpu_hlo_type xt = margin_rows(c, 1, tpu_lower_opmath(OUT->dtype));
-  tpu_hlo_value hit = class_hit(c, 2, &xt, 1, NULL, TPU_ERR_RUNTIME, "target out of range");
+  tpu_hlo_value kept, t = class_targets(c, 2, &xt, 1, NULL, TPU_ERR_RUNTIME, "target out of range", &kept);
+  tpu_hlo_value hit = class_hit(c, t, kept, &xt, 1);
   tpu_hlo_value x = tpu_hlo_reshape(B, arg(c, 1, xt.dtype), 2, xt.dims), zero = tpu_hlo_const_f64(B, &xt, 0.0);
-  tpu_hlo_value xy = expand(c, sum(c, sel(c, hit, x, zero), &cdim, 1), &xt, &cdim, 1);
+  tpu_hlo_value xy = expand(c, at_class(c, x, t, 1), &xt, &cdim, 1);
   tpu_hlo_value z = add(c, sub(c, tpu_hlo_const_f64(B, &xt, tpu_lower_float(c, 4, 1.0)), xy), x);
   tpu_hlo_value h = tpu_lower_float(c, 3, 1.0) == 1.0 ? tpu_hlo_const_f64(B, &xt, 1.0) : mul(c, k(c, z, 2.0), z);
-  if (!tpu_lower_is_none(c, 5)) {
-    tpu_hlo_value w = along(c, arg(c, 5, xt.dtype), &xt, 1);
-    h = mul(c, h, expand(c, sum(c, sel(c, hit, w, zero), &cdim, 1), &xt, &cdim, 1));
-  }
+  if (!tpu_lower_is_none(c, 5)) h = mul(c, h, expand(c, at_class(c, arg(c, 5, xt.dtype), t, 0), &xt, &cdim, 1));
   tpu_hlo_value counted = and_(c, cmp(c, TPU_HLO_GT, z, zero), tpu_hlo_unary(B, TPU_HLO_NOT, hit));
   h = sel(c, counted, h, zero);
   tpu_hlo_value grad = sel(c, hit, neg(c, expand(c, sum(c, h, &cdim, 1), &xt, &cdim, 1)), h);
