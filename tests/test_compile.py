@@ -153,6 +153,24 @@ def test_input_views_and_mutation():
     torch.testing.assert_close(tpu_base.cpu(), cpu_base)
 
 
+def test_input_written_and_read_in_one_graph():
+    """A new input value the graph also reads keeps the old buffer (not
+    donated) and is still written back; one read only by the write is."""
+    def f(a, b, c):
+        a.add_(b)   # the new a is read again below
+        c.mul_(2)   # the new c is only written
+        return a * 2 + c.sum()
+
+    a, b, c = torch.randn(8, 16), torch.randn(8, 16), torch.randn(8, 16)
+    cpu = [t.clone() for t in (a, b, c)]
+    expected = f(*cpu)
+    tpu = [t.to("tpu") for t in (a, b, c)]
+    got = torch.compile(f, backend="tpu")(*tpu)
+    torch.testing.assert_close(got.cpu(), expected)
+    for x, y in zip(tpu, cpu):
+        torch.testing.assert_close(x.cpu(), y)
+
+
 def test_dynamic_shapes_specialize_with_a_note():
     def f(x):
         return (x * x).sum(0)

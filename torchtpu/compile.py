@@ -189,7 +189,13 @@ class _Program:
                                 None)[0]
                 i = writes[node]
                 if on_device[i]:
-                    b.write(i, value)
+                    # The input's old buffer becomes the new one unless the
+                    # new value has other readers: XLA may recompute it inside
+                    # them from the input's old contents (an optimizer's
+                    # exp_avg inside the parameter update), which an in-place
+                    # write would destroy, so it would first copy the whole
+                    # input (as much memory as a new buffer, and slower).
+                    b.write(i, value, len(node.args[1].users) == 1)
                 else:
                     val = dst.meta["val"]
                     k = len(output.args[0]) if isinstance(output.args[0], (list, tuple)) else 1

@@ -275,7 +275,7 @@ tpu_status_t tpu_eager_compile(const tpu_eager_call *call, const tpu_eager_out_m
                                           call->common_dtype, call->precision, op->num_outputs, out_types, outputs),
                     done);
   for (int r = 0; r < op->num_outputs; r++) {
-    if (op->output_alias[r] >= 0) tpu_program_write(p, op->output_alias[r], outputs[r]);
+    if (op->output_alias[r] >= 0) tpu_program_write(p, op->output_alias[r], outputs[r], true);
     else tpu_program_output(p, r, outputs[r], &meta[r]);
   }
   TPU_GOTO_IF_ERROR(st, tpu_program_finish(p, &e), done);

@@ -159,6 +159,7 @@ struct tpu_program {
   int *slot_param_index;
   tpu_hlo_value *slot_value; /* current storage value after writes */
   bool *slot_written;
+  bool *slot_kept;           /* written, but the old buffer is not donated */
   int *written;              /* slots in order of first write */
   int num_written;
   tpu_hlo_value *scalar_value; /* per arg */
@@ -187,6 +188,7 @@ void tpu_program_free(tpu_program *p) {
   free(p->slot_param_index);
   free(p->slot_value);
   free(p->slot_written);
+  free(p->slot_kept);
   free(p->written);
   free(p->scalar_value);
   free(p->params);
@@ -213,10 +215,11 @@ tpu_status_t tpu_program_new(const tpu_eager_call *call, const char *name, tpu_p
   p->slot_param_index = malloc((size_t)n * sizeof *p->slot_param_index);
   p->slot_value = malloc((size_t)n * sizeof *p->slot_value);
   p->slot_written = calloc((size_t)n, sizeof *p->slot_written);
+  p->slot_kept = calloc((size_t)n, sizeof *p->slot_kept);
   p->written = malloc((size_t)n * sizeof *p->written);
   p->scalar_value = malloc((size_t)(call->num_args + 1) * sizeof *p->scalar_value);
   if (!p->name || !p->fetched || !p->slot_param || !p->slot_param_index || !p->slot_value || !p->slot_written ||
-      !p->written || !p->scalar_value) {
+      !p->slot_kept || !p->written || !p->scalar_value) {
     tpu_program_free(p);
     return tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
   }
@@ -366,7 +369,7 @@ tpu_status_t tpu_program_apply(tpu_program *p, const tpu_lower_rule *rule, const
   return NULL;
 }
 
-void tpu_program_write(tpu_program *p, int arg, tpu_hlo_value value) {
+void tpu_program_write(tpu_program *p, int arg, tpu_hlo_value value, bool donate) {
   int fi = tpu_flat_index(&p->flat, arg, -1);
   const tpu_tensor_ref *ref = &p->call->args[arg].tensor;
   if (fi < 0 || ref->storage == NULL || tpu_view_numel(&ref->view) == 0 || value == TPU_HLO_NONE) return;
@@ -383,6 +386,7 @@ void tpu_program_write(tpu_program *p, int arg, tpu_hlo_value value) {
     nv = tpu_hlo_view_write(p->b, cur, &ref->view, value);
   }
   p->slot_value[slot] = nv;
+  if (!donate) p->slot_kept[slot] = true;
   if (!p->slot_written[slot]) {
     p->slot_written[slot] = true;
     p->written[p->num_written++] = slot;
@@ -476,7 +480,7 @@ tpu_status_t tpu_program_finish(tpu_program *p, tpu_eager_entry **out_entry) {
     results[n] = (result_dst){.ref = slot, .output = -1, .dtype = tpu_hlo_dtype(b, nv)};
     values[n] = nv;
     /* Donate the old buffer into its replacement when the types agree. */
-    if (p->slot_param[slot] != TPU_HLO_NONE &&
+    if (!p->slot_kept[slot] && p->slot_param[slot] != TPU_HLO_NONE &&
         tpu_hlo_type_equal(tpu_hlo_type_of(b, p->slot_param[slot]), tpu_hlo_type_of(b, nv))) {
       tpu_hlo_param_set_alias(b, p->slot_param_index[slot], n);
       p->params[p->slot_param_index[slot]].donate = true;

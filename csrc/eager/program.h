@@ -48,8 +48,11 @@ tpu_status_t tpu_program_apply(tpu_program *p, const tpu_lower_rule *rule, const
 /* A fetch function reading the program's own call arguments (eager). */
 tpu_hlo_value tpu_program_fetch_call(tpu_lower_ctx *c, int arg, int item);
 
-/* Writes |value| through tensor argument |arg|'s view (writes chain). */
-void tpu_program_write(tpu_program *p, int arg, tpu_hlo_value value);
+/* Writes |value| through tensor argument |arg|'s view (writes chain). With
+ * |donate|, the storage's old buffer may become the new one (in place, when
+ * the types agree); without, the program makes a new buffer and the old one
+ * lives until the program ends. */
+void tpu_program_write(tpu_program *p, int arg, tpu_hlo_value value, bool donate);
 /* Makes |value| new output |index|, laid out as |meta| says. */
 void tpu_program_output(tpu_program *p, int index, tpu_hlo_value value, const tpu_eager_out_meta *meta);
 
