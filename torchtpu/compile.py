@@ -171,7 +171,7 @@ class _Program:
         mutated = [False] * len(inputs)
         for i in writes.values():
             mutated[i] = on_device[i]
-        self.host_writes = []  # (input index, program output index)
+        host_values = []  # (input index, new value, its meta value)
         b = _C.GraphBuilder(name, [t if isinstance(t, torch.Tensor) else None for t in inputs], mutated)
         env = {}
         for node, value in zip(placeholders, inputs):
@@ -197,11 +197,7 @@ class _Program:
                     # input (as much memory as a new buffer, and slower).
                     b.write(i, value, len(node.args[1].users) == 1)
                 else:
-                    val = dst.meta["val"]
-                    k = len(output.args[0]) if isinstance(output.args[0], (list, tuple)) else 1
-                    k += len(self.host_writes)
-                    b.output(k, value, val.dtype, [int(s) for s in val.shape], _dense_strides(val))
-                    self.host_writes.append((i, k))
+                    host_values.append((i, value, dst.meta["val"]))
                 env[node] = value
             else:
                 env[node] = self._apply(b, node, env)
@@ -217,7 +213,32 @@ class _Program:
                 self.outputs.append(("new", k))
             else:
                 self.outputs.append(("value", env.get(out, out) if isinstance(out, torch.fx.Node) else out))
+        self.host_writes = self._pack_host_writes(b, host_values, len(self.outputs))
         self.program = b.finish()
+
+    @staticmethod
+    def _pack_host_writes(b, host_values, first):
+        """Host inputs the graph writes (an optimizer's CPU step counts) come
+        back packed in one output per dtype: one device-to-host copy rather
+        than one per tensor. Returns [(output index, [(input index, offset,
+        numel)])]."""
+        groups = {}
+        for i, value, val in host_values:
+            groups.setdefault(val.dtype, []).append((i, value, val))
+        packed = []
+        for dtype, items in groups.items():
+            parts, places, total = [], [], 0
+            for i, value, val in items:
+                n = val.numel()
+                parts.append(b.apply("view", [("t", value), ("il", [n])], [(dtype, [n])], None)[0])
+                places.append((i, total, n))
+                total += n
+            flat = parts[0] if len(parts) == 1 else b.apply("cat", [("tl", parts), ("i", 0)], [(dtype, [total])],
+                                                            None)[0]
+            k = first + len(packed)
+            b.output(k, flat, dtype, [total], [1])
+            packed.append((k, places))
+        return packed
 
     @staticmethod
     def _apply(b, node, env):
@@ -245,8 +266,10 @@ class _Program:
     def __call__(self, inputs):
         outs = self.program.run([t if isinstance(t, torch.Tensor) else None for t in inputs],
                                 len(self.outputs) + len(self.host_writes))
-        for i, k in self.host_writes:
-            inputs[i].copy_(outs[k])
+        for k, places in self.host_writes:
+            flat = outs[k].cpu()
+            for i, offset, n in places:
+                inputs[i].copy_(flat[offset:offset + n].view(inputs[i].shape))
         result = []
         for kind, v in self.outputs:
             result.append(outs[v] if kind == "new" else inputs[v] if kind == "input" else v)
