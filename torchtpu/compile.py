@@ -141,13 +141,18 @@ def _meta_specs(val):
 
 
 def _dense_strides(t):
+    """Strides for a new tensor with the layout of |t|: its own when dense,
+    else dense in the same dim order (as empty_like lays out a view; a later
+    graph traced with the view, e.g. a backward that reshapes an empty_like of
+    it, then sees the layout it was traced with)."""
     if is_non_overlapping_and_dense_or_false(t):
         return [int(s) for s in t.stride()]
-    strides, acc = [], 1
-    for s in reversed(t.shape):
-        strides.append(acc)
-        acc *= max(int(s), 1)
-    return list(reversed(strides))
+    order = sorted(range(t.dim()), key=lambda i: -int(t.stride(i)))
+    strides, acc = [0] * t.dim(), 1
+    for i in reversed(order):
+        strides[i] = acc
+        acc *= max(int(t.shape[i]), 1)
+    return strides
 
 
 class _Program:
