@@ -6,9 +6,10 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 
 plugin_dir=$($PY -c 'import os, xla_plugins.xla_cpu_pjrt as m; print(os.path.dirname(m.__file__))')
+ffi_dir=$($PY -c 'import jax.ffi; print(jax.ffi.include_dir())' 2>/dev/null || true)
 gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
 cmake -S . -B build/ctest "${gen[@]}" -DTORCHTPU_BUILD_EXTENSION=OFF -DTORCHTPU_BUILD_TESTS=ON \
-  -DTORCHTPU_ASAN=ON -DTORCHTPU_PJRT_HEADER_DIR="$plugin_dir/include" >/dev/null
+  -DTORCHTPU_ASAN=ON -DTORCHTPU_PJRT_HEADER_DIR="$plugin_dir/include" -DTORCHTPU_FFI_HEADER_DIR="$ffi_dir" >/dev/null
 cmake --build build/ctest
 TORCHTPU_TEST_PLUGIN="$plugin_dir/xla_cpu_pjrt.so" \
 LSAN_OPTIONS="suppressions=$PWD/tests/c/lsan.supp" \

@@ -15,11 +15,16 @@
 #include "eager/program.h"
 
 static tpu_runtime *g_rt;
+static unsigned g_kernels;
 static char *g_dump_dir;
 static _Atomic uint32_t g_next_op_id = 1;
 
-void tpu_eager_init(tpu_runtime *rt) { g_rt = rt; }
+void tpu_eager_init(tpu_runtime *rt, unsigned kernels) {
+  g_rt = rt;
+  g_kernels = kernels;
+}
 tpu_runtime *tpu_eager_runtime(void) { return g_rt; }
+unsigned tpu_eager_kernels(void) { return g_kernels; }
 const char *tpu_eager_dump_dir(void) { return g_dump_dir; }
 
 tpu_status_t tpu_eager_set_dump_dir(const char *dir) {

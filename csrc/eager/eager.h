@@ -95,9 +95,12 @@ typedef struct tpu_eager_out_meta {
 
 typedef struct tpu_eager_entry tpu_eager_entry;
 
-/* Sets the runtime eager programs run on; call once before anything else. */
-void tpu_eager_init(tpu_runtime *rt);
+/* Sets the runtime programs run on and the hand-written kernels
+ * (TPU_KERNEL_* bits, registered with it) they may call; call once before
+ * anything else. */
+void tpu_eager_init(tpu_runtime *rt, unsigned kernels);
 tpu_runtime *tpu_eager_runtime(void);
+unsigned tpu_eager_kernels(void);
 /* Directory to write each compiled program's StableHLO into (NULL: off). */
 tpu_status_t tpu_eager_set_dump_dir(const char *dir) TPU_MUST_USE;
 

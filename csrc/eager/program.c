@@ -344,6 +344,7 @@ tpu_status_t tpu_program_apply(tpu_program *p, const tpu_lower_rule *rule, const
       .outputs = out_values,
       .common_dtype = common_dtype,
       .precision = precision,
+      .kernels = tpu_eager_kernels(),
       .rng_state = TPU_HLO_NONE,
       .fetch = fetch,
       .user = user,

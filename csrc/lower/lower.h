@@ -89,6 +89,7 @@ struct tpu_lower_ctx {
   tpu_hlo_value *outputs;        /* written by the rule */
   tpu_dtype_t common_dtype;      /* PyTorch's promoted dtype of the inputs */
   tpu_hlo_precision_t precision; /* float32 matmul/conv precision */
+  unsigned kernels;              /* TPU_KERNEL_* (kernels/kernels.h) programs may call */
   tpu_hlo_value rng_state;       /* ui64[2] for rules flagged TPU_RULE_RNG */
   tpu_lower_fetch_fn fetch;
   void *user;    /* the caller's */

@@ -22,6 +22,7 @@ TPU_RULE_TABLE(fft);
 TPU_RULE_TABLE(sort);
 TPU_RULE_TABLE(special);
 TPU_RULE_TABLE(factor);
+TPU_RULE_TABLE(attention);
 
 /* Shorthands every family uses: the builder, the first output's type, and
  * the arithmetic a formula is written in. */

@@ -39,6 +39,29 @@ typedef struct PJRT_Extension_Base {
   struct PJRT_Extension_Base *next;
 } PJRT_Extension_Base;
 
+/* PJRT_Extension_Type values we look for. */
+enum { TPU_PJRT_EXTENSION_FFI = 5 };
+
+/* The FFI extension (pjrt_c_api_ffi_extension.h). Its registration args lost
+ * the |api_version| field before 0.81: this is the layout of 0.81 and later
+ * plugins (typed FFI handlers only). */
+typedef struct {
+  size_t struct_size;
+  const char *target_name;
+  size_t target_name_size;
+  void *handler; /* XLA_FFI_Handler* */
+  const char *platform_name;
+  size_t platform_name_size;
+  int traits;
+} PJRT_FFI_Register_Handler_Args;
+
+typedef struct {
+  PJRT_Extension_Base base;
+  void *type_id_register;
+  void *user_data_add;
+  PJRT_Error *(*register_handler)(PJRT_FFI_Register_Handler_Args *args);
+} PJRT_FFI_Extension;
+
 typedef struct PJRT_Api_Version {
   size_t struct_size;
   PJRT_Extension_Base *extension_start;

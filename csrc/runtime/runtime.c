@@ -640,6 +640,24 @@ tpu_status_t tpu_runtime_synchronize(tpu_runtime *rt, int device) {
   return st;
 }
 
+tpu_status_t tpu_runtime_register_ffi(tpu_runtime *rt, const char *name, void *handler) {
+  const PJRT_FFI_Extension *ffi = NULL;
+  for (const PJRT_Extension_Base *e = rt->api->extension_start; e != NULL; e = e->next)
+    if (e->type == TPU_PJRT_EXTENSION_FFI) ffi = (const PJRT_FFI_Extension *)e;
+  if (ffi == NULL || ffi->base.struct_size < TPU_PJRT_SIZE(PJRT_FFI_Extension, register_handler) ||
+      ffi->register_handler == NULL || rt->api->pjrt_api_version.minor_version < 81)
+    return tpu_status_new(TPU_ERR_NOT_IMPLEMENTED, "the PJRT plugin has no FFI extension torchtpu knows");
+  PJRT_FFI_Register_Handler_Args a = {
+      .struct_size = TPU_PJRT_SIZE(PJRT_FFI_Register_Handler_Args, traits),
+      .target_name = name,
+      .target_name_size = strlen(name),
+      .handler = handler,
+      .platform_name = rt->platform_name,
+      .platform_name_size = strlen(rt->platform_name),
+  };
+  return from_pjrt(rt->api, ffi->register_handler(&a), "registering an FFI handler");
+}
+
 bool tpu_runtime_runs_small_programs_inline(const tpu_runtime *rt) {
   return strcmp(rt->platform_name, "cpu") == 0;
 }

@@ -54,6 +54,12 @@ const char *tpu_runtime_compile_options(const tpu_runtime *rt, size_t *out_size)
 const char *tpu_runtime_device_kind(const tpu_runtime *rt, int device);
 void tpu_runtime_api_version(const tpu_runtime *rt, int *out_major, int *out_minor);
 
+/* Registers |handler| (an XLA_FFI_Handler*, see runtime/xla_ffi.h) as the
+ * typed FFI custom call |name| of the plugin's platform: programs compiled
+ * afterwards may call it (stablehlo.custom_call @name, api_version 4).
+ * TPU_ERR_NOT_IMPLEMENTED when the plugin has no FFI extension we know. */
+tpu_status_t tpu_runtime_register_ffi(tpu_runtime *rt, const char *name, void *handler) TPU_MUST_USE;
+
 /* --- buffers -------------------------------------------------------------
  * Buffers are dense, row-major, with the given dims (rank may be 0; a zero
  * dim is allowed). */

@@ -8,6 +8,7 @@
 
 extern "C" {
 #include "base/stats.h"
+#include "kernels/kernels.h"
 #include "runtime/compile_cache.h"
 }
 
@@ -27,10 +28,11 @@ std::string g_platform;
 int g_cpu_devices = 1;
 std::string g_cache_dir;
 int64_t g_cache_max_bytes = 0;
+bool g_kernels = true;
 }  // namespace
 
 void configure(const std::string& plugin_path, const std::string& platform, int cpu_devices,
-               const std::string& error, const std::string& cache_dir, int64_t cache_max_bytes) {
+               const std::string& error, const std::string& cache_dir, int64_t cache_max_bytes, bool kernels) {
   std::lock_guard<std::mutex> lock(g_runtime_mutex);
   TORCH_CHECK(g_runtime == nullptr, "the tpu runtime has already started; configure it before first use");
   g_plugin_path = plugin_path;
@@ -39,6 +41,7 @@ void configure(const std::string& plugin_path, const std::string& platform, int 
   g_runtime_error = error;
   g_cache_dir = cache_dir;
   g_cache_max_bytes = cache_max_bytes;
+  g_kernels = kernels;
 }
 
 void throw_status(tpu_status_t st, const char* context) {
@@ -81,7 +84,7 @@ tpu_runtime* runtime() {
     tpu_status_free(st);
     TORCH_CHECK(false, g_runtime_error);
   }
-  tpu_eager_init(rt);
+  tpu_eager_init(rt, g_kernels ? tpu_kernels_register(rt) : 0);
   st = tpu_compile_cache_configure(rt, g_cache_dir.c_str(), g_cache_max_bytes);
   if (st != nullptr) {  // the cache is an optimization: warn and go on without it
     TORCH_WARN("torchtpu: ", tpu_status_message(st), "; compiled programs will not be cached on disk");

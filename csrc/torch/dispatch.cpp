@@ -559,16 +559,21 @@ const std::vector<std::string>& unregistered_rule_names() { return unregistered(
 
 }  // namespace torchtpu
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  using namespace torchtpu;
+namespace torchtpu {
+
+void register_rules(torch::Library& m, const char* ns) {
+  std::string prefix = std::string(ns) + "::";
   int n = tpu_lower_rule_count();
   for (int i = 0; i < n; i++) {
     const tpu_lower_rule* rule = tpu_lower_rule_at(i);
     if (rule->flags & TPU_RULE_INTERNAL) continue;
     for (int k = 0; k < 4 && rule->names[k] != nullptr; k++) {
       std::string name = rule->names[k];
+      bool qualified = name.find("::") != std::string::npos;
+      if (qualified ? name.compare(0, prefix.size(), prefix) != 0 : prefix != "aten::") continue;
+      if (qualified) name = name.substr(prefix.size());
       auto dot = name.find('.');
-      std::string base = "aten::" + name.substr(0, dot);
+      std::string base = prefix + name.substr(0, dot);
       std::string overload = dot == std::string::npos ? "" : name.substr(dot + 1);
       auto handle = c10::Dispatcher::singleton().findSchema({base, overload});
       std::string why;
@@ -585,3 +590,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
     }
   }
 }
+
+}  // namespace torchtpu
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) { torchtpu::register_rules(m, "aten"); }

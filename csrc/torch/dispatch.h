@@ -2,6 +2,7 @@
 #pragma once
 
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
 
 #include <optional>
 #include <string>
@@ -34,6 +35,10 @@ std::optional<OpInfo> make_op_info(const c10::OperatorHandle& handle, const tpu_
 // Runs an op through its rule. |ivs| are the arguments in schema order.
 // Returns the new tensors (undefined for returns that alias arguments).
 std::vector<at::Tensor> run_rule(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs);
+
+// Registers the generic kernel as |m|'s PrivateUse1 kernel of every rule
+// named in namespace |ns| ("aten": unqualified names; others: "ns::op").
+void register_rules(torch::Library& m, const char* ns);
 
 // Rule names that could not be registered, and why (for `python -m torchtpu info`).
 const std::vector<std::string>& unregistered_rule_names();

@@ -1,0 +1,190 @@
+/* The kernels as XLA FFI handlers: each decodes the call frame XLA passes
+ * (buffers, attributes), runs the kernel on XLA's host thread pool, and
+ * answers the metadata probe XLA sends at registration. Registration goes
+ * through the runtime (the PJRT FFI extension), on the CPU plugin only: the
+ * kernels compute on the host. */
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kernels/attention.h"
+#include "kernels/kernels.h"
+#include "runtime/xla_ffi.h"
+
+/* --- running tasks on XLA's thread pool ---------------------------------------- */
+
+/* One parallel loop. The caller works on it too and returns once every task
+ * is done; helpers that XLA starts late find nothing left to do. The job
+ * lives until the last of them lets go, since the caller does not wait for
+ * helpers that never claimed a task. */
+typedef struct pool_job {
+  _Atomic int64_t next, done;
+  _Atomic int refs;
+  int64_t n;
+  void (*task)(void *arg, int64_t i);
+  void *arg;
+} pool_job;
+
+typedef struct xla_pool {
+  const XLA_FFI_Api *api;
+  XLA_FFI_ExecutionContext *ctx;
+  int64_t workers; /* the caller included */
+} xla_pool;
+
+static void job_work(pool_job *j) {
+  for (int64_t i; (i = atomic_fetch_add(&j->next, 1)) < j->n; atomic_fetch_add(&j->done, 1)) j->task(j->arg, i);
+}
+
+static void job_release(pool_job *j) {
+  if (atomic_fetch_sub(&j->refs, 1) == 1) free(j);
+}
+
+static void job_helper(void *data) {
+  job_work(data);
+  job_release(data);
+}
+
+static void pool_run(void *ctx, int64_t n, void (*task)(void *arg, int64_t i), void *arg) {
+  const xla_pool *p = ctx;
+  pool_job *j = n > 1 && p->workers > 1 ? malloc(sizeof *j) : NULL;
+  if (j == NULL) { /* one worker, one task, or no memory for the job */
+    for (int64_t i = 0; i < n; i++) task(arg, i);
+    return;
+  }
+  atomic_init(&j->next, 0);
+  atomic_init(&j->done, 0);
+  atomic_init(&j->refs, 1);
+  j->n = n;
+  j->task = task;
+  j->arg = arg;
+  for (int64_t h = 1; h < p->workers && h < n; h++) {
+    atomic_fetch_add(&j->refs, 1);
+    XLA_FFI_ThreadPool_Schedule_Args a = {.struct_size = TPU_FFI_SIZE(XLA_FFI_ThreadPool_Schedule_Args, data),
+                                          .ctx = p->ctx, .task = job_helper, .data = j};
+    if (p->api->XLA_FFI_ThreadPool_Schedule(&a) != NULL) { /* no pool after all: the caller does it all */
+      atomic_fetch_sub(&j->refs, 1);
+      break;
+    }
+  }
+  job_work(j);
+  while (atomic_load(&j->done) < n) sched_yield(); /* tasks helpers claimed are finishing */
+  job_release(j);
+}
+
+/* XLA's pool for this call, capped at the machine's cores (the plugin's pool
+ * may be larger than the machine). */
+static xla_pool pool_of(const XLA_FFI_CallFrame *f) {
+  xla_pool p = {.api = f->api, .ctx = f->ctx, .workers = 1};
+  int64_t threads = 0;
+  if (TPU_FFI_HAS(f->api, XLA_FFI_ThreadPool_Schedule) && TPU_FFI_HAS(f->api, XLA_FFI_ThreadPool_NumThreads)) {
+    XLA_FFI_ThreadPool_NumThreads_Args a = {
+        .struct_size = TPU_FFI_SIZE(XLA_FFI_ThreadPool_NumThreads_Args, num_threads),
+        .ctx = f->ctx, .num_threads = &threads};
+    if (f->api->XLA_FFI_ThreadPool_NumThreads(&a) != NULL) threads = 0;
+  }
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  if (threads > 0) p.workers = cores > 0 && cores < threads ? cores : threads;
+  return p;
+}
+
+/* --- call frames -------------------------------------------------------------- */
+
+static XLA_FFI_Error *ffi_error(const XLA_FFI_CallFrame *f, int code, const char *message) {
+  XLA_FFI_Error_Create_Args a = {.struct_size = TPU_FFI_SIZE(XLA_FFI_Error_Create_Args, errc),
+                                 .message = message, .errc = code};
+  return f->api->XLA_FFI_Error_Create(&a);
+}
+
+/* True when XLA asks for the handler's metadata (done here: FFI API 0.1 is
+ * all these handlers need). */
+static bool answered_probe(XLA_FFI_CallFrame *f) {
+  XLA_FFI_Extension_Base *e = f->extension_start;
+  if (e == NULL || e->type != XLA_FFI_Extension_Metadata) return false;
+  XLA_FFI_Metadata *m = ((XLA_FFI_Metadata_Extension *)e)->metadata;
+  m->api_version.major_version = 0;
+  m->api_version.minor_version = 1;
+  m->traits = 0;
+  return true;
+}
+
+/* Scalar attribute |name| as a double (0 when absent). */
+static double attr(const XLA_FFI_CallFrame *f, const char *name) {
+  size_t len = strlen(name);
+  for (int64_t i = 0; i < f->attrs.size; i++) {
+    const XLA_FFI_ByteSpan *s = f->attrs.names[i];
+    if (f->attrs.types[i] != XLA_FFI_AttrType_SCALAR || s->len != len || memcmp(s->ptr, name, len) != 0) continue;
+    const XLA_FFI_Scalar *v = f->attrs.attrs[i];
+    return v->dtype == XLA_FFI_DataType_F32 ? (double)*(const float *)v->value : (double)*(const int32_t *)v->value;
+  }
+  return 0;
+}
+
+static XLA_FFI_Buffer *arg_buffer(const XLA_FFI_CallFrame *f, int64_t i) {
+  return i < f->args.size ? f->args.args[i] : NULL;
+}
+
+static XLA_FFI_Buffer *ret_buffer(const XLA_FFI_CallFrame *f, int64_t i) {
+  return i < f->rets.size ? f->rets.rets[i] : NULL;
+}
+
+static bool is_f32_4d(const XLA_FFI_Buffer *b) {
+  return b != NULL && b->dtype == XLA_FFI_DataType_F32 && b->rank == 4;
+}
+
+/* q [B, H, T, D], k [B, H, S, D], v [B, H, S, E]. */
+static bool attention_shape(const XLA_FFI_Buffer *q, const XLA_FFI_Buffer *k, const XLA_FFI_Buffer *v,
+                            tpu_attention_shape *s) {
+  if (!is_f32_4d(q) || !is_f32_4d(k) || !is_f32_4d(v)) return false;
+  *s = (tpu_attention_shape){.batch = q->dims[0], .heads = q->dims[1], .q_len = q->dims[2],
+                             .kv_len = k->dims[2], .head_dim = q->dims[3], .v_dim = v->dims[3]};
+  return k->dims[0] == s->batch && v->dims[0] == s->batch && k->dims[1] == s->heads && v->dims[1] == s->heads &&
+         k->dims[3] == s->head_dim && v->dims[2] == s->kv_len;
+}
+
+static const float *data(const XLA_FFI_Buffer *b) { return b != NULL ? b->data : NULL; }
+
+static XLA_FFI_Error *attention_fwd(XLA_FFI_CallFrame *f) {
+  if (answered_probe(f) || f->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
+  bool has_bias = attr(f, "has_bias") != 0;
+  tpu_attention_shape s;
+  XLA_FFI_Buffer *out = ret_buffer(f, 0), *lse = ret_buffer(f, 1);
+  if (!attention_shape(arg_buffer(f, 0), arg_buffer(f, 1), arg_buffer(f, 2), &s) || out == NULL || lse == NULL ||
+      f->args.size != 3 + has_bias)
+    return ffi_error(f, XLA_FFI_Error_Code_INVALID_ARGUMENT, TPU_KERNEL_ATTENTION_FWD ": bad operands");
+  xla_pool pool = pool_of(f);
+  tpu_parallel par = {.run = pool_run, .ctx = &pool};
+  tpu_attention_forward(&s, data(arg_buffer(f, 0)), data(arg_buffer(f, 1)), data(arg_buffer(f, 2)),
+                        has_bias ? data(arg_buffer(f, 3)) : NULL, attr(f, "causal") != 0, (float)attr(f, "scale"),
+                        out->data, lse->data, &par);
+  return NULL;
+}
+
+static XLA_FFI_Error *attention_bwd(XLA_FFI_CallFrame *f) {
+  if (answered_probe(f) || f->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
+  bool has_bias = attr(f, "has_bias") != 0, bias_grad = attr(f, "bias_grad") != 0;
+  int64_t a = 3 + has_bias; /* out, lse, dout follow */
+  tpu_attention_shape s;
+  if (!attention_shape(arg_buffer(f, 0), arg_buffer(f, 1), arg_buffer(f, 2), &s) || f->args.size != a + 3 ||
+      f->rets.size != 3 + (has_bias && bias_grad))
+    return ffi_error(f, XLA_FFI_Error_Code_INVALID_ARGUMENT, TPU_KERNEL_ATTENTION_BWD ": bad operands");
+  xla_pool pool = pool_of(f);
+  tpu_parallel par = {.run = pool_run, .ctx = &pool};
+  tpu_attention_backward(&s, data(arg_buffer(f, 0)), data(arg_buffer(f, 1)), data(arg_buffer(f, 2)),
+                         has_bias ? data(arg_buffer(f, 3)) : NULL, data(arg_buffer(f, a)),
+                         data(arg_buffer(f, a + 1)), data(arg_buffer(f, a + 2)), attr(f, "causal") != 0,
+                         (float)attr(f, "scale"), ret_buffer(f, 0)->data, ret_buffer(f, 1)->data,
+                         ret_buffer(f, 2)->data, has_bias && bias_grad ? ret_buffer(f, 3)->data : NULL, &par);
+  return NULL;
+}
+
+unsigned tpu_kernels_register(tpu_runtime *rt) {
+  if (strcmp(tpu_runtime_platform_name(rt), "cpu") != 0) return 0;
+  tpu_status_t st = tpu_runtime_register_ffi(rt, TPU_KERNEL_ATTENTION_FWD, (void *)attention_fwd);
+  if (st == NULL) st = tpu_runtime_register_ffi(rt, TPU_KERNEL_ATTENTION_BWD, (void *)attention_bwd);
+  if (st == NULL) return TPU_KERNEL_ATTENTION;
+  tpu_status_free(st);
+  return 0;
+}

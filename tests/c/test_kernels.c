@@ -1,0 +1,123 @@
+/* The hand-written kernels through the real CPU plugin: registered with its
+ * FFI extension, called from a program as custom calls (on XLA's thread
+ * pool), compared with a reference computed here; a call with operands the
+ * handler refuses fails the execution with a status. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+#include "kernels/kernels.h"
+#include "runtime/runtime.h"
+
+static tpu_runtime *rt;
+
+enum { B = 2, H = 3, T = 9, S = 7, D = 5, E = 4 };
+
+/* (out [B,H,T,E], lse [B,H,T]) = torchtpu_attention_fwd(q, k, v), causal. */
+static const char kForward[] =
+    "module @m {\n"
+    "  func.func public @main(%q: tensor<2x3x9x5xf32>, %k: tensor<2x3x7x5xf32>, %v: tensor<2x3x7x4xf32>)\n"
+    "      -> (tensor<2x3x9x4xf32>, tensor<2x3x9xf32>) {\n"
+    "    %o:2 = \"stablehlo.custom_call\"(%q, %k, %v) {call_target_name = \"torchtpu_attention_fwd\",\n"
+    "        api_version = 4 : i32, backend_config = {bias_grad = 0 : i32, causal = 1 : i32,\n"
+    "        has_bias = 0 : i32, scale = 5.0e-01 : f32}}\n"
+    "        : (tensor<2x3x9x5xf32>, tensor<2x3x7x5xf32>, tensor<2x3x7x4xf32>)\n"
+    "        -> (tensor<2x3x9x4xf32>, tensor<2x3x9xf32>)\n"
+    "    \"func.return\"(%o#0, %o#1) : (tensor<2x3x9x4xf32>, tensor<2x3x9xf32>) -> ()\n"
+    "  }\n"
+    "}\n";
+
+static void reference(const float *q, const float *k, const float *v, double *out, double *lse) {
+  for (int bh = 0; bh < B * H; bh++)
+    for (int i = 0; i < T; i++) {
+      double s[S], m = -INFINITY, l = 0;
+      for (int j = 0; j < S; j++) {
+        s[j] = -INFINITY;
+        if (j > i) continue;
+        double dot = 0;
+        for (int d = 0; d < D; d++) dot += (double)q[(bh * T + i) * D + d] * k[(bh * S + j) * D + d];
+        s[j] = 0.5 * dot;
+        m = s[j] > m ? s[j] : m;
+      }
+      for (int j = 0; j < S; j++) l += j <= i ? exp(s[j] - m) : 0;
+      lse[bh * T + i] = m + log(l);
+      for (int e = 0; e < E; e++) {
+        double acc = 0;
+        for (int j = 0; j <= i && j < S; j++) acc += exp(s[j] - m) / l * v[(bh * S + j) * E + e];
+        out[(bh * T + i) * E + e] = acc;
+      }
+    }
+}
+
+static void test_attention_forward_custom_call(void) {
+  CHECK(tpu_kernels_register(rt) == TPU_KERNEL_ATTENTION);
+  static float q[B * H * T * D], k[B * H * S * D], v[B * H * S * E], out[B * H * T * E], lse[B * H * T];
+  static double rout[B * H * T * E], rlse[B * H * T];
+  for (int i = 0; i < B * H * T * D; i++) q[i] = sinf(0.37f * (float)i);
+  for (int i = 0; i < B * H * S * D; i++) k[i] = cosf(0.11f * (float)i);
+  for (int i = 0; i < B * H * S * E; i++) v[i] = sinf(0.05f * (float)i + 1.0f);
+  reference(q, k, v, rout, rlse);
+
+  tpu_executable *exe = NULL;
+  CHECK_OK(tpu_executable_compile(rt, kForward, strlen(kForward), &exe));
+  int64_t qd[4] = {B, H, T, D}, kd[4] = {B, H, S, D}, vd[4] = {B, H, S, E};
+  tpu_buffer *in[3] = {NULL}, *res[2] = {NULL};
+  CHECK_OK(tpu_buffer_from_host(rt, 0, q, TPU_F32, qd, 4, &in[0]));
+  CHECK_OK(tpu_buffer_from_host(rt, 0, k, TPU_F32, kd, 4, &in[1]));
+  CHECK_OK(tpu_buffer_from_host(rt, 0, v, TPU_F32, vd, 4, &in[2]));
+  CHECK_OK(tpu_executable_execute(rt, exe, 0, in, 3, NULL, true, res));
+  CHECK_OK(tpu_buffer_to_host(rt, res[0], out, sizeof out));
+  CHECK_OK(tpu_buffer_to_host(rt, res[1], lse, sizeof lse));
+  double worst = 0;
+  for (int i = 0; i < B * H * T * E; i++) worst = fmax(worst, fabs(out[i] - rout[i]));
+  for (int i = 0; i < B * H * T; i++) worst = fmax(worst, fabs(lse[i] - rlse[i]));
+  CHECK(worst < 1e-5);
+  for (int i = 0; i < 3; i++) tpu_buffer_destroy(rt, in[i]);
+  for (int i = 0; i < 2; i++) tpu_buffer_destroy(rt, res[i]);
+  tpu_executable_destroy(rt, exe);
+}
+
+/* The handler checks its operands: a rank-3 query is refused with a status
+ * the execution returns, and the process goes on. */
+static void test_refused_operands_are_a_status(void) {
+  static const char bad[] =
+      "module @m {\n"
+      "  func.func public @main(%q: tensor<3x9x5xf32>) -> (tensor<3x9x5xf32>, tensor<3x9xf32>) {\n"
+      "    %o:2 = \"stablehlo.custom_call\"(%q, %q, %q) {call_target_name = \"torchtpu_attention_fwd\",\n"
+      "        api_version = 4 : i32, backend_config = {causal = 0 : i32, has_bias = 0 : i32,\n"
+      "        scale = 1.0 : f32}} : (tensor<3x9x5xf32>, tensor<3x9x5xf32>, tensor<3x9x5xf32>)\n"
+      "        -> (tensor<3x9x5xf32>, tensor<3x9xf32>)\n"
+      "    \"func.return\"(%o#0, %o#1) : (tensor<3x9x5xf32>, tensor<3x9xf32>) -> ()\n"
+      "  }\n"
+      "}\n";
+  tpu_executable *exe = NULL;
+  CHECK_OK(tpu_executable_compile(rt, bad, strlen(bad), &exe));
+  static float q[3 * 9 * 5], out[3 * 9 * 5];
+  int64_t qd[3] = {3, 9, 5};
+  tpu_buffer *in = NULL, *res[2] = {NULL};
+  CHECK_OK(tpu_buffer_from_host(rt, 0, q, TPU_F32, qd, 3, &in));
+  tpu_status_t st = tpu_executable_execute(rt, exe, 0, &in, 1, NULL, true, res);
+  if (st == NULL) st = tpu_buffer_to_host(rt, res[0], out, sizeof out);
+  CHECK(st != NULL && strstr(tpu_status_message(st), "bad operands") != NULL);
+  tpu_status_free(st);
+  tpu_buffer_destroy(rt, in);
+  for (int i = 0; i < 2; i++) tpu_buffer_destroy(rt, res[i]);
+  tpu_executable_destroy(rt, exe);
+}
+
+int main(void) {
+  tpu_runtime_options o;
+  tpu_runtime_options_init(&o);
+  o.plugin_path = test_plugin_path();
+  o.platform = "cpu";
+  tpu_status_t st = tpu_runtime_create(&o, &rt);
+  if (st != NULL) {
+    fprintf(stderr, "cannot create the runtime: %s\n", tpu_status_message(st));
+    return 1;
+  }
+  RUN(test_attention_forward_custom_call);
+  RUN(test_refused_operands_are_a_status);
+  tpu_runtime_destroy(rt);
+  return check_failures ? 1 : 0;
+}

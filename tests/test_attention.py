@@ -1,0 +1,182 @@
+"""F.scaled_dot_product_attention on tpu: one fused op (a hand-written kernel
+on the CPU plugin, XLA's composite elsewhere) for the forward and one for the
+gradients, in eager and compiled graphs, against PyTorch on CPU. The same
+cases run again with TORCHTPU_KERNELS=0 (the composite) in a subprocess."""
+import copy
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torchtpu
+from conftest import to_cpu, to_tpu
+
+# (B, H, T, S, D, E); (H, T, S, D, E) is 3-d, which takes PyTorch's decomposition
+SHAPES = [(2, 3, 16, 16, 8, 8), (1, 2, 37, 53, 24, 40), (2, 2, 53, 37, 16, 16), (3, 20, 19, 12, 6)]
+
+
+def make(shape, dtype=torch.float32, requires_grad=True):
+    *lead, t, s, d, e = shape
+    q, k, v = torch.randn(*lead, t, d), torch.randn(*lead, s, d), torch.randn(*lead, s, e)
+    return [x.to(dtype).requires_grad_(requires_grad) for x in (q, k, v)]
+
+
+def compare_sdpa(q, k, v, rtol=None, atol=None, **kwargs):
+    """Forward and every gradient (mask included when it requires grad), CPU
+    vs tpu, with one random upstream gradient."""
+    cpu = [x.detach().clone().requires_grad_(x.requires_grad) for x in (q, k, v)]
+    mask = kwargs.pop("attn_mask", None)
+    cpu_mask = mask.detach().clone().requires_grad_(mask.requires_grad) if mask is not None else None
+    tpu, tpu_mask = to_tpu(cpu), to_tpu(cpu_mask)
+    expected = F.scaled_dot_product_attention(*cpu, attn_mask=cpu_mask, **kwargs)
+    got = F.scaled_dot_product_attention(*tpu, attn_mask=tpu_mask, **kwargs)
+    torch.testing.assert_close(to_cpu(got), expected, rtol=rtol, atol=atol)
+    up = torch.randn_like(expected)
+    expected.backward(up)
+    got.backward(up.to("tpu"))
+    for a, b in zip(cpu + [cpu_mask], tpu + [tpu_mask]):
+        if a is not None and a.requires_grad:
+            torch.testing.assert_close(b.grad.cpu(), a.grad, rtol=rtol, atol=atol)
+    return got
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("causal", [False, True])
+def test_sdpa_matches_cpu(no_fallbacks, shape, causal):
+    compare_sdpa(*make(shape), is_causal=causal)
+
+
+@pytest.mark.parametrize("kind", ["bool", "float", "float_grad", "broadcast"])
+def test_sdpa_masks(no_fallbacks, kind):
+    q, k, v = make((2, 3, 12, 20, 8, 8))
+    if kind == "bool":
+        mask = torch.rand(2, 3, 12, 20) > 0.3
+    elif kind == "broadcast":  # one [T, S] mask for every batch and head
+        mask = torch.randn(12, 20)
+    else:
+        mask = torch.randn(2, 3, 12, 20).requires_grad_(kind == "float_grad")
+    compare_sdpa(q, k, v, attn_mask=mask)
+
+
+def test_sdpa_scale_and_views(no_fallbacks):
+    """An explicit scale; q, k, v as the transposed views a transformer block
+    makes of one projection."""
+    x = torch.randn(2, 10, 3 * 32, requires_grad=True)
+
+    def f(x):
+        q, k, v = (z.view(2, 10, 4, 8).transpose(1, 2) for z in x.split(32, dim=2))
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.3)
+
+    expected = f(x)
+    xt = x.detach().to("tpu").requires_grad_()
+    got = f(xt)
+    torch.testing.assert_close(got.cpu(), expected)
+    expected.sum().backward()
+    got.sum().backward()
+    torch.testing.assert_close(xt.grad.cpu(), x.grad)
+
+
+def test_sdpa_bfloat16(no_fallbacks):
+    """bfloat16 computes in float32 and rounds once; PyTorch's CPU kernel also
+    rounds the probabilities, so both are judged against float64: ours must
+    be at least as close as the CPU's, forward and gradients."""
+    q, k, v = make((2, 2, 16, 16, 8, 8), torch.bfloat16)
+    up = torch.randn(2, 2, 16, 8).to(torch.bfloat16)
+
+    def run(device, dtype):
+        xs = [x.detach().to(device, dtype).requires_grad_() for x in (q, k, v)]
+        out = F.scaled_dot_product_attention(*xs, is_causal=True)
+        out.backward(up.to(device, dtype))
+        return [t.detach().cpu().double() for t in [out] + [x.grad for x in xs]]
+
+    ref, cpu, tpu = run("cpu", torch.float64), run("cpu", torch.bfloat16), run("tpu", torch.bfloat16)
+    for r, c, t in zip(ref, cpu, tpu):
+        assert (t - r).abs().max() <= 2 * (c - r).abs().max() + 1e-3
+
+
+def test_sdpa_row_that_sees_nothing(no_fallbacks):
+    """A query whose mask hides every key: a zero row and zero gradients, as
+    PyTorch's CPU kernels give, and no NaN anywhere."""
+    q, k, v = make((1, 2, 4, 5, 8, 8))
+    mask = torch.ones(4, 5, dtype=torch.bool)
+    mask[1] = False
+    got = compare_sdpa(q, k, v, attn_mask=mask)
+    assert not got.isnan().any()
+    assert (got[:, :, 1] == 0).all()
+
+
+def test_sdpa_is_one_fused_op():
+    """An eager call runs the fused op, not PyTorch's decomposition."""
+    q, k, v = to_tpu(make((2, 2, 8, 8, 4, 4), requires_grad=False))
+    F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torchtpu.reset_stats()
+    F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert torchtpu.stats()["ops"] == 1
+
+
+def test_sdpa_dropout_and_grouped_heads_decompose(no_fallbacks):
+    """What the fused op does not take runs PyTorch's math decomposition on
+    tpu: dropout (random, so compared by its statistics) and query heads
+    grouped over fewer key heads."""
+    q, k, v = to_tpu(make((2, 4, 8, 8, 4, 4), requires_grad=False))
+    out = F.scaled_dot_product_attention(q, k, v, dropout_p=0.5)
+    assert out.shape == q.shape and not out.isnan().any()
+    q, k, v = make((2, 4, 8, 8, 4, 4))
+    k, v = k[:, :2].detach().requires_grad_(), v[:, :2].detach().requires_grad_()
+    compare_sdpa(q, k, v, enable_gqa=True)
+
+
+def test_sdpa_compiled(no_fallbacks):
+    """torch.compile: the graph keeps the fused op and its backward."""
+    q, k, v = make((2, 3, 16, 16, 8, 8))
+    mask = torch.randn(16, 16)
+
+    def f(q, k, v, mask):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask).sum() + \
+            F.scaled_dot_product_attention(q, k, v, is_causal=True).square().sum()
+
+    torch._dynamo.reset()
+    expected = f(q, k, v, mask)
+    expected.backward()
+    tq, tk, tv = (x.detach().to("tpu").requires_grad_() for x in (q, k, v))
+    got = torch.compile(f, backend="tpu")(tq, tk, tv, mask.to("tpu"))
+    got.backward()
+    torch.testing.assert_close(got.cpu(), expected, rtol=1e-5, atol=1e-5)
+    for a, b in zip((q, k, v), (tq, tk, tv)):
+        torch.testing.assert_close(b.grad.cpu(), a.grad, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(os.environ.get("TORCHTPU_KERNELS") == "0", reason="already the composite run")
+def test_sdpa_without_kernels():
+    """The same cases on XLA's composite (TORCHTPU_KERNELS=0)."""
+    env = dict(os.environ, TORCHTPU_KERNELS="0")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", __file__, "-k", "not without_kernels"],
+                       env=env, capture_output=True, text=True, cwd=os.path.dirname(__file__))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+
+
+def test_sdpa_compiled_training_with_head_views(no_fallbacks):
+    """A compiled training step of a transformer block: q, k, v are transposed
+    views of one projection and the output is reshaped back, in the forward
+    graph and (through the saved views) in the backward graph."""
+    torch.manual_seed(0)
+    proj = torch.nn.Linear(32, 96)
+
+    def step(proj, x):
+        q, k, v = (z.view(2, 8, 2, 16).transpose(1, 2) for z in proj(x).split(32, dim=2))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        loss = y.transpose(1, 2).reshape(2, 8, 32).square().mean()
+        loss.backward()
+        return loss
+
+    x = torch.randn(2, 8, 32)
+    cpu_proj, tpu_proj = proj, copy.deepcopy(proj).to("tpu")
+    torch._dynamo.reset()
+    expected = step(cpu_proj, x)
+    got = torch.compile(step, backend="tpu")(tpu_proj, x.to("tpu"))
+    torch.testing.assert_close(got.cpu(), expected, rtol=1e-5, atol=1e-6)
+    for p, q in zip(cpu_proj.parameters(), tpu_proj.parameters()):
+        torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=1e-5, atol=1e-6)
