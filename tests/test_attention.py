@@ -49,13 +49,13 @@ def test_sdpa_matches_cpu(no_fallbacks, shape, causal):
     compare_sdpa(*make(shape), is_causal=causal)
 
 
-@pytest.mark.parametrize("kind", ["bool", "float", "float_grad", "broadcast"])
+@pytest.mark.parametrize("kind", ["bool", "float", "float_grad", "broadcast", "broadcast_grad"])
 def test_sdpa_masks(no_fallbacks, kind):
     q, k, v = make((2, 3, 12, 20, 8, 8))
     if kind == "bool":
         mask = torch.rand(2, 3, 12, 20) > 0.3
-    elif kind == "broadcast":  # one [T, S] mask for every batch and head
-        mask = torch.randn(12, 20)
+    elif kind.startswith("broadcast"):  # one [1, T, S] mask for every batch and head
+        mask = torch.randn(1, 12, 20).requires_grad_(kind == "broadcast_grad")
     else:
         mask = torch.randn(2, 3, 12, 20).requires_grad_(kind == "float_grad")
     compare_sdpa(q, k, v, attn_mask=mask)
