@@ -220,11 +220,9 @@ static tpu_status_t attention_backward_rule(tpu_lower_ctx *c) {
   set_output(c, 0, dq);
   set_output(c, 1, dk);
   set_output(c, 2, dv);
-  if (want_bias)
+  if (want_bias) /* the meta function returns no bias gradient without a bias */
     tpu_lower_set_output(c, 3, bias_grad ? bias_grad_as(c, ds, &c->out_types[3])
                                          : tpu_hlo_const_f64(B, &c->out_types[3], 0.0));
-  else if (c->num_outputs > 3 && c->out_types[3].dtype != TPU_INVALID)
-    tpu_lower_set_output(c, 3, tpu_hlo_const_f64(B, &c->out_types[3], 0.0));
   return NULL;
 }
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "runtime/runtime.h"
 
 static int check_failures = 0;
 
@@ -47,6 +48,22 @@ static const char *test_plugin_path(void) {
     exit(2);
   }
   return p;
+}
+
+/* The CPU plugin's runtime for the tests that run programs; NULL (with the
+ * reason printed) when it cannot start. */
+static tpu_runtime *test_runtime_create(void) {
+  tpu_runtime_options o;
+  tpu_runtime_options_init(&o);
+  o.plugin_path = test_plugin_path();
+  o.platform = "cpu";
+  tpu_runtime *r = NULL;
+  tpu_status_t st = tpu_runtime_create(&o, &r);
+  if (st != NULL) {
+    fprintf(stderr, "cannot create the runtime: %s\n", tpu_status_message(st));
+    tpu_status_free(st);
+  }
+  return r;
 }
 
 #endif /* TPU_TESTS_CHECK_H_ */

@@ -285,15 +285,8 @@ static void test_type_of_across_growth(void) {
 }
 
 int main(void) {
-  tpu_runtime_options o;
-  tpu_runtime_options_init(&o);
-  o.plugin_path = test_plugin_path();
-  o.platform = "cpu";
-  tpu_status_t st = tpu_runtime_create(&o, &rt);
-  if (st != NULL) {
-    fprintf(stderr, "cannot create the runtime: %s\n", tpu_status_message(st));
-    return 1;
-  }
+  rt = test_runtime_create();
+  if (rt == NULL) return 1;
   RUN(test_constants_exact);
   RUN(test_sticky_errors);
   RUN(test_reduce_sort_dot);

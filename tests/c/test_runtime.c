@@ -172,15 +172,8 @@ static void test_donation(void) {
 
 int main(void) {
   RUN(test_bad_plugin_path);
-  tpu_runtime_options o;
-  tpu_runtime_options_init(&o);
-  o.plugin_path = test_plugin_path();
-  o.platform = "cpu";
-  tpu_status_t st = tpu_runtime_create(&o, &rt);
-  if (st != NULL) {
-    fprintf(stderr, "cannot create the runtime: %s\n", tpu_status_message(st));
-    return 1;
-  }
+  rt = test_runtime_create();
+  if (rt == NULL) return 1;
   RUN(test_client);
   RUN(test_roundtrip_and_zero_size);
   RUN(test_compile_error_is_status);
