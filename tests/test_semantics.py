@@ -92,6 +92,23 @@ class TestViewWrites:
             return x, i.clone(), b.clone(), h.clone(), x.view(torch.float64).clone()
         both(f)
 
+    def test_whole_writes_in_other_shapes(self):
+        """A storage's buffer takes the shape of its last whole write; reads
+        and writes in any other shape, dtype or layout see the same bytes."""
+        def f(d):
+            x = base(d)
+            x.view(24).mul_(2)                             # whole, 1-D
+            x.view(2, 12).add_(1)                          # whole, another shape
+            x[1:3].sub_(5)                                 # part of it
+            x.add_(x.view(6, 4).t().contiguous().view(4, 6))  # read in another shape
+            x.view(torch.int32).view(3, 8).bitwise_xor_(1)  # whole, another dtype
+            x.t().mul_(0.5)                                # whole, not contiguous
+            z = x.t() * 2                                  # a new tensor laid out like x.t()
+            z.t().view(24).add_(1)                         # its storage written whole in 1-D
+            z[1:3] += 1
+            return x, x.view(3, 8) * 1, z, z.t().contiguous()
+        both(f)
+
     def test_detach_shares_storage(self):
         def f(d):
             x = torch.ones(3, device=d, requires_grad=True)

@@ -73,11 +73,12 @@ static void key_ref(tpu_strbuf *k, const ref_slot *r, const tpu_eager_arg *arg, 
   tpu_strbuf_append(k, v->sizes, (size_t)v->rank * sizeof(int64_t));
   if (t->storage == NULL) return;
   tpu_strbuf_append(k, v->strides, (size_t)v->rank * sizeof(int64_t));
-  /* The storage's element type and length, as the first reader fixes them. */
+  /* The storage's size and buffer type (as the first reader fixes it). */
   const tpu_storage *s = t->storage;
-  tpu_dtype_t sd = tpu_storage_read_dtype(s, f->refs[r->slot].ref->view.dtype);
-  int64_t tail[3] = {v->offset, sd, s->nbytes};
+  tpu_hlo_type st = tpu_storage_type(s, f->refs[r->slot].ref->view.dtype);
+  int64_t tail[4] = {v->offset, s->nbytes, st.dtype, st.rank};
   tpu_strbuf_append(k, tail, sizeof tail);
+  tpu_strbuf_append(k, st.dims, (size_t)st.rank * sizeof(int64_t));
 }
 
 /* Everything a program depends on: op, precision, per argument its kind and

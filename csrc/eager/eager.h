@@ -9,7 +9,7 @@
  * aliases share one storage box.
  *
  * Key = op + every argument's signature (dtype, sizes, strides, offset,
- * storage type and size, which arguments share a storage) + constants. Python
+ * storage size and buffer type, which arguments share a storage) + constants. Python
  * numbers are runtime operands, not part of the key, unless the rule asks
  * otherwise.
  *
@@ -31,10 +31,16 @@ extern "C" {
 #endif
 
 /* The storage box: what a tpu storage's data pointer points at. One per
- * PyTorch storage, shared by all its views; owned by the storage. */
+ * PyTorch storage, shared by all its views; owned by the storage.
+ *
+ * The buffer holds the storage's bytes, row-major, in the shape of the last
+ * write that covered the whole storage densely, size-1 dims dropped (a
+ * parameter stays [out, in]), 1-D after any other write. A program that reads and rewrites
+ * a whole tensor therefore sees one shape on both sides, and XLA updates
+ * the donated buffer in place instead of copying it around a reshape. */
 typedef struct tpu_storage {
-  tpu_buffer *buf;   /* 1-D, nbytes / size(dtype) elements; NULL until first used */
-  tpu_dtype_t dtype; /* element type of |buf| */
+  tpu_buffer *buf; /* NULL until first used */
+  tpu_hlo_type type; /* |buf|'s element type and dims */
   int64_t nbytes;
   int device;
 } tpu_storage;
@@ -127,8 +133,16 @@ tpu_status_t tpu_eager_execute(const tpu_eager_entry *e, const tpu_eager_call *c
 /* --- storages ---------------------------------------------------------------- */
 tpu_storage *tpu_storage_new(int device, int64_t nbytes);
 void tpu_storage_free(tpu_storage *s);
-/* Replaces the buffer (the old one is released; pending reads still finish). */
-void tpu_storage_set(tpu_storage *s, tpu_buffer *buf, tpu_dtype_t dtype);
+/* Replaces the buffer, of type |type| (the old one is released; pending
+ * reads still finish). */
+void tpu_storage_set(tpu_storage *s, tpu_buffer *buf, const tpu_hlo_type *type);
+/* The type of |s|'s buffer; before it has one, the 1-D buffer a first
+ * reader of |reader| elements gives it. */
+tpu_hlo_type tpu_storage_type(const tpu_storage *s, tpu_dtype_t reader);
+/* The buffer type a dense write of a whole tensor of |sizes| gives its
+ * storage: the sizes without their 1s, so that a gradient made as a view of
+ * a [1, n] sum and one accumulated in place as [n] run the same programs. */
+tpu_hlo_type tpu_storage_dense_type(tpu_dtype_t dtype, int rank, const int64_t *sizes);
 /* Gives |s| a buffer of |dtype| elements if it has none (contents unspecified). */
 tpu_status_t tpu_storage_materialize(tpu_storage *s, tpu_dtype_t dtype) TPU_MUST_USE;
 

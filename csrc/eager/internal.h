@@ -22,9 +22,6 @@ tpu_status_t tpu_flatten_call(const tpu_eager_call *call, flat_call *f);
 void tpu_flat_release(flat_call *f);
 int tpu_flat_index(const flat_call *f, int arg, int item);
 bool tpu_ref_is_none(const tpu_tensor_ref *r);
-/* The element type a storage is read as: its buffer's, or (not yet
- * materialised) the first reader's. */
-tpu_dtype_t tpu_storage_read_dtype(const tpu_storage *s, tpu_dtype_t reader);
 const char *tpu_eager_dump_dir(void);
 
 /* The eager cache's view of an entry. */

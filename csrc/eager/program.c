@@ -23,10 +23,6 @@ bool tpu_ref_is_none(const tpu_tensor_ref *r) {
   return r->storage == NULL && r->host_scalar == NULL && r->view.dtype == TPU_INVALID;
 }
 
-tpu_dtype_t tpu_storage_read_dtype(const tpu_storage *s, tpu_dtype_t reader) {
-  return s->buf != NULL ? s->dtype : reader;
-}
-
 void tpu_flat_release(flat_call *f) {
   if (f->refs != f->small) free(f->refs);
 }
@@ -86,7 +82,7 @@ typedef struct param_src {
 typedef struct result_dst {
   int ref;    /* >= 0: the storage of this flat ref gets the result */
   int output; /* >= 0: the new output's storage gets it */
-  tpu_dtype_t dtype;
+  tpu_hlo_type type;
 } result_dst;
 
 struct tpu_eager_entry {
@@ -249,12 +245,9 @@ static tpu_hlo_value add_param(tpu_program *p, const tpu_hlo_type *t, param_src 
 /* The storage param of |slot|, created on first use. */
 static tpu_hlo_value slot_storage(tpu_program *p, int slot, tpu_dtype_t reader) {
   if (p->slot_param[slot] != TPU_HLO_NONE) return p->slot_param[slot];
-  const tpu_storage *st = p->flat.refs[slot].ref->storage;
-  tpu_dtype_t dt = tpu_storage_read_dtype(st, reader);
-  int64_t elems = st->nbytes / (int64_t)tpu_dtype_size(dt);
-  tpu_hlo_type t = tpu_hlo_make_type(dt, 1, &elems);
+  tpu_hlo_type t = tpu_storage_type(p->flat.refs[slot].ref->storage, reader);
   p->slot_param_index[slot] = p->num_params;
-  param_src src = {.kind = SRC_STORAGE, .ref = slot, .dtype = dt};
+  param_src src = {.kind = SRC_STORAGE, .ref = slot, .dtype = t.dtype};
   p->slot_param[slot] = add_param(p, &t, src);
   if (p->slot_value[slot] == TPU_HLO_NONE) p->slot_value[slot] = p->slot_param[slot];
   return p->slot_param[slot];
@@ -381,8 +374,7 @@ void tpu_program_write(tpu_program *p, int arg, tpu_hlo_value value, bool donate
     cur = slot_storage(p, slot, ref->view.dtype);
   tpu_hlo_value nv;
   if (cur == TPU_HLO_NONE) { /* the whole storage, unread: the value is the storage */
-    int64_t elems = tpu_view_numel(&ref->view);
-    nv = tpu_hlo_reshape(p->b, tpu_hlo_convert(p->b, value, ref->view.dtype), 1, &elems);
+    nv = value;
   } else {
     nv = tpu_hlo_view_write(p->b, cur, &ref->view, value);
   }
@@ -415,12 +407,18 @@ void tpu_program_output(tpu_program *p, int index, tpu_hlo_value value, const tp
   p->out_meta[index] = *meta;
 }
 
-/* The new output's value laid out as its storage: memory order, 1-D. */
+/* |v| as the buffer of a storage it covers densely (without size-1 dims). */
+static tpu_hlo_value dense_storage(tpu_hlo_builder *b, tpu_hlo_value v) {
+  const tpu_hlo_type *t = tpu_hlo_type_of(b, v);
+  tpu_hlo_type d = tpu_storage_dense_type(t->dtype, t->rank, t->dims);
+  return tpu_hlo_reshape(b, v, d.rank, d.dims);
+}
+
+/* The new output's value laid out as its storage: dims in memory order. */
 static tpu_hlo_value output_storage(tpu_hlo_builder *b, tpu_hlo_value v, const tpu_eager_out_meta *m) {
   tpu_view view = {.dtype = m->dtype, .rank = m->rank};
   memcpy(view.sizes, m->sizes, sizeof m->sizes);
   memcpy(view.strides, m->strides, sizeof m->strides);
-  int64_t n = tpu_view_numel(&view);
   v = tpu_hlo_convert(b, v, m->dtype);
   if (!tpu_view_is_contiguous(&view)) {
     int64_t perm[TPU_HLO_MAX_RANK];
@@ -433,7 +431,7 @@ static tpu_hlo_value output_storage(tpu_hlo_builder *b, tpu_hlo_value v, const t
       }
     v = tpu_hlo_transpose(b, v, perm);
   }
-  return tpu_hlo_reshape(b, v, 1, &n);
+  return dense_storage(b, v);
 }
 
 static void dump_program(const char *name, uint64_t hash, const char *text) {
@@ -473,12 +471,14 @@ tpu_status_t tpu_program_finish(tpu_program *p, tpu_eager_entry **out_entry) {
   for (int i = 0; i < p->num_written; i++) {
     int slot = p->written[i];
     tpu_hlo_value nv = p->slot_value[slot];
+    nv = dense_storage(b, nv);
     if (all_ok != TPU_HLO_NONE) {
       const tpu_tensor_ref *ref = p->flat.refs[slot].ref;
-      tpu_hlo_value old = tpu_hlo_storage_as(b, slot_storage(p, slot, ref->view.dtype), tpu_hlo_dtype(b, nv));
-      nv = tpu_hlo_select(b, all_ok, nv, old);
+      const tpu_hlo_type *t = tpu_hlo_type_of(b, nv);
+      tpu_hlo_value old = tpu_hlo_storage_as(b, slot_storage(p, slot, ref->view.dtype), t->dtype);
+      nv = tpu_hlo_select(b, all_ok, nv, tpu_hlo_reshape(b, old, t->rank, t->dims));
     }
-    results[n] = (result_dst){.ref = slot, .output = -1, .dtype = tpu_hlo_dtype(b, nv)};
+    results[n] = (result_dst){.ref = slot, .output = -1, .type = *tpu_hlo_type_of(b, nv)};
     values[n] = nv;
     /* Donate the old buffer into its replacement when the types agree. */
     if (!p->slot_kept[slot] && p->slot_param[slot] != TPU_HLO_NONE &&
@@ -494,11 +494,12 @@ tpu_status_t tpu_program_finish(tpu_program *p, tpu_eager_entry **out_entry) {
     int64_t numel = 1;
     for (int d = 0; d < m->rank; d++) numel *= m->sizes[d];
     if (numel == 0) continue;
-    results[n] = (result_dst){.ref = -1, .output = i, .dtype = m->dtype};
-    values[n++] = output_storage(b, p->out_values[i], m);
+    values[n] = output_storage(b, p->out_values[i], m);
+    results[n] = (result_dst){.ref = -1, .output = i, .type = *tpu_hlo_type_of(b, values[n])};
+    n++;
   }
   for (int i = 0; i < p->num_checks; i++) {
-    results[n] = (result_dst){.ref = -1, .output = -1, .dtype = TPU_BOOL};
+    results[n] = (result_dst){.ref = -1, .output = -1, .type = tpu_hlo_make_type(TPU_BOOL, 0, NULL)};
     values[n++] = p->checks[i].ok;
     e->check_codes[i] = p->checks[i].code;
     e->check_messages[i] = p->checks[i].message;
@@ -664,7 +665,7 @@ tpu_status_t tpu_eager_execute(const tpu_eager_entry *e, const tpu_eager_call *c
     const result_dst *r = &e->results[i];
     tpu_storage *s = r->ref >= 0 ? f.refs[r->ref].ref->storage : new_outputs[r->output];
     if (s == NULL) tpu_buffer_destroy(rt, outs[i]);
-    else tpu_storage_set(s, outs[i], r->dtype);
+    else tpu_storage_set(s, outs[i], &r->type);
   }
   /* Data-dependent checks wait for their flags (a sync, like PyTorch's CPU
    * kernels that raise before returning). */

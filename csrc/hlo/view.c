@@ -30,9 +30,16 @@ static tpu_hlo_value flat(tpu_hlo_builder *b, tpu_hlo_value x, int64_t n) {
   return tpu_hlo_reshape(b, x, 1, &n);
 }
 
+/* The storage's buffer as 1-D, whatever its shape. */
+static tpu_hlo_value flat_storage(tpu_hlo_builder *b, tpu_hlo_value storage) {
+  return flat(b, storage, tpu_hlo_type_numel(tpu_hlo_type_of(b, storage)));
+}
+
 tpu_hlo_value tpu_hlo_storage_as(tpu_hlo_builder *b, tpu_hlo_value storage, tpu_dtype_t t) {
   tpu_dtype_t s = tpu_hlo_dtype(b, storage);
-  if (tpu_hlo_failed(b) || s == t) return tpu_hlo_failed(b) ? TPU_HLO_NONE : storage;
+  if (tpu_hlo_failed(b)) return TPU_HLO_NONE;
+  storage = flat_storage(b, storage);
+  if (s == t) return storage;
   int64_t n = length(b, storage);
   size_t ss = tpu_dtype_size(s), ts = tpu_dtype_size(t);
   if (s == TPU_BOOL || t == TPU_BOOL) {
@@ -164,6 +171,9 @@ static tpu_hlo_value linear_indices(tpu_hlo_builder *b, const tpu_view *v, bool 
 tpu_hlo_value tpu_hlo_view_read(tpu_hlo_builder *b, tpu_hlo_value storage, const tpu_view *v) {
   tpu_hlo_type out = tpu_hlo_make_type(v->dtype, v->rank, v->sizes);
   if (tpu_view_numel(v) == 0) return tpu_hlo_const_i64(b, &out, 0);
+  /* The whole buffer as it was last written whole: the value itself. */
+  if (tpu_hlo_type_equal(tpu_hlo_type_of(b, storage), &out) && v->offset == 0 && tpu_view_is_contiguous(v))
+    return storage;
   tpu_hlo_value x = tpu_hlo_storage_as(b, storage, v->dtype);
   if (tpu_hlo_failed(b)) return TPU_HLO_NONE;
   int64_t total = length(b, x), numel = tpu_view_numel(v);
@@ -210,18 +220,20 @@ tpu_hlo_value tpu_hlo_view_write(tpu_hlo_builder *b, tpu_hlo_value storage, cons
                                  tpu_hlo_value value) {
   tpu_dtype_t s = tpu_hlo_dtype(b, storage);
   if (tpu_hlo_failed(b)) return TPU_HLO_NONE;
-  if ((length(b, storage) * (int64_t)tpu_dtype_size(s)) % (int64_t)tpu_dtype_size(v->dtype) != 0)
+  int64_t bytes = tpu_hlo_type_numel(tpu_hlo_type_of(b, storage)) * (int64_t)tpu_dtype_size(s);
+  if (bytes % (int64_t)tpu_dtype_size(v->dtype) != 0)
     return tpu_hlo_fail(b, TPU_ERR_NOT_IMPLEMENTED,
                         "writing %s elements into a storage whose size is not a multiple of them",
                         tpu_dtype_name(v->dtype));
-  tpu_hlo_value x = tpu_hlo_storage_as(b, storage, v->dtype);
   value = tpu_hlo_convert(b, value, v->dtype);
+  int64_t total = bytes / (int64_t)tpu_dtype_size(v->dtype), numel = tpu_view_numel(v);
+  /* The whole storage: the value, in the view's shape. */
+  if (numel > 0 && numel == total && v->offset == 0 && tpu_view_is_contiguous(v)) return value;
+  tpu_hlo_value x = tpu_hlo_storage_as(b, storage, v->dtype);
   if (tpu_hlo_failed(b)) return TPU_HLO_NONE;
-  int64_t total = length(b, x), numel = tpu_view_numel(v);
   if (numel == 0) return x;
   if (tpu_view_is_contiguous(v) && v->offset + numel <= total) {
     tpu_hlo_value f = flat(b, value, numel);
-    if (v->offset == 0 && numel == total) return f;
     tpu_hlo_value at = tpu_hlo_scalar_i64(b, TPU_S64, v->offset);
     return tpu_hlo_dynamic_update_slice(b, x, f, &at);
   }

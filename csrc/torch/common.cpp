@@ -193,7 +193,8 @@ at::Tensor tensor_from_buffer(tpu_buffer* buf, at::ScalarType dtype, at::IntArra
   at::Tensor t = at::detail::empty_generic(sizes, allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
                                            dtype, std::nullopt);
   tpu_storage* s = storage_of(t);
-  if (s != nullptr) tpu_storage_set(s, buf, to_tpu(dtype));
+  tpu_hlo_type type = tpu_storage_dense_type(to_tpu(dtype), static_cast<int>(sizes.size()), sizes.data());
+  if (s != nullptr) tpu_storage_set(s, buf, &type);
   else tpu_buffer_destroy(runtime(), buf);
   return t;
 }

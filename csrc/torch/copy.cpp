@@ -35,10 +35,13 @@ bool is_whole(const at::Tensor& t) {
   return tpu_view_is_whole(&r.view, s->nbytes);
 }
 
+// A buffer of |host|'s (contiguous) contents, of the type a whole write of
+// it gives a storage.
 tpu_buffer* upload(const at::Tensor& host, c10::DeviceIndex device) {
-  int64_t n = host.numel();
+  tpu_hlo_type t =
+      tpu_storage_dense_type(to_tpu(host.scalar_type()), static_cast<int>(host.dim()), host.sizes().data());
   tpu_buffer* buf = nullptr;
-  TPU_CHECK(tpu_buffer_from_host(runtime(), device, host.const_data_ptr(), to_tpu(host.scalar_type()), &n, 1, &buf));
+  TPU_CHECK(tpu_buffer_from_host(runtime(), device, host.const_data_ptr(), t.dtype, t.dims, t.rank, &buf));
   return buf;
 }
 
@@ -50,7 +53,7 @@ void download_whole(const at::Tensor& t, void* dst) {
 
 bool downloadable(const at::Tensor& t) {
   tpu_storage* s = storage_of(t);
-  return s != nullptr && s->buf != nullptr && is_whole(t) && s->dtype == to_tpu(t.scalar_type());
+  return s != nullptr && s->buf != nullptr && is_whole(t) && s->type.dtype == to_tpu(t.scalar_type());
 }
 
 }  // namespace
@@ -93,7 +96,9 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
     host = host.contiguous();
     c10::DeviceIndex device = dst.device().index();
     if (is_whole(dst)) {
-      tpu_storage_set(storage_of(dst), upload(host, device), to_tpu(dst.scalar_type()));
+      tpu_hlo_type type =
+          tpu_storage_dense_type(to_tpu(dst.scalar_type()), static_cast<int>(dst.dim()), dst.sizes().data());
+      tpu_storage_set(storage_of(dst), upload(host, device), &type);
     } else {
       device_copy(dst, tensor_from_buffer(upload(host, device), dst.scalar_type(), dst.sizes(), device));
     }

@@ -329,7 +329,7 @@ class GraphBuilder {
 };
 
 // What a compiled graph program depends on beyond the graph: every input's
-// dtype, sizes, strides, offset, storage type and size, and which inputs
+// dtype, sizes, strides, offset, storage size and buffer type, and which inputs
 // share a storage. Equal signatures can run the same program.
 py::bytes signature(const Inputs& inputs) {
   std::vector<int64_t> sig;
@@ -357,7 +357,13 @@ py::bytes signature(const Inputs& inputs) {
     sig.push_back(shared);
     tpu_storage* s = storage_of(t);
     sig.push_back(s == nullptr ? 0 : s->nbytes);
-    sig.push_back(s == nullptr || s->buf == nullptr ? -1 : s->dtype);
+    if (s == nullptr || s->buf == nullptr) {
+      sig.push_back(-1);
+      continue;
+    }
+    sig.push_back(s->type.dtype);
+    sig.push_back(s->type.rank);
+    sig.insert(sig.end(), s->type.dims, s->type.dims + s->type.rank);
   }
   return py::bytes(reinterpret_cast<const char*>(sig.data()), sig.size() * sizeof(int64_t));
 }

@@ -49,7 +49,8 @@ c10::Allocator* allocator();
 tpu_storage* storage_of(const at::Tensor& t);
 // The C description of a tpu tensor (its storage box and view).
 tpu_tensor_ref tensor_ref(const at::Tensor& t);
-// A new contiguous tpu tensor owning |buf| (1-D storage of |dtype|).
+// A new contiguous tpu tensor owning |buf| (made by upload: of |dtype|, the
+// dense buffer type of |sizes|).
 at::Tensor tensor_from_buffer(tpu_buffer* buf, at::ScalarType dtype, at::IntArrayRef sizes,
                               c10::DeviceIndex device);
 

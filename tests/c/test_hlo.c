@@ -163,15 +163,16 @@ static int64_t storage_index(const tpu_view *v, int64_t k) {
   return idx;
 }
 
-static void check_view(const tpu_view *v, bool writable) {
+/* Reads (and writes) |v| out of the N floats of a storage buffer of shape
+ * |dims| (the bytes count, not the shape). */
+static void check_view_in(const tpu_view *v, bool writable, int rank, const int64_t *dims) {
   float store[N];
   for (int i = 0; i < N; i++) store[i] = (float)i;
-  int64_t n = N;
   tpu_buffer *buf = NULL;
-  CHECK_OK(tpu_buffer_from_host(rt, 0, store, TPU_F32, &n, 1, &buf));
+  CHECK_OK(tpu_buffer_from_host(rt, 0, store, TPU_F32, dims, rank, &buf));
   tpu_hlo_builder *b = NULL;
   CHECK_OK(tpu_hlo_builder_create(&b));
-  tpu_hlo_type st = tpu_hlo_make_type(TPU_F32, 1, &n);
+  tpu_hlo_type st = tpu_hlo_make_type(TPU_F32, rank, dims);
   tpu_hlo_value s = tpu_hlo_param(b, &st, -1);
   tpu_hlo_value r = tpu_hlo_view_read(b, s, v);
   int64_t numel = tpu_view_numel(v);
@@ -193,6 +194,10 @@ static void check_view(const tpu_view *v, bool writable) {
     seq = tpu_hlo_reshape(b, seq, v->rank, v->sizes);
     tpu_hlo_value val = tpu_hlo_binary(b, TPU_HLO_ADD, tpu_hlo_const_f64(b, &vt, 1000.0), seq);
     tpu_hlo_value w = tpu_hlo_view_write(b, s, v, val);
+    /* A whole-storage write is the value in the view's shape, else 1-D. */
+    int64_t flat_n = N;
+    tpu_hlo_type want = tpu_view_is_whole(v, N * sizeof(float)) ? vt : tpu_hlo_make_type(TPU_F32, 1, &flat_n);
+    CHECK(tpu_hlo_type_equal(tpu_hlo_type_of(b, w), &want));
     float after[N];
     status = run(b, &w, 1, &buf, 1, after, sizeof after);
     if (status != NULL) {
@@ -210,7 +215,19 @@ static void check_view(const tpu_view *v, bool writable) {
   tpu_buffer_destroy(rt, buf);
 }
 
+static void check_view(const tpu_view *v, bool writable) {
+  int64_t flat_n = N, shaped[2] = {4, 6}, other[3] = {2, 3, 4};
+  check_view_in(v, writable, 1, &flat_n);
+  check_view_in(v, writable, 2, shaped);
+  check_view_in(v, writable, 3, other);
+}
+
 static void test_views(void) {
+  /* the whole storage, in the buffer's shape and in others */
+  tpu_view v0 = make_view(2, (int64_t[]){4, 6}, (int64_t[]){6, 1}, 0);
+  check_view(&v0, true);
+  v0 = make_view(1, (int64_t[]){24}, (int64_t[]){1}, 0);
+  check_view(&v0, true);
   /* contiguous with offset */
   tpu_view v = make_view(2, (int64_t[]){2, 3}, (int64_t[]){3, 1}, 5);
   check_view(&v, true);
