@@ -202,6 +202,38 @@ def test_parameter_updates_keep_the_parameter_shape(tmp_path):
         assert "(tensor<16x32xf32>) -> tensor<512xf32>" not in text
 
 
+def test_saved_views_alias_their_base():
+    """Graph outputs that are views (saved for backward: a weight's
+    transpose, the heads of one qkv projection) are views of their base, as
+    in eager, not copies; the gradients are still CPU's."""
+    torch.manual_seed(0)
+    cpu = torch.nn.Linear(16, 48)
+    tpu = copy.deepcopy(cpu).to("tpu")
+
+    def f(lin, x):
+        q, k, v = lin(x).split(16, dim=2)
+        q, k, v = (z.view(2, 6, 2, 8).transpose(1, 2) for z in (q, k, v))
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True).sum()
+
+    x = torch.randn(2, 6, 16, requires_grad=True)
+    xt = x.detach().to("tpu").requires_grad_()
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        loss = torch.compile(f, backend="tpu")(tpu, xt)
+    loss.backward()
+    f(cpu, x).backward()
+    torch.testing.assert_close(xt.grad.cpu(), x.grad, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(tpu.weight.grad.cpu(), cpu.weight.grad, rtol=1e-4, atol=1e-5)
+
+    def storage(t):
+        return t.untyped_storage().data_ptr()
+    weight_t = [t for t in saved if storage(t) == storage(tpu.weight)]
+    assert [(tuple(t.shape), t.stride()) for t in weight_t] == [((16, 48), (1, 16))]
+    heads = [t for t in saved if t.shape == (2, 2, 6, 8) and t.stride() == (288, 8, 48, 1)]
+    assert sorted(t.storage_offset() for t in heads) == [0, 16, 32]
+    assert len({storage(t) for t in heads}) == 1
+
+
 def test_dynamic_shapes_specialize_with_a_note():
     def f(x):
         return (x * x).sum(0)

@@ -206,19 +206,49 @@ class _Program:
                 env[node] = value
             else:
                 env[node] = self._apply(b, node, env)
-        self.outputs = []  # per graph output: ("new", k) | ("input", i) | ("value", v)
+        # Per graph output: ("new", k) | ("input", i) | ("value", v) |
+        # ("view", (kind, k or i), sizes, strides, offset).
+        self.outputs = []
         results = output.args[0]
         self.single = not isinstance(results, (list, tuple))
-        for k, out in enumerate([results] if self.single else results):
+        results = [results] if self.single else list(results)
+        bases = _alias_bases(gm, results, {i for i in writes.values()}, index, inputs)
+        self.num_outputs = len(results)
+        made = {}  # node -> its "new" output index
+        for k, out in enumerate(results):
             if isinstance(out, torch.fx.Node) and out in index:
                 self.outputs.append(("input", index[out]))
+            elif out in bases:
+                self.outputs.append(None)  # a view, made below
             elif isinstance(out, torch.fx.Node) and isinstance(out.meta.get("val"), torch.Tensor):
                 val = out.meta["val"]
                 b.output(k, env[out], val.dtype, [int(s) for s in val.shape], _dense_strides(val))
                 self.outputs.append(("new", k))
+                made.setdefault(out, k)
             else:
                 self.outputs.append(("value", env.get(out, out) if isinstance(out, torch.fx.Node) else out))
-        self.host_writes = self._pack_host_writes(b, host_values, len(self.outputs))
+        # Outputs that are views of another value (a weight's transpose saved
+        # for backward, attention heads of one projection) are made as views
+        # of it after the run, as eager makes views, rather than copied into
+        # buffers of their own: the base is an input, or an output of the
+        # program in its own layout.
+        for k, out in enumerate(results):
+            if self.outputs[k] is not None:
+                continue
+            base, val = bases[out], out.meta["val"]
+            if base in index:
+                ref = ("input", index[base])
+            else:
+                if base not in made:
+                    bval = base.meta["val"]
+                    made[base] = self.num_outputs
+                    self.num_outputs += 1
+                    b.output(made[base], env[base], bval.dtype, [int(s) for s in bval.shape],
+                             [int(s) for s in bval.stride()])
+                ref = ("new", made[base])
+            self.outputs[k] = ("view", (ref, [int(s) for s in val.shape], [int(s) for s in val.stride()],
+                                        int(val.storage_offset())))
+        self.host_writes = self._pack_host_writes(b, host_values, self.num_outputs)
         self.program = b.finish()
 
     @staticmethod
@@ -270,15 +300,52 @@ class _Program:
 
     def __call__(self, inputs):
         outs = self.program.run([t if isinstance(t, torch.Tensor) else None for t in inputs],
-                                len(self.outputs) + len(self.host_writes))
+                                self.num_outputs + len(self.host_writes))
         for k, places in self.host_writes:
             flat = outs[k].cpu()
             for i, offset, n in places:
                 inputs[i].copy_(flat[offset:offset + n].view(inputs[i].shape))
         result = []
         for kind, v in self.outputs:
-            result.append(outs[v] if kind == "new" else inputs[v] if kind == "input" else v)
+            if kind == "view":
+                (base_kind, j), sizes, strides, offset = v
+                base = outs[j] if base_kind == "new" else inputs[j]
+                result.append(torch.as_strided(base, sizes, strides, offset))
+            else:
+                result.append(outs[v] if kind == "new" else inputs[v] if kind == "input" else v)
         return result[0] if self.single else result
+
+
+def _alias_bases(gm, results, written, index, inputs):
+    """{graph output: the node whose storage it views}, for outputs that are
+    views (of the same dtype) of an input the graph does not write, or of a
+    value computed in the graph with a dense layout from offset 0 (the
+    layout its output then gets). The base is the first node whose fake
+    value has the storage: an input, or the op that made it."""
+    owner = {}
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            owner.setdefault(val.untyped_storage()._cdata, node)
+    bases = {}
+    for out in results:
+        val = out.meta.get("val") if isinstance(out, torch.fx.Node) else None
+        if not isinstance(val, torch.Tensor) or out in index or out in bases:
+            continue
+        base = owner.get(val.untyped_storage()._cdata)
+        if base is None or base is out or base.meta["val"].dtype != val.dtype:
+            continue
+        bval = base.meta["val"]
+        if base in index:
+            i = index[base]
+            ok = i not in written and isinstance(inputs[i], torch.Tensor) and inputs[i].device.type == "tpu"
+        else:
+            ok = (base.op == "call_function" and bval.storage_offset() == 0
+                  and is_non_overlapping_and_dense_or_false(bval)
+                  and bval.untyped_storage().nbytes() == bval.numel() * bval.element_size())
+        if ok:
+            bases[out] = base
+    return bases
 
 
 def _concrete(v):
