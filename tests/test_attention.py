@@ -4,6 +4,7 @@ gradients, in eager and compiled graphs, against PyTorch on CPU. The same
 cases run again with TORCHTPU_KERNELS=0 (the composite) in a subprocess."""
 import copy
 import os
+import re
 import subprocess
 import sys
 
@@ -180,3 +181,30 @@ def test_sdpa_compiled_training_with_head_views(no_fallbacks):
     torch.testing.assert_close(got.cpu(), expected, rtol=1e-5, atol=1e-6)
     for p, q in zip(cpu_proj.parameters(), tpu_proj.parameters()):
         torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.skipif(os.environ.get("TORCHTPU_KERNELS") == "0", reason="no kernel in the composite run")
+def test_kernel_reads_heads_as_they_lie(tmp_path):
+    """Heads transposed out of one projection reach the kernel token-major,
+    as they are laid out (no transpose in the program, forward or backward);
+    contiguous heads head-major."""
+    code = ("import torch, torch.nn.functional as F, torchtpu\n"
+            "x = torch.randn(2, 6, 48, device='tpu', requires_grad=True)\n"
+            "q, k, v = (z.view(2, 6, 2, 8).transpose(1, 2) for z in x.split(16, dim=2))\n"
+            "F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()\n"
+            "q = torch.randn(2, 2, 6, 8, device='tpu')\n"
+            "F.scaled_dot_product_attention(q, q, q).cpu()\n")
+    env = dict(os.environ, TORCHTPU_DUMP_DIR=str(tmp_path), TORCHTPU_CACHE_DIR=str(tmp_path / "cache"))
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
+    calls = {}
+    for p in tmp_path.glob("*attention*.mlir"):
+        text = p.read_text()
+        for layout in ("token_major = 1", "token_major = 0"):
+            if layout in text:
+                calls.setdefault(layout, []).append(text)
+    assert len(calls.get("token_major = 1", [])) == 2, sorted(p.name for p in tmp_path.glob("*.mlir"))
+    assert len(calls.get("token_major = 0", [])) == 1
+    for text in calls["token_major = 1"]:  # q, k, v reach the kernel without a transpose
+        transposed = set(re.findall(r"(%v\d+) = \"stablehlo.transpose\"", text))
+        operands = re.search(r"stablehlo.custom_call\"\(([^)]*)\)", text).group(1).split(", ")[:3]
+        assert transposed and not transposed & set(operands), operands

@@ -19,6 +19,10 @@ typedef struct value_info {
   tpu_hlo_type type;
   int32_t ssa;   /* printed number */
   int32_t index; /* result index of a multi-result op, -1 otherwise */
+  /* A transpose: its operand, the permutation, the region depth it is in. */
+  tpu_hlo_value transposed;
+  int8_t perm[TPU_HLO_MAX_RANK];
+  int8_t depth;
 } value_info;
 
 struct tpu_hlo_builder {
@@ -190,6 +194,7 @@ static tpu_hlo_value new_value(tpu_hlo_builder *b, const tpu_hlo_type *t, int ss
   vi->type = type;
   vi->ssa = ssa;
   vi->index = index;
+  vi->transposed = TPU_HLO_NONE;
   return b->num_values++;
 }
 
@@ -785,10 +790,31 @@ tpu_hlo_value tpu_hlo_transpose(tpu_hlo_builder *b, tpu_hlo_value x, const int64
     if (perm[i] != i) identity = false;
   }
   if (identity) return x;
+  const value_info *vx = &b->values[x];
+  if (vx->transposed != TPU_HLO_NONE && vx->depth == b->depth) { /* a transpose of a transpose: one */
+    int64_t both[TPU_HLO_MAX_RANK];
+    for (int i = 0; i < tx->rank; i++) both[i] = vx->perm[perm[i]];
+    return tpu_hlo_transpose(b, vx->transposed, both);
+  }
   char arr[360], attrs[400];
   tpu_hlo_format_i64_array(arr, sizeof arr, perm, tx->rank);
   snprintf(attrs, sizeof attrs, "permutation = %s", arr);
-  return op1(b, "stablehlo.transpose", &x, 1, attrs, &t);
+  const int rank = tx->rank;
+  tpu_hlo_value y = op1(b, "stablehlo.transpose", &x, 1, attrs, &t); /* may move b->values */
+  if (valid(b, y)) {
+    value_info *vy = &b->values[y];
+    vy->transposed = x;
+    vy->depth = (int8_t)b->depth;
+    for (int i = 0; i < rank; i++) vy->perm[i] = (int8_t)perm[i];
+  }
+  return y;
+}
+
+bool tpu_hlo_is_transpose(const tpu_hlo_builder *b, tpu_hlo_value v, const int64_t *perm) {
+  if (!valid(b, v) || b->values[v].transposed == TPU_HLO_NONE || b->values[v].depth != b->depth) return false;
+  for (int i = 0; i < b->values[v].type.rank; i++)
+    if (b->values[v].perm[i] != perm[i]) return false;
+  return true;
 }
 
 tpu_hlo_value tpu_hlo_slice(tpu_hlo_builder *b, tpu_hlo_value x, const int64_t *start,

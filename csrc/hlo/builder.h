@@ -139,7 +139,12 @@ tpu_hlo_value tpu_hlo_broadcast_in_dim(tpu_hlo_builder *b, tpu_hlo_value x, cons
 /* Broadcasts |x| to |to|'s shape by NumPy rules (trailing dims aligned) and
  * converts to |to|'s dtype. The common case of every elementwise rule. */
 tpu_hlo_value tpu_hlo_broadcast_to(tpu_hlo_builder *b, tpu_hlo_value x, const tpu_hlo_type *to);
+/* A transpose of a transpose becomes one transpose of the first operand
+ * (none when they cancel). */
 tpu_hlo_value tpu_hlo_transpose(tpu_hlo_builder *b, tpu_hlo_value x, const int64_t *perm);
+/* True when |v| is a transpose by |perm| (a layout a rule may undo for
+ * free). */
+bool tpu_hlo_is_transpose(const tpu_hlo_builder *b, tpu_hlo_value v, const int64_t *perm);
 tpu_hlo_value tpu_hlo_slice(tpu_hlo_builder *b, tpu_hlo_value x, const int64_t *start,
                             const int64_t *limit, const int64_t *stride);
 /* Slice of one dimension; the others are kept whole. */

@@ -41,7 +41,9 @@ enum {
 };
 
 typedef struct job {
-  int64_t T, S, D, E, chunks;
+  int64_t H, T, S, D, E, chunks;
+  int64_t ldd, lde; /* row strides of the D-wide (q, k, dq, dk) and E-wide tensors */
+  bool token_major;
   const float *q, *k, *v, *bias, *out, *lse, *dout;
   float *out_w, *lse_w, *dq, *dk, *dv, *dbias;
   bool causal;
@@ -52,6 +54,17 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 static void zero(float *x, int64_t n) { /* memset(NULL, 0, 0) is undefined */
   if (n > 0) memset(x, 0, (size_t)n * sizeof *x);
+}
+
+static void zero_rows(float *x, int64_t rows, int64_t width, int64_t ld) {
+  for (int64_t r = 0; r < rows; r++) zero(x + r * ld, width);
+}
+
+/* Where row 0 of head |bh| (batch * H + head) starts in a tensor of |len|
+ * rows of |width| floats per head: [B, H, len, width], or token-major
+ * [B, len, H, width] (rows then J->H * width apart). */
+static int64_t head_at(const job *J, int64_t bh, int64_t len, int64_t width) {
+  return J->token_major ? ((bh / J->H) * len * J->H + bh % J->H) * width : bh * len * width;
 }
 
 /* exp(x) to about 1 ulp (Cephes' expf polynomial), 0 below -87.3 and for
@@ -126,12 +139,12 @@ static INLINE float dot(const float *a, const float *b, int64_t n) {
   return sum + lanes_sum(lane);
 }
 
-/* dst[c * ldd + r] = scale * src[r * cols + c], and 0 for rows <= r < ldd:
+/* dst[c * ldd + r] = scale * src[r * lds + c], and 0 for rows <= r < ldd:
  * the tiles of gemm may then run past the last key. */
-static INLINE void transpose(const float *src, int64_t rows, int64_t cols, float scale, float *dst,
+static INLINE void transpose(const float *src, int64_t rows, int64_t cols, int64_t lds, float scale, float *dst,
                              int64_t ldd) {
   for (int64_t c = 0; c < cols; c++) {
-    for (int64_t r = 0; r < rows; r++) dst[c * ldd + r] = scale * src[r * cols + c];
+    for (int64_t r = 0; r < rows; r++) dst[c * ldd + r] = scale * src[r * lds + c];
     for (int64_t r = rows; r < ldd; r++) dst[c * ldd + r] = 0.0f;
   }
 }
@@ -220,17 +233,17 @@ static void forward_scalar(const job *J, const float *q, const float *k, const f
                            int64_t i0, int64_t rows, float *out, float *lse) {
   for (int64_t i = 0; i < rows; i++) {
     int64_t n = J->causal ? min64(J->S, i0 + i + 1) : J->S;
-    const float *qi = q + i * J->D, *bi = bias != NULL ? bias + i * J->S : NULL;
-    float *oi = out + i * J->E, m = -INFINITY, l = 0;
+    const float *qi = q + i * J->ldd, *bi = bias != NULL ? bias + i * J->S : NULL;
+    float *oi = out + i * J->lde, m = -INFINITY, l = 0;
     for (int64_t j = 0; j < n; j++) {
-      float x = dot(qi, k + j * J->D, J->D) * J->scale + (bi != NULL ? bi[j] : 0.0f);
+      float x = dot(qi, k + j * J->ldd, J->D) * J->scale + (bi != NULL ? bi[j] : 0.0f);
       m = x > m ? x : m;
     }
     zero(oi, J->E);
     for (int64_t j = 0; m != -INFINITY && j < n; j++) {
-      float p = expf(dot(qi, k + j * J->D, J->D) * J->scale + (bi != NULL ? bi[j] : 0.0f) - m);
+      float p = expf(dot(qi, k + j * J->ldd, J->D) * J->scale + (bi != NULL ? bi[j] : 0.0f) - m);
       l += p;
-      for (int64_t e = 0; e < J->E; e++) oi[e] += p * v[j * J->E + e];
+      for (int64_t e = 0; e < J->E; e++) oi[e] += p * v[j * J->lde + e];
     }
     for (int64_t e = 0; l > 0 && e < J->E; e++) oi[e] /= l;
     lse[i] = l > 0 ? m + logf(l) : -INFINITY;
@@ -240,40 +253,41 @@ static void forward_scalar(const job *J, const float *q, const float *k, const f
 /* Task |task|: FWD_ROWS query rows of one (batch, head). */
 MULTIVERSION static void forward_task(void *arg, int64_t task) {
   const job *J = arg;
-  const int64_t T = J->T, S = J->S, D = J->D, E = J->E, bh = task / J->chunks;
+  const int64_t T = J->T, S = J->S, D = J->D, E = J->E, ldd = J->ldd, lde = J->lde, bh = task / J->chunks;
   const int64_t i0 = task % J->chunks * FWD_ROWS, rows = min64(FWD_ROWS, T - i0);
-  const float *q = J->q + (bh * T + i0) * D, *k = J->k + bh * S * D, *v = J->v + bh * S * E;
+  const float *q = J->q + head_at(J, bh, T, D) + i0 * ldd, *k = J->k + head_at(J, bh, S, D);
+  const float *v = J->v + head_at(J, bh, S, E);
   const float *bias = J->bias != NULL ? J->bias + (bh * T + i0) * S : NULL;
-  float *out = J->out_w + (bh * T + i0) * E, *lse = J->lse_w + bh * T + i0;
+  float *out = J->out_w + head_at(J, bh, T, E) + i0 * lde, *lse = J->lse_w + bh * T + i0;
   const int64_t block = key_block(D);
   if (block == 0) {
     forward_scalar(J, q, k, v, bias, i0, rows, out, lse);
     return;
   }
   float kt[TILE_FLOATS], x[GROUP * KEY_BLOCK], m[FWD_ROWS], l[FWD_ROWS];
-  zero(out, rows * E);
+  zero_rows(out, rows, E, lde);
   for (int64_t i = 0; i < rows; i++) m[i] = -INFINITY, l[i] = 0;
   const int64_t end = J->causal ? min64(S, i0 + rows) : S;
   for (int64_t j0 = 0; j0 < end; j0 += block) {
     const int64_t nb = min64(block, end - j0), ld = padded(nb, block);
-    transpose(k + j0 * D, nb, D, J->scale, kt, ld);
+    transpose(k + j0 * ldd, nb, D, ldd, J->scale, kt, ld);
     for (int64_t r0 = 0; r0 < rows; r0 += GROUP) {
       const int64_t g = min64(GROUP, rows - r0);
       const int64_t n = J->causal ? min64(nb, i0 + r0 + g - j0) : nb; /* keys the last row sees */
       if (n <= 0) continue;
       const int64_t nc = padded(n, ld);
       for (int64_t r = 0; r < g; r++) zero(x + r * KEY_BLOCK, nc);
-      gemm(g, nc, D, q + r0 * D, D, 1, kt, ld, x, KEY_BLOCK);
+      gemm(g, nc, D, q + r0 * ldd, ldd, 1, kt, ld, x, KEY_BLOCK);
       for (int64_t r = 0; r < g; r++) { /* over all nc columns: no scalar tails */
         const int64_t i = r0 + r, lim = J->causal ? min64(n, i0 + i + 1 - j0) : n;
         mask_scores(x + r * KEY_BLOCK, lim, nc, bias != NULL ? bias + i * S + j0 : NULL);
-        softmax_block(x + r * KEY_BLOCK, nc, &m[i], &l[i], out + i * E, E);
+        softmax_block(x + r * KEY_BLOCK, nc, &m[i], &l[i], out + i * lde, E);
       }
-      gemm(g, E, n, x, KEY_BLOCK, 1, v + j0 * E, E, out + r0 * E, E);
+      gemm(g, E, n, x, KEY_BLOCK, 1, v + j0 * lde, lde, out + r0 * lde, lde);
     }
   }
   for (int64_t i = 0; i < rows; i++) {
-    float *o = out + i * E, inv = l[i] > 0 ? 1.0f / l[i] : 0.0f;
+    float *o = out + i * lde, inv = l[i] > 0 ? 1.0f / l[i] : 0.0f;
     for (int64_t e = 0; e < E; e++) o[e] *= inv;
     lse[i] = l[i] > 0 ? m[i] + logf(l[i]) : -INFINITY;
   }
@@ -289,7 +303,9 @@ static void run(const tpu_parallel *par, int64_t n, void (*task)(void *, int64_t
 void tpu_attention_forward(const tpu_attention_shape *s, const float *q, const float *k, const float *v,
                            const float *bias, bool causal, float scale, float *out, float *lse,
                            const tpu_parallel *par) {
-  job J = {.T = s->q_len, .S = s->kv_len, .D = s->head_dim, .E = s->v_dim,
+  job J = {.H = s->heads, .T = s->q_len, .S = s->kv_len, .D = s->head_dim, .E = s->v_dim,
+           .ldd = s->token_major ? s->heads * s->head_dim : s->head_dim,
+           .lde = s->token_major ? s->heads * s->v_dim : s->v_dim, .token_major = s->token_major,
            .chunks = (s->q_len + FWD_ROWS - 1) / FWD_ROWS,
            .q = q, .k = k, .v = v, .bias = bias, .out_w = out, .lse_w = lse,
            .causal = causal, .scale = scale};
@@ -303,17 +319,17 @@ void tpu_attention_forward(const tpu_attention_shape *s, const float *q, const f
 static void backward_scalar(const job *J, const float *q, const float *k, const float *v, const float *bias,
                             const float *out, const float *lse, const float *dout, float *dq, float *dk,
                             float *dv, float *dbias) {
-  const int64_t D = J->D, E = J->E, S = J->S;
+  const int64_t D = J->D, E = J->E, S = J->S, ldd = J->ldd, lde = J->lde;
   for (int64_t i = 0; i < J->T; i++) {
     const int64_t n = lse[i] == -INFINITY ? 0 : J->causal ? min64(S, i + 1) : S;
-    const float *qi = q + i * D, *doi = dout + i * E, delta = dot(doi, out + i * E, E);
+    const float *qi = q + i * ldd, *doi = dout + i * lde, delta = dot(doi, out + i * lde, E);
     for (int64_t j = 0; j < n; j++) {
-      float x = dot(qi, k + j * D, D) * J->scale + (bias != NULL ? bias[i * S + j] : 0.0f);
-      float p = expf(x - lse[i]), ds = p * (dot(doi, v + j * E, E) - delta);
-      for (int64_t e = 0; e < E; e++) dv[j * E + e] += p * doi[e];
+      float x = dot(qi, k + j * ldd, D) * J->scale + (bias != NULL ? bias[i * S + j] : 0.0f);
+      float p = expf(x - lse[i]), ds = p * (dot(doi, v + j * lde, E) - delta);
+      for (int64_t e = 0; e < E; e++) dv[j * lde + e] += p * doi[e];
       for (int64_t d = 0; d < D; d++) {
-        dk[j * D + d] += J->scale * ds * qi[d];
-        dq[i * D + d] += J->scale * ds * k[j * D + d];
+        dk[j * ldd + d] += J->scale * ds * qi[d];
+        dq[i * ldd + d] += J->scale * ds * k[j * ldd + d];
       }
       if (dbias != NULL) dbias[i * S + j] = ds;
     }
@@ -336,15 +352,15 @@ static INLINE void grad_row(float *p, float *ds, int64_t w, int64_t n, float lse
  * transposed once. */
 MULTIVERSION static void backward_task(void *arg, int64_t bh) {
   const job *J = arg;
-  const int64_t T = J->T, S = J->S, D = J->D, E = J->E;
-  const float *q = J->q + bh * T * D, *k = J->k + bh * S * D, *v = J->v + bh * S * E;
-  const float *out = J->out + bh * T * E, *lse = J->lse + bh * T, *dout = J->dout + bh * T * E;
+  const int64_t T = J->T, S = J->S, D = J->D, E = J->E, ldd = J->ldd, lde = J->lde;
+  const float *q = J->q + head_at(J, bh, T, D), *k = J->k + head_at(J, bh, S, D), *v = J->v + head_at(J, bh, S, E);
+  const float *out = J->out + head_at(J, bh, T, E), *lse = J->lse + bh * T, *dout = J->dout + head_at(J, bh, T, E);
   const float *bias = J->bias != NULL ? J->bias + bh * T * S : NULL;
-  float *dq = J->dq + bh * T * D, *dk = J->dk + bh * S * D, *dv = J->dv + bh * S * E;
+  float *dq = J->dq + head_at(J, bh, T, D), *dk = J->dk + head_at(J, bh, S, D), *dv = J->dv + head_at(J, bh, S, E);
   float *dbias = J->dbias != NULL ? J->dbias + bh * T * S : NULL;
-  zero(dq, T * D);
-  zero(dk, S * D);
-  zero(dv, S * E);
+  zero_rows(dq, T, D, ldd);
+  zero_rows(dk, S, D, ldd);
+  zero_rows(dv, S, E, lde);
   if (dbias != NULL) zero(dbias, T * S);
   const int64_t block = key_block(D + E);
   if (block == 0) {
@@ -355,8 +371,8 @@ MULTIVERSION static void backward_task(void *arg, int64_t bh) {
   for (int64_t j0 = 0; j0 < S; j0 += block) {
     const int64_t nb = min64(block, S - j0), ld = padded(nb, block);
     float *kt = tile, *vt = tile + D * ld;
-    transpose(k + j0 * D, nb, D, J->scale, kt, ld);
-    transpose(v + j0 * E, nb, E, 1.0f, vt, ld);
+    transpose(k + j0 * ldd, nb, D, ldd, J->scale, kt, ld);
+    transpose(v + j0 * lde, nb, E, lde, 1.0f, vt, ld);
     for (int64_t i0 = J->causal ? j0 / BWD_ROWS * BWD_ROWS : 0; i0 < T; i0 += BWD_ROWS) {
       const int64_t rows = min64(BWD_ROWS, T - i0);
       const int64_t n = J->causal ? min64(nb, i0 + rows - j0) : nb;
@@ -370,32 +386,36 @@ MULTIVERSION static void backward_task(void *arg, int64_t bh) {
           zero(p + r * KEY_BLOCK, nc);
           zero(ds + r * KEY_BLOCK, nc);
         }
-        gemm(g, nc, D, q + (i0 + r0) * D, D, 1, kt, ld, p + r0 * KEY_BLOCK, KEY_BLOCK);
-        gemm(g, nc, E, dout + (i0 + r0) * E, E, 1, vt, ld, ds + r0 * KEY_BLOCK, KEY_BLOCK);
+        gemm(g, nc, D, q + (i0 + r0) * ldd, ldd, 1, kt, ld, p + r0 * KEY_BLOCK, KEY_BLOCK);
+        gemm(g, nc, E, dout + (i0 + r0) * lde, lde, 1, vt, ld, ds + r0 * KEY_BLOCK, KEY_BLOCK);
       }
       for (int64_t r = 0; r < rows; r++) {
         const int64_t i = i0 + r, lim = J->causal ? min64(n, i + 1 - j0) : n;
         float *pr = p + r * KEY_BLOCK, *dsr = ds + r * KEY_BLOCK;
-        delta[r] = dot(dout + i * E, out + i * E, E);
+        delta[r] = dot(dout + i * lde, out + i * lde, E);
         const int64_t w = lim > 0 ? padded(lim, ld) : 0; /* the gemms computed that much */
         mask_scores(pr, lim, w, bias != NULL ? bias + i * S + j0 : NULL);
         grad_row(pr, dsr, w, n, lse[i], delta[r]);
         if (dbias != NULL && lim > 0) memcpy(dbias + i * S + j0, dsr, (size_t)lim * sizeof *dsr);
       }
-      gemm(n, E, rows, p, 1, KEY_BLOCK, dout + i0 * E, E, dv + j0 * E, E);
-      gemm(n, D, rows, ds, 1, KEY_BLOCK, q + i0 * D, D, dk + j0 * D, D);
-      gemm(rows, D, n, ds, KEY_BLOCK, 1, k + j0 * D, D, dq + i0 * D, D);
+      gemm(n, E, rows, p, 1, KEY_BLOCK, dout + i0 * lde, lde, dv + j0 * lde, lde);
+      gemm(n, D, rows, ds, 1, KEY_BLOCK, q + i0 * ldd, ldd, dk + j0 * ldd, ldd);
+      gemm(rows, D, n, ds, KEY_BLOCK, 1, k + j0 * ldd, ldd, dq + i0 * ldd, ldd);
     }
   }
-  for (int64_t i = 0; i < T * D; i++) dq[i] *= J->scale;
-  for (int64_t j = 0; j < S * D; j++) dk[j] *= J->scale;
+  for (int64_t i = 0; i < T; i++)
+    for (int64_t d = 0; d < D; d++) dq[i * ldd + d] *= J->scale;
+  for (int64_t j = 0; j < S; j++)
+    for (int64_t d = 0; d < D; d++) dk[j * ldd + d] *= J->scale;
 }
 
 void tpu_attention_backward(const tpu_attention_shape *s, const float *q, const float *k, const float *v,
                             const float *bias, const float *out, const float *lse, const float *dout,
                             bool causal, float scale, float *dq, float *dk, float *dv, float *dbias,
                             const tpu_parallel *par) {
-  job J = {.T = s->q_len, .S = s->kv_len, .D = s->head_dim, .E = s->v_dim,
+  job J = {.H = s->heads, .T = s->q_len, .S = s->kv_len, .D = s->head_dim, .E = s->v_dim,
+           .ldd = s->token_major ? s->heads * s->head_dim : s->head_dim,
+           .lde = s->token_major ? s->heads * s->v_dim : s->v_dim, .token_major = s->token_major,
            .q = q, .k = k, .v = v, .bias = bias, .out = out, .lse = lse, .dout = dout,
            .dq = dq, .dk = dk, .dv = dv, .dbias = dbias, .causal = causal, .scale = scale};
   const int64_t n = s->batch * s->heads;

@@ -4,7 +4,10 @@
  *
  * Layouts are dense row-major: q [B, H, T, D], k [B, H, S, D], v [B, H, S, E],
  * bias [B, H, T, S] (additive, NULL for none), out and dout [B, H, T, E],
- * lse [B, H, T]. With |causal|, query i sees keys j <= i (PyTorch's
+ * lse [B, H, T]; dq, dk, dv as q, k, v. With |token_major| q, k, v, out,
+ * dout, dq, dk and dv are [B, T, H, D] (and so on) instead: the layout of a
+ * projection viewed as heads, which then needs no transposes; bias and lse
+ * keep theirs. With |causal|, query i sees keys j <= i (PyTorch's
  * is_causal: the mask is anchored at the top left). Scores are
  * scale * q.k + bias; lse is the natural log-sum-exp of a query's allowed
  * scores. A query that sees no key (all masked, or -inf bias everywhere) has
@@ -34,6 +37,7 @@ typedef struct tpu_parallel {
 
 typedef struct tpu_attention_shape {
   int64_t batch, heads, q_len, kv_len, head_dim, v_dim; /* B, H, T, S, D, E */
+  bool token_major;
 } tpu_attention_shape;
 
 void tpu_attention_forward(const tpu_attention_shape *s, const float *q, const float *k, const float *v,

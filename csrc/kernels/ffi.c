@@ -134,14 +134,18 @@ static bool is_f32_4d(const XLA_FFI_Buffer *b) {
   return b != NULL && b->dtype == XLA_FFI_DataType_F32 && b->rank == 4;
 }
 
-/* q [B, H, T, D], k [B, H, S, D], v [B, H, S, E]. */
-static bool attention_shape(const XLA_FFI_Buffer *q, const XLA_FFI_Buffer *k, const XLA_FFI_Buffer *v,
-                            tpu_attention_shape *s) {
+/* q [B, H, T, D], k [B, H, S, D], v [B, H, S, E]; token-major (the
+ * |token_major| attribute) q [B, T, H, D] and so on. */
+static bool attention_shape(const XLA_FFI_CallFrame *f, tpu_attention_shape *s) {
+  const XLA_FFI_Buffer *q = arg_buffer(f, 0), *k = arg_buffer(f, 1), *v = arg_buffer(f, 2);
   if (!is_f32_4d(q) || !is_f32_4d(k) || !is_f32_4d(v)) return false;
-  *s = (tpu_attention_shape){.batch = q->dims[0], .heads = q->dims[1], .q_len = q->dims[2],
-                             .kv_len = k->dims[2], .head_dim = q->dims[3], .v_dim = v->dims[3]};
-  return k->dims[0] == s->batch && v->dims[0] == s->batch && k->dims[1] == s->heads && v->dims[1] == s->heads &&
-         k->dims[3] == s->head_dim && v->dims[2] == s->kv_len;
+  const bool tm = attr(f, "token_major") != 0;
+  const int hd = tm ? 2 : 1, len = tm ? 1 : 2; /* the dims of heads and of rows */
+  *s = (tpu_attention_shape){.batch = q->dims[0], .heads = q->dims[hd], .q_len = q->dims[len],
+                             .kv_len = k->dims[len], .head_dim = q->dims[3], .v_dim = v->dims[3],
+                             .token_major = tm};
+  return k->dims[0] == s->batch && v->dims[0] == s->batch && k->dims[hd] == s->heads &&
+         v->dims[hd] == s->heads && k->dims[3] == s->head_dim && v->dims[len] == s->kv_len;
 }
 
 static const float *data(const XLA_FFI_Buffer *b) { return b != NULL ? b->data : NULL; }
@@ -151,7 +155,7 @@ static XLA_FFI_Error *attention_fwd(XLA_FFI_CallFrame *f) {
   bool has_bias = attr(f, "has_bias") != 0;
   tpu_attention_shape s;
   XLA_FFI_Buffer *out = ret_buffer(f, 0), *lse = ret_buffer(f, 1);
-  if (!attention_shape(arg_buffer(f, 0), arg_buffer(f, 1), arg_buffer(f, 2), &s) || out == NULL || lse == NULL ||
+  if (!attention_shape(f, &s) || out == NULL || lse == NULL ||
       f->args.size != 3 + has_bias)
     return ffi_error(f, XLA_FFI_Error_Code_INVALID_ARGUMENT, TPU_KERNEL_ATTENTION_FWD ": bad operands");
   xla_pool pool = pool_of(f);
@@ -167,7 +171,7 @@ static XLA_FFI_Error *attention_bwd(XLA_FFI_CallFrame *f) {
   bool has_bias = attr(f, "has_bias") != 0, bias_grad = attr(f, "bias_grad") != 0;
   int64_t a = 3 + has_bias; /* out, lse, dout follow */
   tpu_attention_shape s;
-  if (!attention_shape(arg_buffer(f, 0), arg_buffer(f, 1), arg_buffer(f, 2), &s) || f->args.size != a + 3 ||
+  if (!attention_shape(f, &s) || f->args.size != a + 3 ||
       f->rets.size != 3 + (has_bias && bias_grad))
     return ffi_error(f, XLA_FFI_Error_Code_INVALID_ARGUMENT, TPU_KERNEL_ATTENTION_BWD ": bad operands");
   xla_pool pool = pool_of(f);

@@ -68,12 +68,29 @@ static tpu_status_t attn_read(tpu_lower_ctx *c, int qi, int bi, int causal_arg, 
 
 static bool use_kernel(const tpu_lower_ctx *c) { return (c->kernels & TPU_KERNEL_ATTENTION) != 0; }
 
+static const int64_t swap_perm[4] = {0, 2, 1, 3}; /* [B, H, L, W] <-> [B, L, H, W] */
+
+/* The kernel's layout for these operands: token-major ([B, T, H, D]) when
+ * q, k and v are heads transposed out of it (a projection viewed as heads,
+ * as models write attention): the kernel then reads them as they lie and
+ * the transposes cancel, where head-major operands would be transposed
+ * into copies on the way in and out. */
+static bool token_major(const attn *a, const tpu_lower_ctx *c) {
+  return tpu_hlo_is_transpose(B, a->q, swap_perm) && tpu_hlo_is_transpose(B, a->k, swap_perm) &&
+         tpu_hlo_is_transpose(B, a->v, swap_perm);
+}
+
+/* |x| ([B, H, L, W]) in the kernel's layout, or back from it. */
+static tpu_hlo_value kernel_layout(tpu_lower_ctx *c, tpu_hlo_value x, bool tm) {
+  return tm ? tpu_hlo_transpose(B, x, swap_perm) : x;
+}
+
 /* The custom call's attribute dictionary. */
-static void kernel_attrs(char *buf, size_t cap, const char *target, const attn *a, bool bias_grad) {
+static void kernel_attrs(char *buf, size_t cap, const char *target, const attn *a, bool bias_grad, bool tm) {
   snprintf(buf, cap,
            "call_target_name = \"%s\", api_version = 4 : i32, backend_config = {bias_grad = %d : i32, "
-           "causal = %d : i32, has_bias = %d : i32, scale = %.9e : f32}",
-           target, bias_grad, a->causal, a->bias != TPU_HLO_NONE, a->scale);
+           "causal = %d : i32, has_bias = %d : i32, scale = %.9e : f32, token_major = %d : i32}",
+           target, bias_grad, a->causal, a->bias != TPU_HLO_NONE, a->scale, tm);
 }
 
 static tpu_hlo_type f32_type(int64_t d0, int64_t d1, int64_t d2, int64_t d3, int rank) {
@@ -131,13 +148,16 @@ static tpu_status_t attention_rule(tpu_lower_ctx *c) {
   TPU_RETURN_IF_ERROR(attn_read(c, 0, 3, 5, 7, &a));
   tpu_hlo_value out, lse;
   if (use_kernel(c)) {
-    tpu_hlo_value ops[4] = {a.q, a.k, a.v, a.bias};
-    tpu_hlo_type types[2] = {f32_type(a.b, a.h, a.t, a.e, 4), f32_type(a.b, a.h, a.t, 0, 3)};
+    const bool tm = token_major(&a, c);
+    tpu_hlo_value ops[4] = {kernel_layout(c, a.q, tm), kernel_layout(c, a.k, tm), kernel_layout(c, a.v, tm),
+                            a.bias};
+    tpu_hlo_type types[2] = {tm ? f32_type(a.b, a.t, a.h, a.e, 4) : f32_type(a.b, a.h, a.t, a.e, 4),
+                             f32_type(a.b, a.h, a.t, 0, 3)};
     tpu_hlo_value res[2];
     char attrs[512];
-    kernel_attrs(attrs, sizeof attrs, TPU_KERNEL_ATTENTION_FWD, &a, false);
+    kernel_attrs(attrs, sizeof attrs, TPU_KERNEL_ATTENTION_FWD, &a, false, tm);
     tpu_hlo_op(B, "stablehlo.custom_call", ops, a.bias != TPU_HLO_NONE ? 4 : 3, NULL, 0, attrs, types, 2, res);
-    out = res[0];
+    out = kernel_layout(c, res[0], tm);
     lse = res[1];
   } else {
     static const int64_t key_dim = 3, rows[3] = {0, 1, 2};
@@ -190,20 +210,22 @@ static tpu_status_t attention_backward_rule(tpu_lower_ctx *c) {
   tpu_hlo_value lse = tpu_hlo_reshape(B, tpu_hlo_convert(B, tpu_lower_tensor(c, 7), TPU_F32), 3, lse_dims);
   tpu_hlo_value dq, dk, dv, ds = TPU_HLO_NONE;
   if (use_kernel(c)) {
-    tpu_hlo_value ops[7] = {a.q, a.k, a.v}, res[4];
+    const bool tm = token_major(&a, c);
+    tpu_hlo_value ops[7] = {kernel_layout(c, a.q, tm), kernel_layout(c, a.k, tm), kernel_layout(c, a.v, tm)};
+    tpu_hlo_value res[4];
     int n = 3;
     if (a.bias != TPU_HLO_NONE) ops[n++] = a.bias;
-    ops[n++] = out;
+    ops[n++] = kernel_layout(c, out, tm);
     ops[n++] = lse;
-    ops[n++] = dout;
-    tpu_hlo_type types[4] = {*tpu_hlo_type_of(B, a.q), *tpu_hlo_type_of(B, a.k), *tpu_hlo_type_of(B, a.v),
+    ops[n++] = kernel_layout(c, dout, tm);
+    tpu_hlo_type types[4] = {*tpu_hlo_type_of(B, ops[0]), *tpu_hlo_type_of(B, ops[1]), *tpu_hlo_type_of(B, ops[2]),
                              f32_type(a.b, a.h, a.t, a.s, 4)};
     char attrs[512];
-    kernel_attrs(attrs, sizeof attrs, TPU_KERNEL_ATTENTION_BWD, &a, bias_grad);
+    kernel_attrs(attrs, sizeof attrs, TPU_KERNEL_ATTENTION_BWD, &a, bias_grad, tm);
     tpu_hlo_op(B, "stablehlo.custom_call", ops, n, NULL, 0, attrs, types, bias_grad ? 4 : 3, res);
-    dq = res[0];
-    dk = res[1];
-    dv = res[2];
+    dq = kernel_layout(c, res[0], tm);
+    dk = kernel_layout(c, res[1], tm);
+    dv = kernel_layout(c, res[2], tm);
     if (bias_grad) ds = res[3];
   } else {
     static const int64_t val_dim = 3, rows[3] = {0, 1, 2};

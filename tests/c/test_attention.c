@@ -109,6 +109,46 @@ static bool close_to(const char *what, const float *got, const double *want, int
   return true;
 }
 
+/* [B, H, L, W] <-> [B, L, H, W] (|to|: to token-major). */
+static float *relayout(const float *x, int64_t B, int64_t H, int64_t L, int64_t W, bool to) {
+  float *y = floats((size_t)(B * H * L * W));
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < H; h++)
+      for (int64_t l = 0; l < L; l++)
+        for (int64_t w = 0; w < W; w++) {
+          int64_t hm = ((b * H + h) * L + l) * W + w, tm = ((b * L + l) * H + h) * W + w;
+          if (to) y[tm] = x[hm];
+          else y[hm] = x[tm];
+        }
+  return y;
+}
+
+/* The token-major layout of the same case gives the same results. */
+static bool check_token_major(const tpu_attention_shape *hm, const float *q, const float *k, const float *v,
+                              const float *bias, const float *dout, bool causal, float scale,
+                              const reference *r) {
+  tpu_attention_shape s = *hm;
+  s.token_major = true;
+  const int64_t B = s.batch, H = s.heads, T = s.q_len, S = s.kv_len, D = s.head_dim, E = s.v_dim;
+  float *tq = relayout(q, B, H, T, D, true), *tk = relayout(k, B, H, S, D, true);
+  float *tv = relayout(v, B, H, S, E, true), *tdout = relayout(dout, B, H, T, E, true);
+  float *out = floats((size_t)(B * H * T * E)), *lse = floats((size_t)(B * H * T));
+  float *dq = floats((size_t)(B * H * T * D)), *dk = floats((size_t)(B * H * S * D));
+  float *dv = floats((size_t)(B * H * S * E));
+  tpu_attention_forward(&s, tq, tk, tv, bias, causal, scale, out, lse, &reverse);
+  tpu_attention_backward(&s, tq, tk, tv, bias, out, lse, tdout, causal, scale, dq, dk, dv, NULL, &reverse);
+  float *hout = relayout(out, B, H, T, E, false), *hdq = relayout(dq, B, H, T, D, false);
+  float *hdk = relayout(dk, B, H, S, D, false), *hdv = relayout(dv, B, H, S, E, false);
+  bool ok = close_to("token-major out", hout, r->out, B * H * T * E) &&
+            close_to("token-major lse", lse, r->lse, B * H * T) &&
+            close_to("token-major dq", hdq, r->dq, B * H * T * D) &&
+            close_to("token-major dk", hdk, r->dk, B * H * S * D) &&
+            close_to("token-major dv", hdv, r->dv, B * H * S * E);
+  free(tq), free(tk), free(tv), free(tdout), free(out), free(lse), free(dq), free(dk), free(dv);
+  free(hout), free(hdq), free(hdk), free(hdv);
+  return ok;
+}
+
 /* Masks of a bias: 1 sets -inf with probability 1/4, 2 also masks all of
  * row 1 of each (batch, head). */
 static void check_case(int64_t B, int64_t H, int64_t T, int64_t S, int64_t D, int64_t E, bool causal,
@@ -142,6 +182,7 @@ static void check_case(int64_t B, int64_t H, int64_t T, int64_t S, int64_t D, in
   bool ok = close_to("out", out[0], r.out, (int64_t)n_out) && close_to("lse", lse[0], r.lse, (int64_t)n_lse);
   ok = ok && close_to("dq", dq[0], r.dq, (int64_t)n_q) && close_to("dk", dk[0], r.dk, (int64_t)n_k);
   ok = ok && close_to("dv", dv[0], r.dv, (int64_t)n_v) && close_to("dbias", dbias, r.dbias, (int64_t)n_b);
+  ok = ok && check_token_major(&s, q, k, v, bias, dout, causal, scale, &r);
   if (!ok)
     fprintf(stderr, "  in B=%d H=%d T=%d S=%d D=%d E=%d causal=%d bias=%d masks=%d\n", (int)B, (int)H, (int)T,
             (int)S, (int)D, (int)E, causal, with_bias, masks);
