@@ -212,7 +212,7 @@ class _Program:
         results = output.args[0]
         self.single = not isinstance(results, (list, tuple))
         results = [results] if self.single else list(results)
-        bases = _alias_bases(gm, results, {i for i in writes.values()}, index, inputs)
+        bases = _alias_bases(gm, results, set(writes.values()), index, inputs)
         self.num_outputs = len(results)
         made = {}  # node -> its "new" output index
         for k, out in enumerate(results):

@@ -9,9 +9,9 @@
  * aliases share one storage box.
  *
  * Key = op + every argument's signature (dtype, sizes, strides, offset,
- * storage size and buffer type, which arguments share a storage) + constants. Python
- * numbers are runtime operands, not part of the key, unless the rule asks
- * otherwise.
+ * storage size and buffer type, which arguments share a storage) +
+ * constants. Python numbers are runtime operands, not part of the key,
+ * unless the rule asks otherwise.
  *
  * Thread-safe: the cache is locked; each thread builds keys in its own
  * scratch buffer. */
@@ -35,9 +35,10 @@ extern "C" {
  *
  * The buffer holds the storage's bytes, row-major, in the shape of the last
  * write that covered the whole storage densely, size-1 dims dropped (a
- * parameter stays [out, in]), 1-D after any other write. A program that reads and rewrites
- * a whole tensor therefore sees one shape on both sides, and XLA updates
- * the donated buffer in place instead of copying it around a reshape. */
+ * parameter stays [out, in]), 1-D after any other write. A program that
+ * reads and rewrites a whole tensor therefore sees one shape on both sides,
+ * and XLA updates the donated buffer in place instead of copying it around
+ * a reshape. */
 typedef struct tpu_storage {
   tpu_buffer *buf; /* NULL until first used */
   tpu_hlo_type type; /* |buf|'s element type and dims */

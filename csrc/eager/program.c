@@ -470,8 +470,7 @@ tpu_status_t tpu_program_finish(tpu_program *p, tpu_eager_entry **out_entry) {
   int n = 0;
   for (int i = 0; i < p->num_written; i++) {
     int slot = p->written[i];
-    tpu_hlo_value nv = p->slot_value[slot];
-    nv = dense_storage(b, nv);
+    tpu_hlo_value nv = dense_storage(b, p->slot_value[slot]);
     if (all_ok != TPU_HLO_NONE) {
       const tpu_tensor_ref *ref = p->flat.refs[slot].ref;
       const tpu_hlo_type *t = tpu_hlo_type_of(b, nv);

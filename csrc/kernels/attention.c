@@ -300,15 +300,20 @@ static void run(const tpu_parallel *par, int64_t n, void (*task)(void *, int64_t
     for (int64_t i = 0; i < n; i++) task(arg, i);
 }
 
+/* A job's sizes and layout, from |s|. */
+static job job_of(const tpu_attention_shape *s, bool causal, float scale) {
+  return (job){.H = s->heads, .T = s->q_len, .S = s->kv_len, .D = s->head_dim, .E = s->v_dim,
+               .ldd = s->token_major ? s->heads * s->head_dim : s->head_dim,
+               .lde = s->token_major ? s->heads * s->v_dim : s->v_dim, .token_major = s->token_major,
+               .causal = causal, .scale = scale};
+}
+
 void tpu_attention_forward(const tpu_attention_shape *s, const float *q, const float *k, const float *v,
                            const float *bias, bool causal, float scale, float *out, float *lse,
                            const tpu_parallel *par) {
-  job J = {.H = s->heads, .T = s->q_len, .S = s->kv_len, .D = s->head_dim, .E = s->v_dim,
-           .ldd = s->token_major ? s->heads * s->head_dim : s->head_dim,
-           .lde = s->token_major ? s->heads * s->v_dim : s->v_dim, .token_major = s->token_major,
-           .chunks = (s->q_len + FWD_ROWS - 1) / FWD_ROWS,
-           .q = q, .k = k, .v = v, .bias = bias, .out_w = out, .lse_w = lse,
-           .causal = causal, .scale = scale};
+  job J = job_of(s, causal, scale);
+  J.chunks = (s->q_len + FWD_ROWS - 1) / FWD_ROWS;
+  J.q = q, J.k = k, J.v = v, J.bias = bias, J.out_w = out, J.lse_w = lse;
   const int64_t n = s->batch * s->heads * J.chunks;
   if (n > 0) run(par, n, forward_task, &J);
 }
@@ -413,11 +418,9 @@ void tpu_attention_backward(const tpu_attention_shape *s, const float *q, const 
                             const float *bias, const float *out, const float *lse, const float *dout,
                             bool causal, float scale, float *dq, float *dk, float *dv, float *dbias,
                             const tpu_parallel *par) {
-  job J = {.H = s->heads, .T = s->q_len, .S = s->kv_len, .D = s->head_dim, .E = s->v_dim,
-           .ldd = s->token_major ? s->heads * s->head_dim : s->head_dim,
-           .lde = s->token_major ? s->heads * s->v_dim : s->v_dim, .token_major = s->token_major,
-           .q = q, .k = k, .v = v, .bias = bias, .out = out, .lse = lse, .dout = dout,
-           .dq = dq, .dk = dk, .dv = dv, .dbias = dbias, .causal = causal, .scale = scale};
+  job J = job_of(s, causal, scale);
+  J.q = q, J.k = k, J.v = v, J.bias = bias, J.out = out, J.lse = lse, J.dout = dout;
+  J.dq = dq, J.dk = dk, J.dv = dv, J.dbias = dbias;
   const int64_t n = s->batch * s->heads;
   if (n > 0) run(par, n, backward_task, &J);
 }

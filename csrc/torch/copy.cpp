@@ -36,12 +36,12 @@ bool is_whole(const at::Tensor& t) {
 }
 
 // A buffer of |host|'s (contiguous) contents, of the type a whole write of
-// it gives a storage.
-tpu_buffer* upload(const at::Tensor& host, c10::DeviceIndex device) {
-  tpu_hlo_type t =
-      tpu_storage_dense_type(to_tpu(host.scalar_type()), static_cast<int>(host.dim()), host.sizes().data());
+// it gives a storage (|*type|).
+tpu_buffer* upload(const at::Tensor& host, c10::DeviceIndex device, tpu_hlo_type* type) {
+  *type = tpu_storage_dense_type(to_tpu(host.scalar_type()), static_cast<int>(host.dim()), host.sizes().data());
   tpu_buffer* buf = nullptr;
-  TPU_CHECK(tpu_buffer_from_host(runtime(), device, host.const_data_ptr(), t.dtype, t.dims, t.rank, &buf));
+  TPU_CHECK(
+      tpu_buffer_from_host(runtime(), device, host.const_data_ptr(), type->dtype, type->dims, type->rank, &buf));
   return buf;
 }
 
@@ -95,12 +95,12 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
     if (host.sizes() != dst.sizes()) host = host.expand(dst.sizes());
     host = host.contiguous();
     c10::DeviceIndex device = dst.device().index();
+    tpu_hlo_type type;
+    tpu_buffer* buf = upload(host, device, &type);
     if (is_whole(dst)) {
-      tpu_hlo_type type =
-          tpu_storage_dense_type(to_tpu(dst.scalar_type()), static_cast<int>(dst.dim()), dst.sizes().data());
-      tpu_storage_set(storage_of(dst), upload(host, device), &type);
+      tpu_storage_set(storage_of(dst), buf, &type);
     } else {
-      device_copy(dst, tensor_from_buffer(upload(host, device), dst.scalar_type(), dst.sizes(), device));
+      device_copy(dst, tensor_from_buffer(buf, dst.scalar_type(), dst.sizes(), device));
     }
   } else {
     TORCH_CHECK(dst.device().is_cpu(), "tpu can copy only to cpu or tpu tensors, got ", dst.device());
