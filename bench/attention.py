@@ -1,6 +1,6 @@
 """Attention benchmark: F.scaled_dot_product_attention forward, and forward +
 backward, on tpu with the hand-written kernel, on tpu with XLA's composite
-(TORCHTPU_KERNELS=0), with PyTorch on the CPU (its flash-attention kernel)
+(TORCHTPU_KERNELS=matmul), with PyTorch on the CPU (its flash-attention kernel)
 and under Inductor, side by side in one run.
 
     python bench/attention.py [--repeats 7] [--batch 8 --heads 8 --seq 128 --dim 32] [--no-causal]
@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 
-SYSTEMS = {"tpu kernel": ("tpu", "1"), "tpu composite": ("tpu", "0"), "torch cpu": ("cpu", None),
+SYSTEMS = {"tpu kernel": ("tpu", "1"), "tpu composite": ("tpu", "matmul"), "torch cpu": ("cpu", None),
            "torch inductor (cpu)": ("inductor", None)}
 
 

@@ -1,5 +1,11 @@
 """Shared test helpers: run a function on CPU and on tpu, compare the results
-with torch.testing tolerances, and make sure nothing fell back to the CPU."""
+with torch.testing tolerances, make sure nothing fell back to the CPU, and
+read the programs a piece of code compiles."""
+import copy
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -34,6 +40,28 @@ def compare(fn, *args, rtol=None, atol=None, equal_nan=True, check_dtype=True, *
     if isinstance(got, torch.Tensor):
         assert got.device.type == "tpu"
     return got
+
+
+def compare_compiled_step(step, module, *inputs, rtol=1e-5, atol=1e-6, grad_rtol=None):
+    """step(module, *inputs) (which calls backward) on CPU vs compiled for tpu
+    on a copy of |module|: the returned loss and every parameter's gradient
+    agree."""
+    tpu_module = copy.deepcopy(module).to("tpu")
+    torch._dynamo.reset()
+    expected = step(module, *inputs)
+    got = torch.compile(step, backend="tpu")(tpu_module, *to_tpu(inputs))
+    torch.testing.assert_close(got.cpu(), expected, rtol=rtol, atol=atol)
+    for p, q in zip(module.parameters(), tpu_module.parameters()):
+        torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=grad_rtol or rtol, atol=atol)
+
+
+def dumped_programs(tmp_path, code):
+    """Runs |code| in a fresh process that dumps every program it compiles
+    (TORCHTPU_DUMP_DIR, with a cache of its own so that nothing is skipped);
+    returns {file name: StableHLO text}."""
+    env = dict(os.environ, TORCHTPU_DUMP_DIR=str(tmp_path), TORCHTPU_CACHE_DIR=str(tmp_path / "cache"))
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
+    return {p.name: p.read_text() for p in tmp_path.glob("*.mlir")}
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 on the CPU plugin, XLA's composite elsewhere) for the forward and one for the
 gradients, in eager and compiled graphs, against PyTorch on CPU. The same
 cases run again with TORCHTPU_KERNELS=0 (the composite) in a subprocess."""
-import copy
 import os
 import re
 import subprocess
@@ -13,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import torchtpu
-from conftest import to_cpu, to_tpu
+from conftest import compare_compiled_step, dumped_programs, to_cpu, to_tpu
 
 # (B, H, T, S, D, E); (H, T, S, D, E) is 3-d, which takes PyTorch's decomposition
 SHAPES = [(2, 3, 16, 16, 8, 8), (1, 2, 37, 53, 24, 40), (2, 2, 53, 37, 16, 16), (3, 20, 19, 12, 6)]
@@ -173,14 +172,7 @@ def test_sdpa_compiled_training_with_head_views(no_fallbacks):
         loss.backward()
         return loss
 
-    x = torch.randn(2, 8, 32)
-    cpu_proj, tpu_proj = proj, copy.deepcopy(proj).to("tpu")
-    torch._dynamo.reset()
-    expected = step(cpu_proj, x)
-    got = torch.compile(step, backend="tpu")(tpu_proj, x.to("tpu"))
-    torch.testing.assert_close(got.cpu(), expected, rtol=1e-5, atol=1e-6)
-    for p, q in zip(cpu_proj.parameters(), tpu_proj.parameters()):
-        torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=1e-5, atol=1e-6)
+    compare_compiled_step(step, proj, torch.randn(2, 8, 32))
 
 
 @pytest.mark.skipif(os.environ.get("TORCHTPU_KERNELS") == "0", reason="no kernel in the composite run")
@@ -194,15 +186,14 @@ def test_kernel_reads_heads_as_they_lie(tmp_path):
             "F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()\n"
             "q = torch.randn(2, 2, 6, 8, device='tpu')\n"
             "F.scaled_dot_product_attention(q, q, q).cpu()\n")
-    env = dict(os.environ, TORCHTPU_DUMP_DIR=str(tmp_path), TORCHTPU_CACHE_DIR=str(tmp_path / "cache"))
-    subprocess.run([sys.executable, "-c", code], check=True, env=env)
     calls = {}
-    for p in tmp_path.glob("*attention*.mlir"):
-        text = p.read_text()
+    for name, text in dumped_programs(tmp_path, code).items():
+        if "attention" not in name:
+            continue
         for layout in ("token_major = 1", "token_major = 0"):
             if layout in text:
                 calls.setdefault(layout, []).append(text)
-    assert len(calls.get("token_major = 1", [])) == 2, sorted(p.name for p in tmp_path.glob("*.mlir"))
+    assert len(calls.get("token_major = 1", [])) == 2, sorted(calls)
     assert len(calls.get("token_major = 0", [])) == 1
     for text in calls["token_major = 1"]:  # q, k, v reach the kernel without a transpose
         transposed = set(re.findall(r"(%v\d+) = \"stablehlo.transpose\"", text))

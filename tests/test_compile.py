@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 import torchtpu
+from conftest import dumped_programs
 from models import CNN, GPT, MLP
 
 
@@ -188,9 +189,7 @@ def test_parameter_updates_keep_the_parameter_shape(tmp_path):
             m.weight.mul_(0.5)
         torch.tpu.synchronize()
     """)
-    env = dict(os.environ, TORCHTPU_DUMP_DIR=str(tmp_path), TORCHTPU_CACHE_DIR=str(tmp_path / "cache"))
-    subprocess.run([sys.executable, "-c", code], check=True, env=env)
-    programs = {p.name: p.read_text() for p in tmp_path.glob("*.mlir")}
+    programs = dumped_programs(tmp_path, code)
     donated = "%v0: tensor<16x32xf32> {tf.aliasing_output"
     steps = [t for n, t in programs.items() if n.startswith("graph")]
     muls = [t for n, t in programs.items() if n.startswith("aten__mul_.Tensor") and donated in t]

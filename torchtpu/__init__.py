@@ -7,8 +7,9 @@ Environment: TORCHTPU_PLATFORM (cpu | cuda | tpu | path to a plugin),
 TORCHTPU_FALLBACK (warn | error | silent), TORCHTPU_DUMP_DIR (write every
 compiled program's StableHLO there), TORCHTPU_CACHE_DIR (the persistent
 compile cache; default ~/.cache/torchtpu, "off" disables it),
-TORCHTPU_CACHE_MAX_MB (its size cap, default 2048), TORCHTPU_KERNELS=0 (XLA's
-composites instead of the hand-written kernels, for A/B comparisons).
+TORCHTPU_CACHE_MAX_MB (its size cap, default 2048), TORCHTPU_KERNELS (which
+hand-written kernels programs call: 1 all, 0 none, or names such as
+"attention,matmul"; XLA's composites do the rest, for A/B comparisons).
 """
 import os
 
@@ -31,7 +32,7 @@ def _cache_dir():
 _platform, _plugin_path, _plugin_error = _plugin.resolve()
 _C._configure(_plugin_path, _platform, 1, _plugin_error, _cache_dir(),
               int(float(os.environ.get("TORCHTPU_CACHE_MAX_MB", "2048")) * 2**20),
-              os.environ.get("TORCHTPU_KERNELS", "1").lower() not in ("0", "off", "false"))
+              os.environ.get("TORCHTPU_KERNELS", "1"))
 
 torch.utils.rename_privateuse1_backend("tpu")
 from . import device as _device_module  # noqa: E402

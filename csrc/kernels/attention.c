@@ -293,13 +293,6 @@ MULTIVERSION static void forward_task(void *arg, int64_t task) {
   }
 }
 
-static void run(const tpu_parallel *par, int64_t n, void (*task)(void *, int64_t), void *arg) {
-  if (par != NULL)
-    par->run(par->ctx, n, task, arg);
-  else
-    for (int64_t i = 0; i < n; i++) task(arg, i);
-}
-
 /* A job's sizes and layout, from |s|. */
 static job job_of(const tpu_attention_shape *s, bool causal, float scale) {
   return (job){.H = s->heads, .T = s->q_len, .S = s->kv_len, .D = s->head_dim, .E = s->v_dim,
@@ -315,7 +308,7 @@ void tpu_attention_forward(const tpu_attention_shape *s, const float *q, const f
   J.chunks = (s->q_len + FWD_ROWS - 1) / FWD_ROWS;
   J.q = q, J.k = k, J.v = v, J.bias = bias, J.out_w = out, J.lse_w = lse;
   const int64_t n = s->batch * s->heads * J.chunks;
-  if (n > 0) run(par, n, forward_task, &J);
+  if (n > 0) tpu_parallel_run(par, n, forward_task, &J);
 }
 
 /* --- backward -------------------------------------------------------------- */
@@ -422,5 +415,5 @@ void tpu_attention_backward(const tpu_attention_shape *s, const float *q, const 
   J.q = q, J.k = k, J.v = v, J.bias = bias, J.out = out, J.lse = lse, J.dout = dout;
   J.dq = dq, J.dk = dk, J.dv = dv, J.dbias = dbias;
   const int64_t n = s->batch * s->heads;
-  if (n > 0) run(par, n, backward_task, &J);
+  if (n > 0) tpu_parallel_run(par, n, backward_task, &J);
 }

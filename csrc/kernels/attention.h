@@ -24,16 +24,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "kernels/parallel.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* Runs task(arg, i) for every i in [0, n), in any order and concurrently;
- * returns when all are done. */
-typedef struct tpu_parallel {
-  void (*run)(void *ctx, int64_t n, void (*task)(void *arg, int64_t i), void *arg);
-  void *ctx;
-} tpu_parallel;
 
 typedef struct tpu_attention_shape {
   int64_t batch, heads, q_len, kv_len, head_dim, v_dim; /* B, H, T, S, D, E */

@@ -8,10 +8,12 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "kernels/attention.h"
 #include "kernels/kernels.h"
+#include "kernels/matmul.h"
 #include "runtime/xla_ffi.h"
 
 /* --- running tasks on XLA's thread pool ---------------------------------------- */
@@ -184,11 +186,82 @@ static XLA_FFI_Error *attention_bwd(XLA_FFI_CallFrame *f) {
   return NULL;
 }
 
-unsigned tpu_kernels_register(tpu_runtime *rt) {
+/* a [.., M, K] (lhs_t: [.., K, M]), b [.., K, N] (rhs_t: [.., N, K]), c
+ * [.., M, N], with at most one batch dim. */
+static bool matmul_shape(const XLA_FFI_CallFrame *f, tpu_matmul_shape *s) {
+  const XLA_FFI_Buffer *a = arg_buffer(f, 0), *b = arg_buffer(f, 1), *c = ret_buffer(f, 0);
+  if (f->args.size != 2 || f->rets.size != 1 || a == NULL || b == NULL || c == NULL) return false;
+  const int64_t r = a->rank;
+  if (r < 2 || r > 3 || b->rank != r || c->rank != r || a->dtype != XLA_FFI_DataType_F32 ||
+      b->dtype != XLA_FFI_DataType_F32 || c->dtype != XLA_FFI_DataType_F32)
+    return false;
+  const bool lt = attr(f, "lhs_t") != 0, rt = attr(f, "rhs_t") != 0;
+  *s = (tpu_matmul_shape){.batch = r == 3 ? a->dims[0] : 1, .m = a->dims[r - 1 - !lt], .k = a->dims[r - 1 - lt],
+                          .n = b->dims[r - 1 - rt], .lhs_t = lt, .rhs_t = rt};
+  return b->dims[r - 2 + rt] == s->k && c->dims[r - 2] == s->m && c->dims[r - 1] == s->n &&
+         (r == 2 || (b->dims[0] == s->batch && c->dims[0] == s->batch));
+}
+
+static XLA_FFI_Error *matmul(XLA_FFI_CallFrame *f) {
+  if (answered_probe(f) || f->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
+  tpu_matmul_shape s;
+  if (!matmul_shape(f, &s))
+    return ffi_error(f, XLA_FFI_Error_Code_INVALID_ARGUMENT, TPU_KERNEL_MATMUL_CALL ": bad operands");
+  xla_pool pool = pool_of(f);
+  tpu_parallel par = {.run = pool_run, .ctx = &pool};
+  if (!tpu_matmul(&s, data(arg_buffer(f, 0)), data(arg_buffer(f, 1)), ret_buffer(f, 0)->data, &par))
+    return ffi_error(f, XLA_FFI_Error_Code_RESOURCE_EXHAUSTED, TPU_KERNEL_MATMUL_CALL ": out of memory");
+  return NULL;
+}
+
+/* Every kernel: its name in TORCHTPU_KERNELS, its bit, its custom calls and
+ * their handlers, and whether this CPU runs it (NULL: always). */
+typedef XLA_FFI_Error *handler_fn(XLA_FFI_CallFrame *f);
+static const struct kernel {
+  const char *name;
+  unsigned bit;
+  int calls;
+  const char *targets[2];
+  handler_fn *handlers[2];
+  bool (*available)(void);
+} kernels[] = {
+    {"attention", TPU_KERNEL_ATTENTION, 2, {TPU_KERNEL_ATTENTION_FWD, TPU_KERNEL_ATTENTION_BWD},
+     {attention_fwd, attention_bwd}, NULL},
+    {"matmul", TPU_KERNEL_MATMUL, 1, {TPU_KERNEL_MATMUL_CALL}, {matmul}, tpu_matmul_available},
+};
+enum { NUM_KERNELS = sizeof kernels / sizeof *kernels };
+
+bool tpu_kernels_select(const char *setting, unsigned *out_bits) {
+  *out_bits = 0;
+  if (strcmp(setting, "0") == 0 || strcasecmp(setting, "off") == 0 || strcasecmp(setting, "none") == 0) return true;
+  const bool all = strcmp(setting, "1") == 0 || strcasecmp(setting, "on") == 0 || strcasecmp(setting, "all") == 0;
+  unsigned bits = 0;
+  for (int i = 0; all && i < NUM_KERNELS; i++) bits |= kernels[i].bit;
+  for (const char *p = setting; !all && *p != '\0';) {
+    const size_t len = strcspn(p, ",");
+    int i = 0;
+    while (i < NUM_KERNELS && (strlen(kernels[i].name) != len || strncasecmp(p, kernels[i].name, len) != 0)) i++;
+    if (i == NUM_KERNELS) return false;
+    bits |= kernels[i].bit;
+    p += len + (p[len] == ',');
+  }
+  *out_bits = bits;
+  return true;
+}
+
+unsigned tpu_kernels_register(tpu_runtime *rt, unsigned wanted) {
   if (strcmp(tpu_runtime_platform_name(rt), "cpu") != 0) return 0;
-  tpu_status_t st = tpu_runtime_register_ffi(rt, TPU_KERNEL_ATTENTION_FWD, (void *)attention_fwd);
-  if (st == NULL) st = tpu_runtime_register_ffi(rt, TPU_KERNEL_ATTENTION_BWD, (void *)attention_bwd);
-  if (st == NULL) return TPU_KERNEL_ATTENTION;
-  tpu_status_free(st);
-  return 0;
+  unsigned bits = 0;
+  for (int i = 0; i < NUM_KERNELS; i++) {
+    const struct kernel *k = &kernels[i];
+    if ((wanted & k->bit) == 0 || (k->available != NULL && !k->available())) continue;
+    tpu_status_t st = NULL;
+    for (int c = 0; c < k->calls && st == NULL; c++)
+      st = tpu_runtime_register_ffi(rt, k->targets[c], (void *)k->handlers[c]);
+    if (st == NULL)
+      bits |= k->bit;
+    else
+      tpu_status_free(st);
+  }
+  return bits;
 }

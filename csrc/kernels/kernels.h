@@ -1,16 +1,22 @@
 /* The hand-written kernels programs can call: XLA FFI custom calls that the
  * runtime registers with the plugin, emitted by the lowering rules where a
- * benchmark shows they beat XLA's composite on that platform. Today: scaled
- * dot-product attention (forward and gradients) on the CPU plugin.
+ * benchmark shows they beat XLA's composite on that platform. Today, on the
+ * CPU plugin: scaled dot-product attention (forward and gradients), and
+ * float32 matrix products on CPUs with AVX2 or AVX-512.
  *
  * Custom call contracts (all buffers float32, dense row-major; attributes
  * are a dictionary on the op):
  *   torchtpu_attention_fwd(q, k, v[, bias]) -> (out, lse)
  *   torchtpu_attention_bwd(q, k, v[, bias], out, lse, dout) -> (dq, dk, dv[, dbias])
  * with i32 attributes causal, has_bias, bias_grad and f32 scale; shapes and
- * semantics as kernels/attention.h says. */
+ * semantics as kernels/attention.h says.
+ *   torchtpu_matmul(a, b) -> c
+ * with i32 attributes lhs_t and rhs_t: operands of rank 2, or 3 with one
+ * batch dim, as kernels/matmul.h says. */
 #ifndef TPU_KERNELS_KERNELS_H_
 #define TPU_KERNELS_KERNELS_H_
+
+#include <stdbool.h>
 
 #include "runtime/runtime.h"
 
@@ -18,15 +24,22 @@
 extern "C" {
 #endif
 
-enum { TPU_KERNEL_ATTENTION = 1u << 0 };
+enum { TPU_KERNEL_ATTENTION = 1u << 0, TPU_KERNEL_MATMUL = 1u << 1 };
 
 #define TPU_KERNEL_ATTENTION_FWD "torchtpu_attention_fwd"
 #define TPU_KERNEL_ATTENTION_BWD "torchtpu_attention_bwd"
+#define TPU_KERNEL_MATMUL_CALL "torchtpu_matmul"
 
-/* Registers the kernels |rt|'s platform runs (the CPU plugin's) and returns
- * their TPU_KERNEL_* bits; 0 on other platforms or when the plugin cannot
- * take them. Call once, before compiling programs. */
-unsigned tpu_kernels_register(tpu_runtime *rt);
+/* The TPU_KERNEL_* bits a TORCHTPU_KERNELS setting names: "1", "on" or
+ * "all" every kernel, "0", "off" or "none" none, else a comma-separated list
+ * of kernel names (attention, matmul). False, with *out_bits 0, when a name is
+ * unknown. */
+bool tpu_kernels_select(const char *setting, unsigned *out_bits);
+
+/* Registers those of the |wanted| kernels that |rt|'s platform runs (the CPU
+ * plugin's) and returns their TPU_KERNEL_* bits; 0 on other platforms or
+ * when the plugin cannot take them. Call once, before compiling programs. */
+unsigned tpu_kernels_register(tpu_runtime *rt, unsigned wanted);
 
 #ifdef __cplusplus
 }

@@ -9,9 +9,14 @@
  * as PyTorch's CPU kernels do; float32 uses c->precision. The add* forms
  * compute beta * self + alpha * product in that type, and beta == 0 ignores
  * self entirely (NaN and inf in it do not propagate), as PyTorch documents;
- * beta is a runtime value, so that choice is a select. */
+ * beta is a runtime value, so that choice is a select. Where the matmul
+ * kernel is registered, float32 mm and bmm with a transposed operand call it
+ * instead (XLA's CPU dots run those at Eigen's speed, up to half the plain
+ * ones'), handing it what the operand transposes. */
 #include <math.h>
+#include <stdio.h>
 
+#include "kernels/kernels.h"
 #include "lower/rules.h"
 
 /* How the two operands contract, per product kind (data of the rules). */
@@ -73,9 +78,44 @@ static tpu_status_t mixed_dtypes(tpu_lower_ctx *c, bool add) {
                          cpp_type(a), cpp_type(b));
 }
 
+/* Products smaller than this (M * N * K) stay with XLA: the kernel's fixed
+ * cost (packing, waking a helper thread) outweighs what it saves. */
+enum { KERNEL_MIN_WORK = 1 << 18 };
+
+static const int64_t swap2[2] = {1, 0}, swap3[3] = {0, 2, 1};
+
+/* The matmul kernel's product of |a| and |b| (arguments |lhs| and |lhs| +
+ * 1), or TPU_HLO_NONE where XLA's dot is as fast: other dtypes and kinds,
+ * small products, and plain layouts (XLA sends those to YNNPACK; it is the
+ * products with a transposed operand that it runs slowly). A transposed
+ * operand reaches the kernel as the value it transposes (lhs_t, rhs_t). */
+static tpu_hlo_value kernel_product(tpu_lower_ctx *c, int lhs, tpu_hlo_value a, tpu_hlo_value b) {
+  const tpu_lower_arg *x = &c->args[lhs], *y = &c->args[lhs + 1];
+  if ((c->kernels & TPU_KERNEL_MATMUL) == 0 || (c->data != MM && c->data != BMM) || x->dtype != TPU_F32 ||
+      y->dtype != TPU_F32)
+    return TPU_HLO_NONE;
+  const int r = x->rank;
+  const int64_t *swap = r == 2 ? swap2 : swap3;
+  const bool lt = tpu_hlo_is_transpose(B, a, swap), rt = tpu_hlo_is_transpose(B, b, swap);
+  if ((!lt && !rt) || (double)x->sizes[r - 2] * (double)x->sizes[r - 1] * (double)y->sizes[r - 1] < KERNEL_MIN_WORK)
+    return TPU_HLO_NONE;
+  int64_t dims[3] = {x->sizes[0], x->sizes[1], 0};
+  dims[r - 1] = y->sizes[r - 1];
+  const tpu_hlo_type t = tpu_hlo_make_type(TPU_F32, r, dims);
+  tpu_hlo_value ops[2] = {lt ? tpu_hlo_transpose(B, a, swap) : a, rt ? tpu_hlo_transpose(B, b, swap) : b}, res;
+  char attrs[192];
+  snprintf(attrs, sizeof attrs,
+           "call_target_name = \"%s\", api_version = 4 : i32, backend_config = {lhs_t = %d : i32, rhs_t = %d : i32}",
+           TPU_KERNEL_MATMUL_CALL, lt, rt);
+  tpu_hlo_op(B, "stablehlo.custom_call", ops, 2, NULL, 0, attrs, &t, 1, &res);
+  return res;
+}
+
 /* The product of arguments |lhs| and |lhs| + 1, in the output's opmath type. */
 static tpu_hlo_value product(tpu_lower_ctx *c, int lhs) {
   tpu_hlo_value a = tpu_lower_tensor(c, lhs), b = tpu_lower_tensor(c, lhs + 1);
+  tpu_hlo_value k = kernel_product(c, lhs, a, b);
+  if (k != TPU_HLO_NONE) return k;
   if (c->data == VDOT && tpu_dtype_is_complex(c->args[lhs].dtype)) a = conj_(c, a);
   return tpu_hlo_dot_general(B, a, b, &dims_of[c->data], tpu_lower_opmath(OUT->dtype), c->precision);
 }

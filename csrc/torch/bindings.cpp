@@ -65,7 +65,7 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "torchtpu native extension";
   m.def("_configure", [](const std::string& plugin, const std::string& platform, int cpu_devices,
                          const std::string& error, const std::string& cache_dir, int64_t cache_max_bytes,
-                         bool kernels) {
+                         const std::string& kernels) {
     configure(plugin, platform, cpu_devices, error, cache_dir, cache_max_bytes, kernels);
   });
   m.def("_cache_dir", []() {

@@ -28,11 +28,12 @@ std::string g_platform;
 int g_cpu_devices = 1;
 std::string g_cache_dir;
 int64_t g_cache_max_bytes = 0;
-bool g_kernels = true;
+unsigned g_kernels = ~0u;
 }  // namespace
 
 void configure(const std::string& plugin_path, const std::string& platform, int cpu_devices,
-               const std::string& error, const std::string& cache_dir, int64_t cache_max_bytes, bool kernels) {
+               const std::string& error, const std::string& cache_dir, int64_t cache_max_bytes,
+               const std::string& kernels) {
   std::lock_guard<std::mutex> lock(g_runtime_mutex);
   TORCH_CHECK(g_runtime == nullptr, "the tpu runtime has already started; configure it before first use");
   g_plugin_path = plugin_path;
@@ -41,7 +42,10 @@ void configure(const std::string& plugin_path, const std::string& platform, int 
   g_runtime_error = error;
   g_cache_dir = cache_dir;
   g_cache_max_bytes = cache_max_bytes;
-  g_kernels = kernels;
+  unsigned bits = 0;
+  TORCH_CHECK_VALUE(tpu_kernels_select(kernels.c_str(), &bits), "TORCHTPU_KERNELS=", kernels,
+                    ": expected 1, 0, or kernel names (attention, matmul) separated by commas");
+  g_kernels = bits;
 }
 
 void throw_status(tpu_status_t st, const char* context) {
@@ -84,7 +88,7 @@ tpu_runtime* runtime() {
     tpu_status_free(st);
     TORCH_CHECK(false, g_runtime_error);
   }
-  tpu_eager_init(rt, g_kernels ? tpu_kernels_register(rt) : 0);
+  tpu_eager_init(rt, tpu_kernels_register(rt, g_kernels));
   st = tpu_compile_cache_configure(rt, g_cache_dir.c_str(), g_cache_max_bytes);
   if (st != nullptr) {  // the cache is an optimization: warn and go on without it
     TORCH_WARN("torchtpu: ", tpu_status_message(st), "; compiled programs will not be cached on disk");

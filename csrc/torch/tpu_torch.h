@@ -29,9 +29,11 @@ void throw_status(tpu_status_t st, const char* context = nullptr);
 // Chooses the plugin (torchtpu._C._configure). A non-empty |error| is what
 // every use of the device will raise (no plugin found).
 // |cache_dir| ("" = off) holds the persistent compile cache; |kernels|
-// lets programs call the hand-written kernels (csrc/kernels).
+// (TORCHTPU_KERNELS: tpu_kernels_select) names the hand-written kernels
+// programs may call (csrc/kernels); throws ValueError for an unknown name.
 void configure(const std::string& plugin_path, const std::string& platform, int cpu_devices,
-               const std::string& error, const std::string& cache_dir, int64_t cache_max_bytes, bool kernels);
+               const std::string& error, const std::string& cache_dir, int64_t cache_max_bytes,
+               const std::string& kernels);
 // The runtime of this process, created on first use from the plugin chosen
 // at import (torchtpu._C._configure). Throws if it cannot be created.
 tpu_runtime* runtime();

@@ -1,13 +1,14 @@
-/* The hand-written kernels through the real CPU plugin: registered with its
- * FFI extension, called from a program as custom calls (on XLA's thread
- * pool), compared with a reference computed here; a call with operands the
- * handler refuses fails the execution with a status. */
+/* The hand-written kernels through the real CPU plugin: chosen by name,
+ * registered with its FFI extension, called from a program as custom calls
+ * (on XLA's thread pool), compared with a reference computed here; a call
+ * with operands the handler refuses fails the execution with a status. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "check.h"
 #include "kernels/kernels.h"
+#include "kernels/matmul.h"
 #include "runtime/runtime.h"
 
 static tpu_runtime *rt;
@@ -50,8 +51,24 @@ static void reference(const float *q, const float *k, const float *v, double *ou
     }
 }
 
+/* TORCHTPU_KERNELS settings: all, none, lists of names; an unknown name is
+ * refused. */
+static void test_kernel_selection(void) {
+  unsigned bits = 7;
+  CHECK(tpu_kernels_select("1", &bits) && bits == (TPU_KERNEL_ATTENTION | TPU_KERNEL_MATMUL));
+  CHECK(tpu_kernels_select("off", &bits) && bits == 0);
+  CHECK(tpu_kernels_select("matmul", &bits) && bits == TPU_KERNEL_MATMUL);
+  CHECK(tpu_kernels_select("Attention,matmul", &bits) && bits == (TPU_KERNEL_ATTENTION | TPU_KERNEL_MATMUL));
+  CHECK(!tpu_kernels_select("attention,mat", &bits) && bits == 0);
+  CHECK(!tpu_kernels_select("gemm", &bits) && bits == 0);
+}
+
+static void test_registration(void) {
+  const unsigned matmul = tpu_matmul_available() ? TPU_KERNEL_MATMUL : 0;
+  CHECK(tpu_kernels_register(rt, TPU_KERNEL_ATTENTION | TPU_KERNEL_MATMUL) == (TPU_KERNEL_ATTENTION | matmul));
+}
+
 static void test_attention_forward_custom_call(void) {
-  CHECK(tpu_kernels_register(rt) == TPU_KERNEL_ATTENTION);
   static float q[B * H * T * D], k[B * H * S * D], v[B * H * S * E], out[B * H * T * E], lse[B * H * T];
   static double rout[B * H * T * E], rlse[B * H * T];
   for (int i = 0; i < B * H * T * D; i++) q[i] = sinf(0.37f * (float)i);
@@ -106,10 +123,51 @@ static void test_refused_operands_are_a_status(void) {
   tpu_executable_destroy(rt, exe);
 }
 
+/* c [2, 5, 3] = a^T b^T of a [2, 4, 5] and b [2, 3, 4]: the batched,
+ * doubly transposed form, whose operands the kernel reads as they lie. */
+static void test_matmul_custom_call(void) {
+  if (!tpu_matmul_available()) return;
+  static const char program[] =
+      "module @m {\n"
+      "  func.func public @main(%a: tensor<2x4x5xf32>, %b: tensor<2x3x4xf32>) -> tensor<2x5x3xf32> {\n"
+      "    %c = \"stablehlo.custom_call\"(%a, %b) {call_target_name = \"torchtpu_matmul\",\n"
+      "        api_version = 4 : i32, backend_config = {lhs_t = 1 : i32, rhs_t = 1 : i32}}\n"
+      "        : (tensor<2x4x5xf32>, tensor<2x3x4xf32>) -> tensor<2x5x3xf32>\n"
+      "    \"func.return\"(%c) : (tensor<2x5x3xf32>) -> ()\n"
+      "  }\n"
+      "}\n";
+  float a[2 * 4 * 5], b[2 * 3 * 4], c[2 * 5 * 3];
+  for (int i = 0; i < 40; i++) a[i] = sinf(0.3f * (float)i);
+  for (int i = 0; i < 24; i++) b[i] = cosf(0.7f * (float)i);
+  tpu_executable *exe = NULL;
+  CHECK_OK(tpu_executable_compile(rt, program, strlen(program), &exe));
+  int64_t ad[3] = {2, 4, 5}, bd[3] = {2, 3, 4};
+  tpu_buffer *in[2] = {NULL}, *res = NULL;
+  CHECK_OK(tpu_buffer_from_host(rt, 0, a, TPU_F32, ad, 3, &in[0]));
+  CHECK_OK(tpu_buffer_from_host(rt, 0, b, TPU_F32, bd, 3, &in[1]));
+  CHECK_OK(tpu_executable_execute(rt, exe, 0, in, 2, NULL, true, &res));
+  CHECK_OK(tpu_buffer_to_host(rt, res, c, sizeof c));
+  double worst = 0;
+  for (int n = 0; n < 2; n++)
+    for (int i = 0; i < 5; i++)
+      for (int j = 0; j < 3; j++) {
+        double r = 0;
+        for (int p = 0; p < 4; p++) r += (double)a[(n * 4 + p) * 5 + i] * b[(n * 3 + j) * 4 + p];
+        worst = fmax(worst, fabs(c[(n * 5 + i) * 3 + j] - r));
+      }
+  CHECK(worst < 1e-5);
+  for (int i = 0; i < 2; i++) tpu_buffer_destroy(rt, in[i]);
+  tpu_buffer_destroy(rt, res);
+  tpu_executable_destroy(rt, exe);
+}
+
 int main(void) {
   rt = test_runtime_create();
   if (rt == NULL) return 1;
+  RUN(test_kernel_selection);
+  RUN(test_registration);
   RUN(test_attention_forward_custom_call);
+  RUN(test_matmul_custom_call);
   RUN(test_refused_operands_are_a_status);
   tpu_runtime_destroy(rt);
   return check_failures ? 1 : 0;

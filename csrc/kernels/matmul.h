@@ -1,0 +1,41 @@
+/* Hand-written float32 matrix products for host (CPU) devices: C = op(A) op(B)
+ * for every operand layout, the way BLAS does them (packed panels, a
+ * register-tiled inner kernel), so that a product costs the same whichever
+ * operand is transposed.
+ *
+ * Layouts are dense row-major, |batch| products one after another:
+ * A [M, K], or [K, M] with |lhs_t|; B [K, N], or [N, K] with |rhs_t|;
+ * C [M, N]. K == 0 gives zeros.
+ *
+ * Work runs as independent tasks through |par| (serial when NULL). The
+ * function allocates its packing scratch (about 4 * KC * (M + N) bytes, KC at
+ * most 256) and returns false, writing nothing, when it cannot; the caller
+ * owns every buffer. */
+#ifndef TPU_KERNELS_MATMUL_H_
+#define TPU_KERNELS_MATMUL_H_
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kernels/parallel.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tpu_matmul_shape {
+  int64_t batch, m, n, k;
+  bool lhs_t, rhs_t;
+} tpu_matmul_shape;
+
+/* True when this CPU has an inner kernel (x86-64 with AVX2 and FMA, or
+ * AVX-512); without one the products are better left to XLA. */
+bool tpu_matmul_available(void);
+
+bool tpu_matmul(const tpu_matmul_shape *s, const float *a, const float *b, float *c, const tpu_parallel *par);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TPU_KERNELS_MATMUL_H_ */
