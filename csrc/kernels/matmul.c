@@ -4,8 +4,10 @@
  * padded at the edges), then an inner kernel accumulates an MR x NR tile of C
  * in registers from one A panel and one B panel. Packing is where the
  * layouts differ, so a transposed operand costs nothing more than a plain
- * one. A task packs a few panels, or computes a tile of C: an A panel stays
- * in L1 while the tile's B panels stream from L2.
+ * one. Tasks first pack all of B's panels; then each computes a tile of C
+ * over the whole contraction, packing its own A panels block by block (an A
+ * panel stays in L1 while the tile's B panels stream past, and the tile is
+ * in cache from one block to the next).
  *
  * The inner kernels are GCC vector code compiled for one ISA each and chosen
  * at run time: AVX-512 (12 x 32, 24 of its 32 registers accumulating) and
