@@ -22,6 +22,7 @@ enum {
   KC = 256,      /* contraction steps per packed block */
   TILE_A = 4,    /* A panels per tile of C */
   MIN_TILES = 8, /* tiles of C per product, at least (where the sizes allow) */
+  PACK_BYTES = 64 << 20, /* packed B of a group of products, at most (unless one needs more) */
   MAX_MR = 12,
   MAX_NR = 32,
 };
@@ -112,7 +113,7 @@ typedef struct job {
   int64_t k_blocks;           /* ceil(K / KC) */
   int64_t tile_b, tiles_n;    /* B panels per tile of C, tiles across N */
   int64_t tiles;              /* per product */
-  float *pb; /* B packed: per product K * b_panels * NR floats, block p0 from p0 * b_panels * NR on */
+  float *pb; /* B of a group packed: per product K * b_panels * NR floats, block p0 from p0 * b_panels * NR on */
 } job;
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -185,20 +186,27 @@ bool tpu_matmul(const tpu_matmul_shape *s, const float *a, const float *b, float
     memset(c, 0, (size_t)(s->batch * M * N) * sizeof *c);
     return true;
   }
-  job J = {.K = K, .s = *s, .a = a, .b = b, .c = c, .a_panels = (M + K->mr - 1) / K->mr,
-           .b_panels = (N + K->nr - 1) / K->nr, .k_blocks = (s->k + KC - 1) / KC};
+  job J = {.K = K, .s = *s, .a_panels = (M + K->mr - 1) / K->mr, .b_panels = (N + K->nr - 1) / K->nr,
+           .k_blocks = (s->k + KC - 1) / KC};
+  /* Products go in groups whose packed B fits PACK_BYTES (one at least). */
+  const int64_t item_bytes = s->k * J.b_panels * K->nr * (int64_t)sizeof(float);
+  const int64_t group = item_bytes >= PACK_BYTES ? 1 : min64(s->batch, PACK_BYTES / item_bytes);
   const int64_t a_tiles = (J.a_panels + TILE_A - 1) / TILE_A;
   /* Tiles span N unless that leaves too few to share out; then N is split
    * as little as it takes (each tile packs its A panels again). */
-  const int64_t splits = (MIN_TILES + a_tiles * s->batch - 1) / (a_tiles * s->batch);
+  const int64_t splits = (MIN_TILES + a_tiles * group - 1) / (a_tiles * group);
   J.tile_b = (J.b_panels + splits - 1) / splits;
   J.tiles_n = (J.b_panels + J.tile_b - 1) / J.tile_b;
   J.tiles = a_tiles * J.tiles_n;
-  const size_t bytes = (size_t)(s->batch * s->k * J.b_panels * K->nr) * sizeof(float);
+  const size_t bytes = (size_t)(group * item_bytes);
   J.pb = aligned_alloc(64, (bytes + 63) / 64 * 64); /* a size aligned_alloc accepts */
   if (J.pb == NULL) return false;
-  tpu_parallel_run(par, s->batch * J.k_blocks * J.b_panels, pack_b_task, &J);
-  tpu_parallel_run(par, s->batch * J.tiles, tile_task, &J);
+  for (int64_t n0 = 0; n0 < s->batch; n0 += group) {
+    J.s.batch = min64(group, s->batch - n0);
+    J.a = a + n0 * M * s->k, J.b = b + n0 * s->k * N, J.c = c + n0 * M * N;
+    tpu_parallel_run(par, J.s.batch * J.k_blocks * J.b_panels, pack_b_task, &J);
+    tpu_parallel_run(par, J.s.batch * J.tiles, tile_task, &J);
+  }
   free(J.pb);
   return true;
 }

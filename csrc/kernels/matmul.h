@@ -7,10 +7,11 @@
  * A [M, K], or [K, M] with |lhs_t|; B [K, N], or [N, K] with |rhs_t|;
  * C [M, N]. K == 0 gives zeros.
  *
- * Work runs as independent tasks through |par| (serial when NULL). The
- * function allocates its packing scratch (about 4 * KC * (M + N) bytes, KC at
- * most 256) and returns false, writing nothing, when it cannot; the caller
- * owns every buffer. */
+ * Work runs as independent tasks through |par| (serial when NULL); a task
+ * needs about 48 KiB of stack. The function allocates its packing scratch
+ * (B's size for one product, for several small ones up to 64 MiB) and
+ * returns false, writing nothing, when it cannot; the caller owns every
+ * buffer. */
 #ifndef TPU_KERNELS_MATMUL_H_
 #define TPU_KERNELS_MATMUL_H_
 

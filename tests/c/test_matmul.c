@@ -1,8 +1,8 @@
 /* Matrix product kernel tests: every operand layout against a double
  * reference written here, over sizes that miss the kernel's tiles and
- * blocks (edges, one row, K past one block), batched, K = 0, serially and
- * through a tpu_parallel that runs its tasks in reverse (the result must not
- * depend on the order, to the bit), with each inner kernel the CPU has
+ * blocks (edges, one row, K past one block), batched (in groups too), K = 0,
+ * serially and through a tpu_parallel that runs its tasks in reverse (the
+ * result must not depend on the order, to the bit), with each inner kernel the CPU has
  * (TORCHTPU_MATMUL_ISA=avx2 selects the narrower one). Needs no plugin; on a
  * CPU without an inner kernel the kernel must say so and write nothing. */
 #include <float.h>
@@ -81,6 +81,14 @@ static void test_every_layout_and_edge(void) {
     }
 }
 
+/* Products whose packed B passes 64 MiB together run in groups. */
+static void test_large_batches_run_in_groups(void) {
+  for (int layout = 0; layout < 4; layout += 3) {
+    tpu_matmul_shape s = {.batch = 3, .m = 3, .k = 1100, .n = 8000, .lhs_t = layout & 1, .rhs_t = layout & 2};
+    check_product(&s);
+  }
+}
+
 /* K = 0 is a sum of nothing: zeros, whatever C held. */
 static void test_empty_contraction(void) {
   tpu_matmul_shape s = {.batch = 2, .m = 5, .n = 7, .k = 0};
@@ -104,6 +112,7 @@ int main(void) {
   }
   RUN(test_every_layout_and_edge);
   RUN(test_empty_contraction);
+  RUN(test_large_batches_run_in_groups);
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
     setenv("TORCHTPU_MATMUL_ISA", "avx2", 1);
     RUN(test_every_layout_and_edge);
