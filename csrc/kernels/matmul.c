@@ -118,31 +118,38 @@ typedef struct job {
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-/* Packs a panel: |lines| rows of A or columns of B (zeros up to |width|) by
- * |kc| steps of the contraction, element (line l, step p) at p * width + l.
- * |src| is element (0, 0); it lies at src[p * ld + l] when |step_major| (A
- * transposed, B as stored), else at src[l * ld + p]. */
-static void pack(const float *src, int64_t ld, bool step_major, int64_t lines, int64_t width, int64_t kc,
-                 float *out) {
-  if (step_major) {
-    for (int64_t p = 0; p < kc; p++) {
-      int64_t l = 0;
-      for (; l < lines; l++) out[p * width + l] = src[p * ld + l];
-      for (; l < width; l++) out[p * width + l] = 0;
-    }
-  } else {
-    for (int64_t l = 0; l < lines; l++)
-      for (int64_t p = 0; p < kc; p++) out[p * width + l] = src[l * ld + p];
-    for (int64_t l = lines; l < width; l++)
-      for (int64_t p = 0; p < kc; p++) out[p * width + l] = 0;
+/* Packs |panels| panels: |lines| rows of A or columns of B in all (zeros up
+ * to |width| per panel) by |kc| steps of the contraction, panel q's element
+ * (line l, step p) at q * width * kc + p * width + l. |src| is element
+ * (0, 0); it lies at src[p * ld + l] when |step_major| (A transposed, B as
+ * stored), else at src[l * ld + p]. A step-major pack reads each step's
+ * lines of every panel at once: the steps lie far apart. */
+static void pack(const float *src, int64_t ld, bool step_major, int64_t lines, int64_t width, int64_t panels,
+                 int64_t kc, float *out) {
+  for (int64_t q = 0; q < panels && !step_major; q++) {
+    const int64_t n = min64(width, lines - q * width);
+    float *o = out + q * width * kc;
+    for (int64_t l = 0; l < n; l++)
+      for (int64_t p = 0; p < kc; p++) o[p * width + l] = src[(q * width + l) * ld + p];
+    for (int64_t l = n; l < width; l++)
+      for (int64_t p = 0; p < kc; p++) o[p * width + l] = 0;
   }
+  for (int64_t p = 0; p < kc && step_major; p++)
+    for (int64_t q = 0; q < panels; q++) {
+      const int64_t n = min64(width, lines - q * width);
+      float *o = out + q * width * kc + p * width;
+      const float *in = src + p * ld + q * width;
+      int64_t l = 0;
+      for (; l < n; l++) o[l] = in[l];
+      for (; l < width; l++) o[l] = 0;
+    }
 }
 
-/* Panel |i| of product |a|'s A, steps [p0, p0 + kc). */
-static void pack_a(const job *J, const float *a, int64_t i, int64_t p0, int64_t kc, float *out) {
-  const int64_t mr = J->K->mr, M = J->s.m, K = J->s.k, r0 = i * mr;
-  pack(a + (J->s.lhs_t ? p0 * M + r0 : r0 * K + p0), J->s.lhs_t ? M : K, J->s.lhs_t, min64(mr, M - r0), mr, kc,
-       out);
+/* Panels [i0, i1) of product |a|'s A, steps [p0, p0 + kc). */
+static void pack_a(const job *J, const float *a, int64_t i0, int64_t i1, int64_t p0, int64_t kc, float *out) {
+  const int64_t mr = J->K->mr, M = J->s.m, K = J->s.k, r0 = i0 * mr;
+  pack(a + (J->s.lhs_t ? p0 * M + r0 : r0 * K + p0), J->s.lhs_t ? M : K, J->s.lhs_t, min64((i1 - i0) * mr, M - r0),
+       mr, i1 - i0, kc, out);
 }
 
 /* Packing task: B panel j of block k of product n. */
@@ -151,7 +158,7 @@ static void pack_b_task(void *arg, int64_t t) {
   const int64_t nr = J->K->nr, N = J->s.n, K = J->s.k, j = t % J->b_panels, blk = t / J->b_panels;
   const int64_t n = blk / J->k_blocks, p0 = blk % J->k_blocks * KC, kc = min64(KC, K - p0), q0 = j * nr;
   const float *b = J->b + n * K * N;
-  pack(b + (J->s.rhs_t ? q0 * K + p0 : p0 * N + q0), J->s.rhs_t ? K : N, !J->s.rhs_t, min64(nr, N - q0), nr, kc,
+  pack(b + (J->s.rhs_t ? q0 * K + p0 : p0 * N + q0), J->s.rhs_t ? K : N, !J->s.rhs_t, min64(nr, N - q0), nr, 1, kc,
        J->pb + (n * K + p0) * J->b_panels * nr + j * nr * kc);
 }
 
@@ -169,7 +176,7 @@ static void tile_task(void *arg, int64_t t) {
   for (int64_t p0 = 0; p0 < K; p0 += KC) {
     const int64_t kc = min64(KC, K - p0);
     const float *pb = J->pb + (n * K + p0) * J->b_panels * nr;
-    for (int64_t i = i0; i < i1; i++) pack_a(J, a, i, p0, kc, pa + (i - i0) * mr * kc);
+    pack_a(J, a, i0, i1, p0, kc, pa);
     for (int64_t i = i0; i < i1; i++)
       for (int64_t j = j0; j < j1; j++)
         J->K->micro(kc, pa + (i - i0) * mr * kc, pb + j * nr * kc, c + i * mr * N + j * nr, N, p0 > 0,
