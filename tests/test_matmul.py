@@ -123,6 +123,31 @@ def test_transposed_operands_reach_the_kernel_as_they_lie(tmp_path):
     assert dots == 2 and not fed
 
 
+def test_compiled_linear_adds_its_bias_in_the_kernel(tmp_path):
+    """F.linear in a compiled graph (addmm with a [N] bias, beta = alpha = 1)
+    is one kernel call that adds the bias, with no add after it; addmm
+    forms the kernel cannot take that way (a broadcast [1] self, other
+    scalars) are a product and an add; all agree with CPU."""
+    torch.manual_seed(4)
+    x, w, b, one = torch.randn(200, 96), torch.randn(130, 96), torch.randn(130), torch.randn(1)
+    for fn in (lambda x, w, b, one: F.linear(x, w, b),
+               lambda x, w, b, one: torch.addmm(one, x, w.t()),
+               lambda x, w, b, one: torch.addmm(b, x, w.t(), beta=0.5, alpha=2.0)):
+        expected = fn(x, w, b, one)
+        torch._dynamo.reset()
+        got = torch.compile(fn, backend="tpu")(*(t.to("tpu") for t in (x, w, b, one)))
+        check(got, expected, fn(x.double(), w.double(), b.double(), one.double()))
+    if not KERNEL:
+        return
+    code = ("import torch.nn.functional as F\n"
+            "x, w, b = (torch.randn(*s, device='tpu') for s in ((200, 96), (130, 96), (130,)))\n"
+            "torch.compile(lambda x, w, b: F.linear(x, w, b), backend='tpu')(x, w, b).cpu()\n")
+    graphs = [t for n, t in dumped_programs(tmp_path, "import torch, torchtpu\n" + code).items()
+              if n.startswith("graph")]
+    assert len(graphs) == 1 and "has_bias = 1" in graphs[0], graphs
+    assert "stablehlo.add" not in graphs[0]
+
+
 @pytest.mark.skipif(not KERNEL, reason="no matmul kernel in this run")
 def test_what_stays_with_xla(tmp_path):
     """Plain layouts (XLA runs them as fast), other dtypes and products too

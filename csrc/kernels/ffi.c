@@ -187,10 +187,13 @@ static XLA_FFI_Error *attention_bwd(XLA_FFI_CallFrame *f) {
 }
 
 /* a [.., M, K] (lhs_t: [.., K, M]), b [.., K, N] (rhs_t: [.., N, K]), c
- * [.., M, N], with at most one batch dim. */
+ * [.., M, N], with at most one batch dim; with has_bias a third operand,
+ * bias [N]. */
 static bool matmul_shape(const XLA_FFI_CallFrame *f, tpu_matmul_shape *s) {
   const XLA_FFI_Buffer *a = arg_buffer(f, 0), *b = arg_buffer(f, 1), *c = ret_buffer(f, 0);
-  if (f->args.size != 2 || f->rets.size != 1 || a == NULL || b == NULL || c == NULL) return false;
+  const bool has_bias = attr(f, "has_bias") != 0;
+  const XLA_FFI_Buffer *bias = has_bias ? arg_buffer(f, 2) : NULL;
+  if (f->args.size != 2 + has_bias || f->rets.size != 1 || a == NULL || b == NULL || c == NULL) return false;
   const int64_t r = a->rank;
   if (r < 2 || r > 3 || b->rank != r || c->rank != r || a->dtype != XLA_FFI_DataType_F32 ||
       b->dtype != XLA_FFI_DataType_F32 || c->dtype != XLA_FFI_DataType_F32)
@@ -199,7 +202,8 @@ static bool matmul_shape(const XLA_FFI_CallFrame *f, tpu_matmul_shape *s) {
   *s = (tpu_matmul_shape){.batch = r == 3 ? a->dims[0] : 1, .m = a->dims[r - 1 - !lt], .k = a->dims[r - 1 - lt],
                           .n = b->dims[r - 1 - rt], .lhs_t = lt, .rhs_t = rt};
   return b->dims[r - 2 + rt] == s->k && c->dims[r - 2] == s->m && c->dims[r - 1] == s->n &&
-         (r == 2 || (b->dims[0] == s->batch && c->dims[0] == s->batch));
+         (r == 2 || (b->dims[0] == s->batch && c->dims[0] == s->batch)) &&
+         (!has_bias || (bias->dtype == XLA_FFI_DataType_F32 && bias->rank == 1 && bias->dims[0] == s->n));
 }
 
 static XLA_FFI_Error *matmul(XLA_FFI_CallFrame *f) {
@@ -209,7 +213,8 @@ static XLA_FFI_Error *matmul(XLA_FFI_CallFrame *f) {
     return ffi_error(f, XLA_FFI_Error_Code_INVALID_ARGUMENT, TPU_KERNEL_MATMUL_CALL ": bad operands");
   xla_pool pool = pool_of(f);
   tpu_parallel par = {.run = pool_run, .ctx = &pool};
-  if (!tpu_matmul(&s, data(arg_buffer(f, 0)), data(arg_buffer(f, 1)), ret_buffer(f, 0)->data, &par))
+  const float *bias = attr(f, "has_bias") != 0 ? data(arg_buffer(f, 2)) : NULL;
+  if (!tpu_matmul(&s, data(arg_buffer(f, 0)), data(arg_buffer(f, 1)), bias, ret_buffer(f, 0)->data, &par))
     return ffi_error(f, XLA_FFI_Error_Code_RESOURCE_EXHAUSTED, TPU_KERNEL_MATMUL_CALL ": out of memory");
   return NULL;
 }

@@ -10,9 +10,9 @@
  *   torchtpu_attention_bwd(q, k, v[, bias], out, lse, dout) -> (dq, dk, dv[, dbias])
  * with i32 attributes causal, has_bias, bias_grad and f32 scale; shapes and
  * semantics as kernels/attention.h says.
- *   torchtpu_matmul(a, b) -> c
- * with i32 attributes lhs_t and rhs_t: operands of rank 2, or 3 with one
- * batch dim, as kernels/matmul.h says. */
+ *   torchtpu_matmul(a, b[, bias]) -> c
+ * with i32 attributes lhs_t, rhs_t and has_bias: operands of rank 2, or 3
+ * with one batch dim, bias [N], as kernels/matmul.h says. */
 #ifndef TPU_KERNELS_KERNELS_H_
 #define TPU_KERNELS_KERNELS_H_
 

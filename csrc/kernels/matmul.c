@@ -28,15 +28,16 @@ enum {
 };
 
 typedef void micro_fn(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, bool add,
-                      int64_t rows, int64_t cols);
+                      const float *bias, int64_t rows, int64_t cols);
 
 typedef struct isa {
   int64_t mr, nr;
   micro_fn *micro;
 } isa;
 
-/* C[rows, cols] (+)= the MR x NR tile |acc| holds; a whole tile is stored
- * with vector moves, an edge tile through a scalar copy. */
+/* C[rows, cols] (+)= the MR x NR tile |acc| holds, plus |bias| (NULL, or
+ * the tile's |cols| entries of a row added to every row); a whole tile is
+ * stored with vector moves, an edge tile through a scalar copy. */
 #define STORE_TILE(vec, LANES, MR, NV)                                                            \
   if (rows == MR && cols == NV * LANES) {                                                         \
     _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++) {                                       \
@@ -48,6 +49,11 @@ typedef struct isa {
           memcpy(&old, dst, sizeof old);                                                          \
           v += old;                                                                               \
         }                                                                                         \
+        if (bias != NULL) {                                                                       \
+          vec row;                                                                                \
+          memcpy(&row, bias + j * LANES, sizeof row);                                             \
+          v += row;                                                                               \
+        }                                                                                         \
         memcpy(dst, &v, sizeof v);                                                                \
       }                                                                                           \
     }                                                                                             \
@@ -55,14 +61,18 @@ typedef struct isa {
     float tile[MR][NV * LANES];                                                                   \
     memcpy(tile, acc, sizeof tile);                                                               \
     for (int64_t i = 0; i < rows; i++)                                                            \
-      for (int64_t j = 0; j < cols; j++) c[i * ldc + j] = add ? c[i * ldc + j] + tile[i][j] : tile[i][j]; \
+      for (int64_t j = 0; j < cols; j++) {                                                        \
+        float v = add ? c[i * ldc + j] + tile[i][j] : tile[i][j];                                 \
+        c[i * ldc + j] = bias != NULL ? v + bias[j] : v; /* v + 0 would turn -0 into +0 */        \
+      }                                                                                           \
   }
 
 /* An inner kernel: |kc| rank-1 updates of an MR x (NV * LANES) tile. */
 #define MICRO(name, arch, vec, LANES, MR, NV)                                                   \
   __attribute__((target(arch))) static void name(int64_t kc, const float *restrict a,          \
                                                    const float *restrict b, float *restrict c,    \
-                                                   int64_t ldc, bool add, int64_t rows, int64_t cols) { \
+                                                   int64_t ldc, bool add, const float *restrict bias,   \
+                                                   int64_t rows, int64_t cols) {                        \
     vec acc[MR][NV];                                                                              \
     _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++)                                         \
       _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) acc[i][j] = (vec){0};                  \
@@ -107,7 +117,7 @@ bool tpu_matmul_available(void) { return isa_of_cpu() != NULL; }
 typedef struct job {
   const isa *K;
   tpu_matmul_shape s;
-  const float *a, *b;
+  const float *a, *b, *bias;
   float *c;
   int64_t a_panels, b_panels; /* ceil(M / MR), ceil(N / NR) */
   int64_t k_blocks;           /* ceil(K / KC) */
@@ -180,20 +190,26 @@ static void tile_task(void *arg, int64_t t) {
     for (int64_t i = i0; i < i1; i++)
       for (int64_t j = j0; j < j1; j++)
         J->K->micro(kc, pa + (i - i0) * mr * kc, pb + j * nr * kc, c + i * mr * N + j * nr, N, p0 > 0,
-                    min64(mr, M - i * mr), min64(nr, N - j * nr));
+                    J->bias != NULL && p0 + kc == K ? J->bias + j * nr : NULL, min64(mr, M - i * mr),
+                    min64(nr, N - j * nr));
   }
 }
 
-bool tpu_matmul(const tpu_matmul_shape *s, const float *a, const float *b, float *c, const tpu_parallel *par) {
+bool tpu_matmul(const tpu_matmul_shape *s, const float *a, const float *b, const float *bias, float *c,
+                const tpu_parallel *par) {
   const isa *K = isa_of_cpu();
   if (K == NULL) return false;
   const int64_t M = s->m, N = s->n;
   if (M <= 0 || N <= 0 || s->batch <= 0) return true;
-  if (s->k <= 0) {
-    memset(c, 0, (size_t)(s->batch * M * N) * sizeof *c);
+  if (s->k <= 0) { /* a sum of nothing, plus the bias */
+    for (int64_t r = 0; r < s->batch * M; r++)
+      if (bias != NULL)
+        memcpy(c + r * N, bias, (size_t)N * sizeof *c);
+      else
+        memset(c + r * N, 0, (size_t)N * sizeof *c);
     return true;
   }
-  job J = {.K = K, .s = *s, .a_panels = (M + K->mr - 1) / K->mr, .b_panels = (N + K->nr - 1) / K->nr,
+  job J = {.K = K, .s = *s, .bias = bias, .a_panels = (M + K->mr - 1) / K->mr, .b_panels = (N + K->nr - 1) / K->nr,
            .k_blocks = (s->k + KC - 1) / KC};
   /* Products go in groups whose packed B fits PACK_BYTES (one at least). */
   const int64_t item_bytes = s->k * J.b_panels * K->nr * (int64_t)sizeof(float);

@@ -5,7 +5,8 @@
  *
  * Layouts are dense row-major, |batch| products one after another:
  * A [M, K], or [K, M] with |lhs_t|; B [K, N], or [N, K] with |rhs_t|;
- * C [M, N]. K == 0 gives zeros.
+ * C [M, N]; |bias| NULL, or N floats added to every row of each C after the
+ * sum (F.linear's bias). K == 0 gives zeros (or the bias).
  *
  * Work runs as independent tasks through |par| (serial when NULL); a task
  * needs about 48 KiB of stack. The function allocates its packing scratch
@@ -33,7 +34,8 @@ typedef struct tpu_matmul_shape {
  * AVX-512); without one the products are better left to XLA. */
 bool tpu_matmul_available(void);
 
-bool tpu_matmul(const tpu_matmul_shape *s, const float *a, const float *b, float *c, const tpu_parallel *par);
+bool tpu_matmul(const tpu_matmul_shape *s, const float *a, const float *b, const float *bias, float *c,
+                const tpu_parallel *par);
 
 #ifdef __cplusplus
 }

@@ -85,11 +85,12 @@ enum { KERNEL_MIN_WORK = 1 << 18 };
 static const int64_t swap2[2] = {1, 0}, swap3[3] = {0, 2, 1};
 
 /* The matmul kernel's product of |a| and |b| (arguments |lhs| and |lhs| +
- * 1), or TPU_HLO_NONE where XLA's dot is as fast: other dtypes and kinds,
- * small products, and plain layouts (XLA sends those to YNNPACK; it is the
+ * 1), plus argument |bias| ([N], added to every row; -1 for none), or
+ * TPU_HLO_NONE where XLA's dot is as fast: other dtypes and kinds, small
+ * products, and plain layouts (XLA sends those to YNNPACK; it is the
  * products with a transposed operand that it runs slowly). A transposed
  * operand reaches the kernel as the value it transposes (lhs_t, rhs_t). */
-static tpu_hlo_value kernel_product(tpu_lower_ctx *c, int lhs, tpu_hlo_value a, tpu_hlo_value b) {
+static tpu_hlo_value kernel_product(tpu_lower_ctx *c, int lhs, tpu_hlo_value a, tpu_hlo_value b, int bias) {
   const tpu_lower_arg *x = &c->args[lhs], *y = &c->args[lhs + 1];
   if ((c->kernels & TPU_KERNEL_MATMUL) == 0 || (c->data != MM && c->data != BMM) || x->dtype != TPU_F32 ||
       y->dtype != TPU_F32)
@@ -102,20 +103,27 @@ static tpu_hlo_value kernel_product(tpu_lower_ctx *c, int lhs, tpu_hlo_value a, 
   int64_t dims[3] = {x->sizes[0], x->sizes[1], 0};
   dims[r - 1] = y->sizes[r - 1];
   const tpu_hlo_type t = tpu_hlo_make_type(TPU_F32, r, dims);
-  tpu_hlo_value ops[2] = {lt ? tpu_hlo_transpose(B, a, swap) : a, rt ? tpu_hlo_transpose(B, b, swap) : b}, res;
-  char attrs[192];
+  tpu_hlo_value ops[3] = {lt ? tpu_hlo_transpose(B, a, swap) : a, rt ? tpu_hlo_transpose(B, b, swap) : b,
+                          bias >= 0 ? tpu_lower_tensor(c, bias) : TPU_HLO_NONE},
+                res;
+  char attrs[224];
   snprintf(attrs, sizeof attrs,
-           "call_target_name = \"%s\", api_version = 4 : i32, backend_config = {lhs_t = %d : i32, rhs_t = %d : i32}",
-           TPU_KERNEL_MATMUL_CALL, lt, rt);
-  tpu_hlo_op(B, "stablehlo.custom_call", ops, 2, NULL, 0, attrs, &t, 1, &res);
+           "call_target_name = \"%s\", api_version = 4 : i32, backend_config = {has_bias = %d : i32, "
+           "lhs_t = %d : i32, rhs_t = %d : i32}",
+           TPU_KERNEL_MATMUL_CALL, bias >= 0, lt, rt);
+  tpu_hlo_op(B, "stablehlo.custom_call", ops, 2 + (bias >= 0), NULL, 0, attrs, &t, 1, &res);
   return res;
 }
 
-/* The product of arguments |lhs| and |lhs| + 1, in the output's opmath type. */
-static tpu_hlo_value product(tpu_lower_ctx *c, int lhs) {
+/* The product of arguments |lhs| and |lhs| + 1, in the output's opmath type,
+ * plus argument |*bias| when the kernel can add it (then *bias becomes -1). */
+static tpu_hlo_value product(tpu_lower_ctx *c, int lhs, int *bias) {
   tpu_hlo_value a = tpu_lower_tensor(c, lhs), b = tpu_lower_tensor(c, lhs + 1);
-  tpu_hlo_value k = kernel_product(c, lhs, a, b);
-  if (k != TPU_HLO_NONE) return k;
+  tpu_hlo_value k = kernel_product(c, lhs, a, b, bias != NULL ? *bias : -1);
+  if (k != TPU_HLO_NONE) {
+    if (bias != NULL) *bias = -1;
+    return k;
+  }
   if (c->data == VDOT && tpu_dtype_is_complex(c->args[lhs].dtype)) a = conj_(c, a);
   return tpu_hlo_dot_general(B, a, b, &dims_of[c->data], tpu_lower_opmath(OUT->dtype), c->precision);
 }
@@ -125,19 +133,32 @@ static tpu_status_t product_rule(tpu_lower_ctx *c) {
   tpu_status_t st = mixed_dtypes(c, false);
   if (st != NULL) return st;
   if (c->args[0].dtype == TPU_BOOL) return no_bool(c);
-  tpu_lower_set_output(c, 0, product(c, 0));
+  tpu_lower_set_output(c, 0, product(c, 0, NULL));
   return NULL;
 }
 
-/* addmm, baddbmm, addbmm, addmv (self, a, b, *, beta, alpha) */
+/* Whether scalar argument |arg| is a constant 1 (absent: its default, 1). */
+static bool is_one(const tpu_lower_ctx *c, int arg) {
+  const tpu_lower_arg *a = &c->args[arg];
+  return tpu_lower_is_none(c, arg) || (a->kind == TPU_ARG_SCALAR && a->is_const && a->f == 1.0);
+}
+
+/* addmm, baddbmm, addbmm, addmv (self, a, b, *, beta, alpha). F.linear's
+ * addmm (a float32 [N] self, beta and alpha constants 1, as compiled graphs
+ * have them) hands self to the kernel as its bias. */
 static tpu_status_t add_product_rule(tpu_lower_ctx *c) {
   tpu_status_t st = mixed_dtypes(c, true);
   if (st != NULL) return st;
   if (c->args[1].dtype == TPU_BOOL) return no_bool(c);
+  const bool linear = c->data == MM && c->args[0].rank == 1 && c->args[0].sizes[0] == c->args[2].sizes[1] &&
+                      c->args[0].dtype == TPU_F32 && is_one(c, 3) && is_one(c, 4);
+  int bias = linear ? 0 : -1;
+  tpu_hlo_value p = product(c, 1, &bias);
+  if (linear && bias == -1) return done(c, p); /* the kernel added self */
   tpu_hlo_type t = *OUT;
   t.dtype = tpu_lower_opmath(OUT->dtype);
   tpu_hlo_value beta = tpu_lower_operand(c, 3, t.dtype, &t), alpha = tpu_lower_operand(c, 4, t.dtype, &t);
-  tpu_hlo_value scaled = tpu_hlo_binary(B, TPU_HLO_MUL, alpha, product(c, 1));
+  tpu_hlo_value scaled = tpu_hlo_binary(B, TPU_HLO_MUL, alpha, p);
   tpu_hlo_value self = tpu_hlo_binary(B, TPU_HLO_MUL, beta, tpu_lower_operand(c, 0, t.dtype, &t));
   tpu_hlo_value ignore_self = tpu_hlo_compare(B, TPU_HLO_EQ, beta, tpu_hlo_const_f64(B, &t, 0.0));
   tpu_lower_set_output(c, 0, tpu_hlo_select(B, ignore_self, scaled, tpu_hlo_binary(B, TPU_HLO_ADD, self, scaled)));

@@ -1,10 +1,11 @@
 /* Matrix product kernel tests: every operand layout against a double
  * reference written here, over sizes that miss the kernel's tiles and
- * blocks (edges, one row, K past one block), batched (in groups too), K = 0,
- * serially and through a tpu_parallel that runs its tasks in reverse (the
- * result must not depend on the order, to the bit), with each inner kernel the CPU has
- * (TORCHTPU_MATMUL_ISA=avx2 selects the narrower one). Needs no plugin; on a
- * CPU without an inner kernel the kernel must say so and write nothing. */
+ * blocks (edges, one row, K past one block), with a bias and without,
+ * batched (in groups too), K = 0, serially and through a tpu_parallel that
+ * runs its tasks in reverse (the result must not depend on the order, to
+ * the bit), with each inner kernel the CPU has (TORCHTPU_MATMUL_ISA=avx2
+ * selects the narrower one). Needs no plugin; on a CPU without an inner
+ * kernel the kernel must say so and write nothing. */
 #include <float.h>
 #include <math.h>
 #include <stdbool.h>
@@ -36,24 +37,26 @@ static float b_at(const tpu_matmul_shape *s, const float *b, int64_t n, int64_t 
   return b[n * s->k * s->n + (s->rhs_t ? q * s->k + p : p * s->n + q)];
 }
 
-/* Runs |s| serially and with the tasks reversed; checks that both give the
- * same bits and every element is the double product within a few float32
- * roundings of the sum of |terms|. */
-static void check_product(const tpu_matmul_shape *s) {
+/* Runs |s| (with a bias when |with_bias|) serially and with the tasks
+ * reversed; checks that both give the same bits and every element is the
+ * double product within a few float32 roundings of the sum of |terms|. */
+static void check_product(const tpu_matmul_shape *s, bool with_bias) {
   const int64_t na = s->batch * s->m * s->k, nb = s->batch * s->k * s->n, nc = s->batch * s->m * s->n;
   float *a = malloc((size_t)(na + 1) * sizeof *a), *b = malloc((size_t)(nb + 1) * sizeof *b);
   float *c = malloc((size_t)(nc + 1) * sizeof *c), *c2 = malloc((size_t)(nc + 1) * sizeof *c2);
   for (int64_t i = 0; i < na; i++) a[i] = uniform();
   for (int64_t i = 0; i < nb; i++) b[i] = uniform();
+  float *bias = with_bias ? malloc((size_t)s->n * sizeof *bias) : NULL;
+  for (int64_t i = 0; with_bias && i < s->n; i++) bias[i] = uniform();
   for (int64_t i = 0; i < nc; i++) c[i] = NAN; /* every element must be written */
-  CHECK(tpu_matmul(s, a, b, c, NULL));
-  CHECK(tpu_matmul(s, a, b, c2, &reverse));
+  CHECK(tpu_matmul(s, a, b, bias, c, NULL));
+  CHECK(tpu_matmul(s, a, b, bias, c2, &reverse));
   CHECK(memcmp(c, c2, (size_t)nc * sizeof *c) == 0);
   int bad = 0;
   for (int64_t n = 0; n < s->batch; n++)
     for (int64_t r = 0; r < s->m; r++)
       for (int64_t q = 0; q < s->n; q++) {
-        double sum = 0, mag = 0;
+        double sum = bias != NULL ? bias[q] : 0, mag = fabs(sum);
         for (int64_t p = 0; p < s->k; p++) {
           const double t = (double)a_at(s, a, n, r, p) * b_at(s, b, n, p, q);
           sum += t, mag += fabs(t);
@@ -62,10 +65,10 @@ static void check_product(const tpu_matmul_shape *s) {
         if (!(fabs(got - sum) <= 8 * FLT_EPSILON * mag + 1e-30)) bad++;
       }
   if (bad)
-    fprintf(stderr, "  %d wrong of batch %ld, %ld x %ld x %ld, lhs_t %d, rhs_t %d\n", bad, (long)s->batch,
-            (long)s->m, (long)s->k, (long)s->n, s->lhs_t, s->rhs_t);
+    fprintf(stderr, "  %d wrong of batch %ld, %ld x %ld x %ld, lhs_t %d, rhs_t %d, bias %d\n", bad,
+            (long)s->batch, (long)s->m, (long)s->k, (long)s->n, s->lhs_t, s->rhs_t, with_bias);
   CHECK(bad == 0);
-  free(a), free(b), free(c), free(c2);
+  free(a), free(b), free(c), free(c2), free(bias);
 }
 
 static void test_every_layout_and_edge(void) {
@@ -74,10 +77,10 @@ static void test_every_layout_and_edge(void) {
                                      {1, 100, 70, 3},  {1, 3, 70, 100},  {1, 97, 31, 130}, {3, 25, 40, 17},
                                      {1, 300, 520, 64}};
   for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
-    for (int layout = 0; layout < 4; layout++) {
+    for (int layout = 0; layout < 8; layout++) {
       tpu_matmul_shape s = {.batch = sizes[i][0], .m = sizes[i][1], .k = sizes[i][2], .n = sizes[i][3],
                             .lhs_t = layout & 1, .rhs_t = layout & 2};
-      check_product(&s);
+      check_product(&s, layout & 4);
     }
 }
 
@@ -85,28 +88,32 @@ static void test_every_layout_and_edge(void) {
 static void test_large_batches_run_in_groups(void) {
   for (int layout = 0; layout < 4; layout += 3) {
     tpu_matmul_shape s = {.batch = 3, .m = 3, .k = 1100, .n = 8000, .lhs_t = layout & 1, .rhs_t = layout & 2};
-    check_product(&s);
+    check_product(&s, layout == 3);
   }
 }
 
-/* K = 0 is a sum of nothing: zeros, whatever C held. */
+/* K = 0 is a sum of nothing: zeros (or the bias), whatever C held. */
 static void test_empty_contraction(void) {
   tpu_matmul_shape s = {.batch = 2, .m = 5, .n = 7, .k = 0};
-  float c[70], a[1] = {0}, b[1] = {0};
+  float c[70], a[1] = {0}, b[1] = {0}, bias[7] = {1, -2, 3, -4, 5, -6, 7};
   for (int i = 0; i < 70; i++) c[i] = NAN;
-  CHECK(tpu_matmul(&s, a, b, c, NULL));
-  int zeros = 0;
-  for (int i = 0; i < 70; i++) zeros += c[i] == 0.0f;
-  CHECK(zeros == 70);
+  CHECK(tpu_matmul(&s, a, b, NULL, c, NULL));
+  int right = 0;
+  for (int i = 0; i < 70; i++) right += c[i] == 0.0f;
+  CHECK(right == 70);
+  CHECK(tpu_matmul(&s, a, b, bias, c, NULL));
+  right = 0;
+  for (int i = 0; i < 70; i++) right += c[i] == bias[i % 7];
+  CHECK(right == 70);
   s.m = 0; /* nothing to write at all */
-  CHECK(tpu_matmul(&s, a, b, NULL, NULL));
+  CHECK(tpu_matmul(&s, a, b, NULL, NULL, NULL));
 }
 
 int main(void) {
   if (!tpu_matmul_available()) { /* the kernel refuses and leaves C alone */
     tpu_matmul_shape s = {.batch = 1, .m = 1, .n = 1, .k = 1};
     float a = 1, b = 2, c = 5;
-    CHECK(!tpu_matmul(&s, &a, &b, &c, NULL) && c == 5);
+    CHECK(!tpu_matmul(&s, &a, &b, NULL, &c, NULL) && c == 5);
     fprintf(stderr, "no inner kernel for this CPU: only the refusal is tested\n");
     return check_failures ? 1 : 0;
   }
