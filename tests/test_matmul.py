@@ -81,6 +81,17 @@ def test_linear_matmul_and_strided_operands():
           x.detach().double() @ w.detach().double().t())
 
 
+@pytest.mark.parametrize("special", [float("nan"), float("inf"), -float("inf")])
+def test_nan_and_inf_propagate_as_on_cpu(special):
+    """A NaN or infinity in an operand reaches exactly the outputs it reaches
+    on CPU (NaN where an infinity meets a zero or one of the other sign)."""
+    torch.manual_seed(5)
+    a, b = torch.randn(130, 200), torch.randn(150, 200)
+    a[3, 7], a[100, :] = special, 0.0
+    b[9, 7], b[20, 50] = special, -special
+    torch.testing.assert_close((a.to("tpu") @ b.to("tpu").t()).cpu(), a @ b.t(), equal_nan=True)
+
+
 def test_compiled_training_matches_cpu(no_fallbacks):
     """A compiled MLP step (the NT forward, NN and TN backward products)."""
     torch.manual_seed(3)
