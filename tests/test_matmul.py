@@ -36,7 +36,7 @@ def check(got, cpu, exact):
     assert ours.mean() <= 2 * theirs.mean() + 1e-8, (ours.mean().item(), theirs.mean().item())
 
 
-SIZES = [(128, 256, 96), (65, 129, 67), (300, 40, 500), (1, 1024, 512)]  # M, K, N
+SIZES = [(128, 256, 96), (130, 257, 67), (300, 40, 500), (1, 2048, 1024)]  # M, K, N: all >= 2^21
 
 
 @pytest.mark.parametrize("m,k,n", SIZES)
@@ -52,7 +52,7 @@ def test_mm_in_every_layout(m, k, n, lt, rt):
 @pytest.mark.parametrize("rt", [False, True], ids=["b", "bT"])
 def test_bmm_and_baddbmm(lt, rt):
     torch.manual_seed(1)
-    a, b, c = layout(torch.randn(3, 70, 90), lt), layout(torch.randn(3, 90, 110), rt), torch.randn(3, 70, 110)
+    a, b, c = layout(torch.randn(3, 70, 100), lt), layout(torch.randn(3, 100, 110), rt), torch.randn(3, 70, 110)
     check(torch.bmm(a.to("tpu"), b.to("tpu")), torch.bmm(a, b), torch.bmm(a.double(), b.double()))
     got = torch.baddbmm(c.to("tpu"), a.to("tpu"), b.to("tpu"), beta=0.5, alpha=2.0)
     check(got, torch.baddbmm(c, a, b, beta=0.5, alpha=2.0),
@@ -122,9 +122,9 @@ def products_of(tmp_path, code):
 
 @pytest.mark.skipif(not KERNEL, reason="no matmul kernel in this run")
 def test_transposed_operands_reach_the_kernel_as_they_lie(tmp_path):
-    code = ("a, b = torch.randn(128, 96, device='tpu'), torch.randn(96, 128, device='tpu')\n"
+    code = ("a, b = torch.randn(256, 96, device='tpu'), torch.randn(96, 256, device='tpu')\n"
             "(a @ b).cpu(); (a.t() @ b.t()).cpu(); (a @ a.t()).cpu()\n"
-            "w = torch.randn(64, 96, device='tpu', requires_grad=True)\n"
+            "w = torch.randn(128, 96, device='tpu', requires_grad=True)\n"
             "f = torch.compile(lambda a, w: torch.nn.functional.linear(a, w).sum(), backend='tpu')\n"
             "f(a.clone().requires_grad_(), w).backward()\n")
     layouts, dots, fed = products_of(tmp_path, code)

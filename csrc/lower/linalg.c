@@ -78,9 +78,10 @@ static tpu_status_t mixed_dtypes(tpu_lower_ctx *c, bool add) {
                          cpp_type(a), cpp_type(b));
 }
 
-/* Products smaller than this (M * N * K) stay with XLA: the kernel's fixed
- * cost (packing, waking a helper thread) outweighs what it saves. */
-enum { KERNEL_MIN_WORK = 1 << 18 };
+/* Products of fewer multiply-adds than this stay with XLA: the kernel's
+ * fixed cost (about 15 us: scratch, packing, waking a helper thread) makes
+ * it 2x slower at 64^3 and even at about 100^3 (eager, this VM). */
+enum { KERNEL_MIN_WORK = 1 << 21 };
 
 static const int64_t swap2[2] = {1, 0}, swap3[3] = {0, 2, 1};
 
@@ -98,8 +99,9 @@ static tpu_hlo_value kernel_product(tpu_lower_ctx *c, int lhs, tpu_hlo_value a, 
   const int r = x->rank;
   const int64_t *swap = r == 2 ? swap2 : swap3;
   const bool lt = tpu_hlo_is_transpose(B, a, swap), rt = tpu_hlo_is_transpose(B, b, swap);
-  if ((!lt && !rt) || (double)x->sizes[r - 2] * (double)x->sizes[r - 1] * (double)y->sizes[r - 1] < KERNEL_MIN_WORK)
-    return TPU_HLO_NONE;
+  const double work = (r == 3 ? (double)x->sizes[0] : 1.0) * (double)x->sizes[r - 2] * (double)x->sizes[r - 1] *
+                      (double)y->sizes[r - 1];
+  if ((!lt && !rt) || work < KERNEL_MIN_WORK) return TPU_HLO_NONE;
   int64_t dims[3] = {x->sizes[0], x->sizes[1], 0};
   dims[r - 1] = y->sizes[r - 1];
   const tpu_hlo_type t = tpu_hlo_make_type(TPU_F32, r, dims);
