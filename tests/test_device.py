@@ -1,5 +1,6 @@
 """The torch.tpu device module, the stats, and the command-line info."""
 import os
+import re
 import subprocess
 import sys
 
@@ -64,6 +65,12 @@ def test_info_command():
     assert "platform:          cpu" in out
     assert "PJRT API version:  0." in out
     assert "xla_cpu_pjrt" in out
+    kernels = "attention" if os.environ.get("TORCHTPU_KERNELS", "1") not in ("0", "matmul") else ""
+    assert re.search(r"^kernels: +" + (kernels or "none"), out, re.M), out
+    env = dict(os.environ, TORCHTPU_KERNELS="0")
+    out = subprocess.run([sys.executable, "-m", "torchtpu", "info"], check=True, capture_output=True, text=True,
+                         env=env).stdout
+    assert re.search(r"^kernels: +none \(XLA only\)$", out, re.M), out
 
 
 def test_missing_plugin_message():

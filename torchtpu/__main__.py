@@ -1,4 +1,5 @@
-"""python -m torchtpu info: the platform, devices, plugin and PJRT version."""
+"""python -m torchtpu info: the platform, devices, plugin, PJRT version and the
+hand-written kernels in use."""
 import argparse
 import sys
 
@@ -6,7 +7,7 @@ import sys
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m torchtpu", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("info", help="print the platform, devices, plugin path and PJRT API version")
+    sub.add_parser("info", help="print the platform, devices, plugin path, PJRT API version and kernels")
     args = parser.parse_args(argv)
     import torchtpu
     from torchtpu import _C
@@ -24,6 +25,7 @@ def main(argv=None):
             print(f"  tpu:{i}            {kind}")
         print(f"plugin:            {info['plugin_path']}")
         print(f"PJRT API version:  {major}.{minor}")
+        print(f"kernels:           {', '.join(info['kernels']) or 'none (XLA only)'}")
         print(f"lowered ops:       {len(_C._rule_ops())}")
         return 0
     return 2

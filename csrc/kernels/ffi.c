@@ -236,6 +236,12 @@ static const struct kernel {
 };
 enum { NUM_KERNELS = sizeof kernels / sizeof *kernels };
 
+const char *tpu_kernels_name(unsigned bit) {
+  for (int i = 0; i < NUM_KERNELS; i++)
+    if (kernels[i].bit == bit) return kernels[i].name;
+  return NULL;
+}
+
 bool tpu_kernels_select(const char *setting, unsigned *out_bits) {
   *out_bits = 0;
   if (strcmp(setting, "0") == 0 || strcasecmp(setting, "off") == 0 || strcasecmp(setting, "none") == 0) return true;

@@ -36,6 +36,10 @@ enum { TPU_KERNEL_ATTENTION = 1u << 0, TPU_KERNEL_MATMUL = 1u << 1 };
  * unknown. */
 bool tpu_kernels_select(const char *setting, unsigned *out_bits);
 
+/* The name of kernel |bit| (one TPU_KERNEL_* bit; a static string), NULL
+ * for no kernel. */
+const char *tpu_kernels_name(unsigned bit);
+
 /* Registers those of the |wanted| kernels that |rt|'s platform runs (the CPU
  * plugin's) and returns their TPU_KERNEL_* bits; 0 on other platforms or
  * when the plugin cannot take them. Call once, before compiling programs. */

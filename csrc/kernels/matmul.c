@@ -31,6 +31,7 @@ typedef void micro_fn(int64_t kc, const float *a, const float *b, float *c, int6
                       const float *bias, int64_t rows, int64_t cols);
 
 typedef struct isa {
+  const char *name;
   int64_t mr, nr;
   micro_fn *micro;
 } isa;
@@ -101,7 +102,7 @@ MICRO(micro_avx2, "avx2,fma", v8, 8, 6, 2)
  * oneDNN's ONEDNN_MAX_CPU_ISA does), for tests and A/B runs of the AVX2
  * kernel on AVX-512 machines. */
 static const isa *isa_of_cpu(void) {
-  static const isa avx512 = {12, 32, micro_avx512}, avx2 = {6, 16, micro_avx2};
+  static const isa avx512 = {"AVX-512", 12, 32, micro_avx512}, avx2 = {"AVX2", 6, 16, micro_avx2};
   const char *cap = getenv("TORCHTPU_MATMUL_ISA");
   __builtin_cpu_init();
   if ((cap == NULL || strcmp(cap, "avx2") != 0) && __builtin_cpu_supports("avx512f")) return &avx512;
@@ -113,6 +114,11 @@ static const isa *isa_of_cpu(void) { return NULL; }
 #endif
 
 bool tpu_matmul_available(void) { return isa_of_cpu() != NULL; }
+
+const char *tpu_matmul_isa(void) {
+  const isa *K = isa_of_cpu();
+  return K != NULL ? K->name : NULL;
+}
 
 typedef struct job {
   const isa *K;

@@ -34,6 +34,10 @@ typedef struct tpu_matmul_shape {
  * AVX-512); without one the products are better left to XLA. */
 bool tpu_matmul_available(void);
 
+/* The inner kernel's instruction set ("AVX-512", "AVX2"; a static string),
+ * NULL without one. */
+const char *tpu_matmul_isa(void);
+
 bool tpu_matmul(const tpu_matmul_shape *s, const float *a, const float *b, const float *bias, float *c,
                 const tpu_parallel *par);
 

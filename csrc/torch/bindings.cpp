@@ -9,6 +9,9 @@
 
 extern "C" {
 #include "base/stats.h"
+#include "eager/eager.h"
+#include "kernels/kernels.h"
+#include "kernels/matmul.h"
 #include "runtime/compile_cache.h"
 }
 
@@ -33,6 +36,16 @@ py::dict info() {
   py::list devices;
   for (int i = 0; i < tpu_runtime_device_count(rt); i++) devices.append(tpu_runtime_device_kind(rt, i));
   d["devices"] = devices;
+  py::list kernels;  // the hand-written kernels programs call
+  const unsigned bits = tpu_eager_kernels();
+  for (unsigned bit = 1; bit != 0; bit <<= 1) {
+    const char* name = (bits & bit) ? tpu_kernels_name(bit) : nullptr;
+    if (name == nullptr) continue;
+    std::string entry(name);
+    if (bit == TPU_KERNEL_MATMUL) entry += std::string(" (") + tpu_matmul_isa() + ")";
+    kernels.append(entry);
+  }
+  d["kernels"] = kernels;
   return d;
 }
 
