@@ -19,12 +19,11 @@
 #include <string.h>
 
 enum {
-  KC = 256,      /* contraction steps per packed block */
-  TILE_A = 4,    /* A panels per tile of C */
-  MIN_TILES = 8, /* tiles of C per product, at least (where the sizes allow) */
+  KC = 256,              /* contraction steps per packed block */
+  TILE_A = 4,            /* A panels per tile of C */
+  MIN_TILES = 8,         /* tiles of C per product, at least (where the sizes allow) */
   PACK_BYTES = 64 << 20, /* packed B of a group of products, at most (unless one needs more) */
-  MAX_MR = 12,
-  MAX_NR = 32,
+  MAX_MR = 12,           /* the widest kernel's A panel (sizes a tile's stack buffer) */
 };
 
 typedef void micro_fn(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, bool add,
