@@ -1,10 +1,12 @@
-"""PyTorch's own decompositions, run on tpu for ops that have no rule.
+"""PyTorch's own decompositions, run on tpu for ops that have no rule, and
+the few torchtpu adds where PyTorch has none (EXTRA: the fused Adam and
+AdamW steps of `fused=True` optimizers).
 
 The CPU fallback (csrc/torch/fallback.cpp) asks here first: when
-torch._decomp has a decomposition for the op, it runs on tpu tensors and its
-pieces dispatch to lowered ops; only otherwise does the op go to the CPU.
-Structured ops reach a backend as their out= variants: those run their
-functional form (decomposed, or lowered by a rule) and copy into out.
+torch._decomp (or EXTRA) has a decomposition for the op, it runs on tpu
+tensors and its pieces dispatch to lowered ops; only otherwise does the op go
+to the CPU. Structured ops reach a backend as their out= variants: those run
+their functional form (decomposed, or lowered by a rule) and copy into out.
 torchtpu.stats() counts decompositions and fallbacks apart.
 """
 import threading
@@ -48,12 +50,79 @@ def _has_rule(op):
     return _C._has_rule(f"{base}.{op._schema.overload_name}" if op._schema.overload_name else base)
 
 
+def _adam(adamw, self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, lr, beta1, beta2,
+          weight_decay, eps, amsgrad, maximize, grad_scale=None, found_inf=None):
+    """_fused_adam(w) as PyTorch's CPU kernel computes it, per tensor: the
+    new (params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs). Half types
+    compute in float32, the bias corrections in float64 from the step
+    tensors; grads come back divided by grad_scale (not negated by maximize);
+    found_inf == 1 leaves everything as it was."""
+    outs = ([], [], [], [], [])
+    for i, p in enumerate(self):
+        f = torch.float32 if p.dtype in (torch.float16, torch.bfloat16) else p.dtype
+        old = [p, grads[i], exp_avgs[i], exp_avg_sqs[i]] + ([max_exp_avg_sqs[i]] if amsgrad else [])
+        param, grad, m, v = (t.to(f) for t in old[:4])
+        if grad_scale is not None:
+            grad = grad / grad_scale.to(f)
+        scaled = grad
+        if maximize:
+            grad = -grad
+        if weight_decay != 0:
+            if adamw:
+                param = param - lr * weight_decay * param
+            else:
+                grad = grad + param * weight_decay
+        m = torch.lerp(m, grad, 1 - beta1)
+        v = v * beta2 + (1 - beta2) * grad * grad
+        step = state_steps[i].to(torch.float64)
+        step_size = (lr / (1 - torch.pow(beta1, step))).to(f)
+        bc2_sqrt = torch.sqrt(1 - torch.pow(beta2, step)).to(f)
+        if amsgrad:
+            v_max = torch.maximum(old[4].to(f), v)
+        new = [param - step_size * m / ((v_max if amsgrad else v).sqrt() / bc2_sqrt + eps), scaled, m, v]
+        new += [v_max] if amsgrad else []
+        if found_inf is not None:
+            skip = found_inf == 1
+            new = [torch.where(skip, o.to(f), n) for o, n in zip(old, new)]
+        for out, o, n in zip(outs, old, new):
+            out.append(n.to(o.dtype))
+    if not amsgrad:
+        outs[4].extend(max_exp_avg_sqs)
+    return outs
+
+
+def _adam_functional(adamw):
+    def step(*args, **kwargs):
+        return _adam(adamw, *args, **kwargs)
+    return step
+
+
+def _adam_inplace(adamw):
+    def step(self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, **kwargs):
+        new = _adam(adamw, self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, **kwargs)
+        for targets, values in zip((self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs), new):
+            for t, v in zip(targets, values):
+                if v is not t:
+                    t.copy_(v)
+    return step
+
+
+EXTRA = {getattr(getattr(torch.ops.aten, name + suffix), overload): make(adamw)
+         for name, adamw in (("_fused_adam", False), ("_fused_adamw", True))
+         for suffix, make in (("_", _adam_inplace), ("", _adam_functional))
+         for overload in ("default", "tensor_lr")}
+
+
 def _decomposed(op, args, kwargs):
+    if op in EXTRA:  # these write their in-place arguments themselves
+        return EXTRA[op](*args, **kwargs)
+    writes = _writes(op)
+    if any(not a.kwarg_only for a in writes):  # in place: the aliasing needs a real kernel
+        return NotImplemented
     fn = decomposition_table.get(op)
     if fn is not None:
         return fn(*args, **kwargs)
-    writes = _writes(op)
-    if not writes or any(not a.kwarg_only for a in writes):
+    if not writes:
         return NotImplemented
     functional = _functional(op)
     if functional is None:

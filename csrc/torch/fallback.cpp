@@ -19,17 +19,13 @@ namespace {
 std::atomic<FallbackMode> g_mode{FallbackMode::kWarn};
 PyObject* g_decomposer = nullptr;  // torchtpu._decomp.run, set at import
 
-// Runs PyTorch's decomposition of |op| (torchtpu/_decomp.py) on the stack's
-// tpu tensors; true when it did. Ops that write an input in place keep their
-// aliasing only through a real kernel, so they are not decomposed (out=
-// arguments are: the result is copied into them). Any failure leaves the
-// stack as it was: the CPU fallback then runs, and raises PyTorch's own error
-// for bad input.
+// Runs the decomposition of |op| (torchtpu/_decomp.py, which also decides
+// which in-place ops it can take) on the stack's tpu tensors; true when it
+// did. Any failure leaves the stack as it was: the CPU fallback then runs,
+// and raises PyTorch's own error for bad input.
 bool decompose(const c10::OperatorHandle& op, const std::string& name, torch::jit::Stack* stack) {
   if (g_decomposer == nullptr) return false;
   const c10::FunctionSchema& schema = op.schema();
-  for (const auto& arg : schema.arguments())
-    if (arg.alias_info() != nullptr && arg.alias_info()->isWrite() && !arg.kwarg_only()) return false;
   for (const auto& ret : schema.returns())
     if (ret.type()->kind() != c10::TypeKind::TensorType) return false;
   const size_t n = schema.arguments().size();
@@ -48,7 +44,9 @@ bool decompose(const c10::OperatorHandle& op, const std::string& name, torch::ji
     if (result.ptr() == Py_NotImplemented) return false;
     std::vector<c10::IValue> outs;
     const auto& rets = schema.returns();
-    if (rets.size() == 1) {
+    if (rets.empty()) {  // an in-place op that wrote its arguments
+      if (!result.is_none()) return false;
+    } else if (rets.size() == 1) {
       outs.push_back(torch::jit::toIValue(result, rets[0].type()));
     } else {
       auto items = result.cast<pybind11::tuple>();
