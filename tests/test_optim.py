@@ -1,7 +1,8 @@
 """Optimizers with fused=True: Adam and AdamW run aten::_fused_adam(w)_,
 which has no tpu lowering; torchtpu's own decomposition of it
-(torchtpu/_decomp.py) runs on tpu in eager and in compiled graphs, matching
-PyTorch's CPU fused kernel, with no CPU fallback."""
+(torchtpu/_decomp.py) runs on tpu, matching PyTorch's CPU fused kernel, with
+no CPU fallback, also when the step is compiled (PyTorch runs fused steps
+outside the graph)."""
 import pytest
 import torch
 

@@ -91,13 +91,8 @@ def _adam(adamw, self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_step
     return outs
 
 
-def _adam_functional(adamw):
-    def step(*args, **kwargs):
-        return _adam(adamw, *args, **kwargs)
-    return step
-
-
 def _adam_inplace(adamw):
+    """_fused_adam(w)_: the new values written into the argument lists."""
     def step(self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, **kwargs):
         new = _adam(adamw, self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, **kwargs)
         for targets, values in zip((self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs), new):
@@ -107,10 +102,11 @@ def _adam_inplace(adamw):
     return step
 
 
-EXTRA = {getattr(getattr(torch.ops.aten, name + suffix), overload): make(adamw)
-         for name, adamw in (("_fused_adam", False), ("_fused_adamw", True))
-         for suffix, make in (("_", _adam_inplace), ("", _adam_functional))
-         for overload in ("default", "tensor_lr")}
+# Only the in-place ops: torch.compile never traces into fused optimizers
+# (PyTorch wraps their step in torch.compiler.disable), so the functional
+# _fused_adam(w) does not reach a graph.
+EXTRA = {getattr(getattr(torch.ops.aten, name), overload): _adam_inplace(adamw)
+         for name, adamw in (("_fused_adam_", False), ("_fused_adamw_", True)) for overload in ("default", "tensor_lr")}
 
 
 def _decomposed(op, args, kwargs):

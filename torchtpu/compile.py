@@ -21,7 +21,7 @@ from torch._prims_common import (ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dt
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupport
 
-from . import _C, _decomp
+from . import _C
 
 _warned_dynamic = False
 
@@ -119,7 +119,6 @@ def _decompositions():
     table = core_aten_decompositions()
     items = table.items() if hasattr(table, "items") else dict(table).items()
     decomps = {op: fn for op, fn in items if rule_name(op) is None}
-    decomps.update((op, fn) for op, fn in _decomp.EXTRA.items() if not op._schema.is_mutable)
     for name in dir(torch.ops.aten):
         if not name.startswith("_foreach_") or name.endswith("_"):
             continue
