@@ -25,7 +25,7 @@ def main(argv=None):
             print(f"  tpu:{i}            {kind}")
         print(f"plugin:            {info['plugin_path']}")
         print(f"PJRT API version:  {major}.{minor}")
-        print(f"kernels:           {', '.join(info['kernels']) or 'none (XLA only)'}")
+        print(f"kernels:           {info['kernels'] or 'none (XLA only)'}")
         print(f"lowered ops:       {len(_C._rule_ops())}")
         return 0
     return 2

@@ -6,6 +6,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -220,7 +221,9 @@ static XLA_FFI_Error *matmul(XLA_FFI_CallFrame *f) {
 }
 
 /* Every kernel: its name in TORCHTPU_KERNELS, its bit, its custom calls and
- * their handlers, and whether this CPU runs it (NULL: always). */
+ * their handlers, and, for one that needs an instruction set, the one this
+ * CPU gives it (NULL from |isa|: it cannot run here; no |isa|: it runs on
+ * any host). */
 typedef XLA_FFI_Error *handler_fn(XLA_FFI_CallFrame *f);
 static const struct kernel {
   const char *name;
@@ -228,18 +231,24 @@ static const struct kernel {
   int calls;
   const char *targets[2];
   handler_fn *handlers[2];
-  bool (*available)(void);
+  const char *(*isa)(void);
 } kernels[] = {
     {"attention", TPU_KERNEL_ATTENTION, 2, {TPU_KERNEL_ATTENTION_FWD, TPU_KERNEL_ATTENTION_BWD},
      {attention_fwd, attention_bwd}, NULL},
-    {"matmul", TPU_KERNEL_MATMUL, 1, {TPU_KERNEL_MATMUL_CALL}, {matmul}, tpu_matmul_available},
+    {"matmul", TPU_KERNEL_MATMUL, 1, {TPU_KERNEL_MATMUL_CALL}, {matmul}, tpu_matmul_isa},
 };
 enum { NUM_KERNELS = sizeof kernels / sizeof *kernels };
 
-const char *tpu_kernels_name(unsigned bit) {
-  for (int i = 0; i < NUM_KERNELS; i++)
-    if (kernels[i].bit == bit) return kernels[i].name;
-  return NULL;
+void tpu_kernels_describe(unsigned bits, char *buf, size_t cap) {
+  size_t n = 0;
+  if (cap > 0) buf[0] = '\0';
+  for (int i = 0; i < NUM_KERNELS && n < cap; i++) {
+    if ((bits & kernels[i].bit) == 0) continue;
+    const char *isa = kernels[i].isa != NULL ? kernels[i].isa() : NULL;
+    int w = snprintf(buf + n, cap - n, "%s%s%s%s%s", n > 0 ? ", " : "", kernels[i].name, isa ? " (" : "",
+                     isa ? isa : "", isa ? ")" : "");
+    n += w > 0 ? (size_t)w : 0;
+  }
 }
 
 bool tpu_kernels_select(const char *setting, unsigned *out_bits) {
@@ -265,7 +274,7 @@ unsigned tpu_kernels_register(tpu_runtime *rt, unsigned wanted) {
   unsigned bits = 0;
   for (int i = 0; i < NUM_KERNELS; i++) {
     const struct kernel *k = &kernels[i];
-    if ((wanted & k->bit) == 0 || (k->available != NULL && !k->available())) continue;
+    if ((wanted & k->bit) == 0 || (k->isa != NULL && k->isa() == NULL)) continue;
     tpu_status_t st = NULL;
     for (int c = 0; c < k->calls && st == NULL; c++)
       st = tpu_runtime_register_ffi(rt, k->targets[c], (void *)k->handlers[c]);

@@ -17,6 +17,7 @@
 #define TPU_KERNELS_KERNELS_H_
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "runtime/runtime.h"
 
@@ -36,9 +37,10 @@ enum { TPU_KERNEL_ATTENTION = 1u << 0, TPU_KERNEL_MATMUL = 1u << 1 };
  * unknown. */
 bool tpu_kernels_select(const char *setting, unsigned *out_bits);
 
-/* The name of kernel |bit| (one TPU_KERNEL_* bit; a static string), NULL
- * for no kernel. */
-const char *tpu_kernels_name(unsigned bit);
+/* Writes the names of kernels |bits| into |buf| (|cap| bytes, cut short
+ * if need be), with the instruction set of those that depend on the CPU's:
+ * "attention, matmul (AVX-512)"; "" for none. */
+void tpu_kernels_describe(unsigned bits, char *buf, size_t cap);
 
 /* Registers those of the |wanted| kernels that |rt|'s platform runs (the CPU
  * plugin's) and returns their TPU_KERNEL_* bits; 0 on other platforms or

@@ -117,15 +117,11 @@ static tpu_hlo_value kernel_product(tpu_lower_ctx *c, int lhs, tpu_hlo_value a, 
   return res;
 }
 
-/* The product of arguments |lhs| and |lhs| + 1, in the output's opmath type,
- * plus argument |*bias| when the kernel can add it (then *bias becomes -1). */
-static tpu_hlo_value product(tpu_lower_ctx *c, int lhs, int *bias) {
+/* The product of arguments |lhs| and |lhs| + 1, in the output's opmath type. */
+static tpu_hlo_value product(tpu_lower_ctx *c, int lhs) {
   tpu_hlo_value a = tpu_lower_tensor(c, lhs), b = tpu_lower_tensor(c, lhs + 1);
-  tpu_hlo_value k = kernel_product(c, lhs, a, b, bias != NULL ? *bias : -1);
-  if (k != TPU_HLO_NONE) {
-    if (bias != NULL) *bias = -1;
-    return k;
-  }
+  tpu_hlo_value k = kernel_product(c, lhs, a, b, -1);
+  if (k != TPU_HLO_NONE) return k;
   if (c->data == VDOT && tpu_dtype_is_complex(c->args[lhs].dtype)) a = conj_(c, a);
   return tpu_hlo_dot_general(B, a, b, &dims_of[c->data], tpu_lower_opmath(OUT->dtype), c->precision);
 }
@@ -135,7 +131,7 @@ static tpu_status_t product_rule(tpu_lower_ctx *c) {
   tpu_status_t st = mixed_dtypes(c, false);
   if (st != NULL) return st;
   if (c->args[0].dtype == TPU_BOOL) return no_bool(c);
-  tpu_lower_set_output(c, 0, product(c, 0, NULL));
+  tpu_lower_set_output(c, 0, product(c, 0));
   return NULL;
 }
 
@@ -154,13 +150,14 @@ static tpu_status_t add_product_rule(tpu_lower_ctx *c) {
   if (c->args[1].dtype == TPU_BOOL) return no_bool(c);
   const bool linear = c->data == MM && c->args[0].rank == 1 && c->args[0].sizes[0] == c->args[2].sizes[1] &&
                       c->args[0].dtype == TPU_F32 && is_one(c, 3) && is_one(c, 4);
-  int bias = linear ? 0 : -1;
-  tpu_hlo_value p = product(c, 1, &bias);
-  if (linear && bias == -1) return done(c, p); /* the kernel added self */
+  if (linear) { /* the kernel adds self, if it takes the product (reading a tensor twice is free) */
+    tpu_hlo_value k = kernel_product(c, 1, tpu_lower_tensor(c, 1), tpu_lower_tensor(c, 2), 0);
+    if (k != TPU_HLO_NONE) return done(c, k);
+  }
   tpu_hlo_type t = *OUT;
   t.dtype = tpu_lower_opmath(OUT->dtype);
   tpu_hlo_value beta = tpu_lower_operand(c, 3, t.dtype, &t), alpha = tpu_lower_operand(c, 4, t.dtype, &t);
-  tpu_hlo_value scaled = tpu_hlo_binary(B, TPU_HLO_MUL, alpha, p);
+  tpu_hlo_value scaled = tpu_hlo_binary(B, TPU_HLO_MUL, alpha, product(c, 1));
   tpu_hlo_value self = tpu_hlo_binary(B, TPU_HLO_MUL, beta, tpu_lower_operand(c, 0, t.dtype, &t));
   tpu_hlo_value ignore_self = tpu_hlo_compare(B, TPU_HLO_EQ, beta, tpu_hlo_const_f64(B, &t, 0.0));
   tpu_lower_set_output(c, 0, tpu_hlo_select(B, ignore_self, scaled, tpu_hlo_binary(B, TPU_HLO_ADD, self, scaled)));

@@ -11,7 +11,6 @@ extern "C" {
 #include "base/stats.h"
 #include "eager/eager.h"
 #include "kernels/kernels.h"
-#include "kernels/matmul.h"
 #include "runtime/compile_cache.h"
 }
 
@@ -36,15 +35,8 @@ py::dict info() {
   py::list devices;
   for (int i = 0; i < tpu_runtime_device_count(rt); i++) devices.append(tpu_runtime_device_kind(rt, i));
   d["devices"] = devices;
-  py::list kernels;  // the hand-written kernels programs call
-  const unsigned bits = tpu_eager_kernels();
-  for (unsigned bit = 1; bit != 0; bit <<= 1) {
-    const char* name = (bits & bit) ? tpu_kernels_name(bit) : nullptr;
-    if (name == nullptr) continue;
-    std::string entry(name);
-    if (bit == TPU_KERNEL_MATMUL) entry += std::string(" (") + tpu_matmul_isa() + ")";
-    kernels.append(entry);
-  }
+  char kernels[256];  // the hand-written kernels programs call
+  tpu_kernels_describe(tpu_eager_kernels(), kernels, sizeof kernels);
   d["kernels"] = kernels;
   return d;
 }

@@ -68,6 +68,22 @@ static void test_registration(void) {
   CHECK(tpu_kernels_register(rt, TPU_KERNEL_ATTENTION | TPU_KERNEL_MATMUL) == (TPU_KERNEL_ATTENTION | matmul));
 }
 
+/* What `python -m torchtpu info` prints: names, the matmul kernel's ISA. */
+static void test_description(void) {
+  char buf[64], want[64];
+  tpu_kernels_describe(0, buf, sizeof buf);
+  CHECK(strcmp(buf, "") == 0);
+  tpu_kernels_describe(TPU_KERNEL_ATTENTION, buf, sizeof buf);
+  CHECK(strcmp(buf, "attention") == 0);
+  if (tpu_matmul_available()) {
+    snprintf(want, sizeof want, "attention, matmul (%s)", tpu_matmul_isa());
+    tpu_kernels_describe(TPU_KERNEL_ATTENTION | TPU_KERNEL_MATMUL, buf, sizeof buf);
+    CHECK(strcmp(buf, want) == 0);
+  }
+  tpu_kernels_describe(TPU_KERNEL_ATTENTION, buf, 4); /* cut short, still a string */
+  CHECK(strcmp(buf, "att") == 0);
+}
+
 static void test_attention_forward_custom_call(void) {
   static float q[B * H * T * D], k[B * H * S * D], v[B * H * S * E], out[B * H * T * E], lse[B * H * T];
   static double rout[B * H * T * E], rlse[B * H * T];
@@ -166,6 +182,7 @@ int main(void) {
   if (rt == NULL) return 1;
   RUN(test_kernel_selection);
   RUN(test_registration);
+  RUN(test_description);
   RUN(test_attention_forward_custom_call);
   RUN(test_matmul_custom_call);
   RUN(test_refused_operands_are_a_status);
