@@ -249,6 +249,28 @@ def test_dynamic_shapes_specialize_with_a_note():
     assert len(notes) == 1
 
 
+@pytest.mark.parametrize("kv_heads", [4, 2])
+def test_growing_attention_length_traces_once(kv_heads):
+    # A decoder's KV cache grows by a token per call. Once dynamo marks the
+    # length dynamic, no op may read it as a constant (torchtpu's choice of
+    # attention implementation once did, and every length recompiled).
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    def f(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, enable_gqa=kv_heads != 4) * 2
+
+    counter = CompileCounterWithBackend("tpu")
+    cf = torch.compile(f, backend=counter)
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the one-time note on specialized shapes
+        for n in range(5, 10):
+            q, k, v = torch.randn(2, 4, 1, 8), torch.randn(2, kv_heads, n, 8), torch.randn(2, kv_heads, n, 8)
+            got = cf(q.to("tpu"), k.to("tpu"), v.to("tpu"))
+            torch.testing.assert_close(got.cpu(), f(q, k, v), rtol=1e-5, atol=1e-5)
+    assert counter.frame_count == 2  # the first length, then every length
+
+
 def test_op_without_rule_splits_the_graph():
     def f(x):
         y = torch.exp(x)

@@ -26,11 +26,18 @@ int64_t fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Ten
                          const std::optional<at::Tensor>& mask, double dropout_p, bool is_causal,
                          std::optional<double> scale, bool enable_gqa) {
   // 4-d only: PyTorch's meta function of the fused op takes no other.
+  // Sizes are read as SymInts, and only the leading ones: under torch.compile
+  // with dynamic shapes, reading a sequence length would pin it to a constant
+  // and recompile the graph for every length.
   constexpr int r = 4;
+  auto same_leading = [&](const at::Tensor& t) {
+    for (int i = 0; i < r - 2; ++i)
+      if (t.sym_size(i) != q.sym_size(i)) return false;
+    return true;
+  };
   bool fused = dropout_p == 0.0 && q.dim() == r && k.dim() == r && v.dim() == r && !q.is_nested() &&
                at::isFloatingType(q.scalar_type()) && k.scalar_type() == q.scalar_type() &&
-               v.scalar_type() == q.scalar_type() && k.sizes().slice(0, r - 2) == q.sizes().slice(0, r - 2) &&
-               v.sizes().slice(0, r - 2) == q.sizes().slice(0, r - 2);
+               v.scalar_type() == q.scalar_type() && same_leading(k) && same_leading(v);
   return static_cast<int64_t>(fused ? at::SDPBackend::overrideable : at::SDPBackend::math);
 }
 
