@@ -117,16 +117,60 @@ def test_sdpa_is_one_fused_op():
     assert torchtpu.stats()["ops"] == 1
 
 
-def test_sdpa_dropout_and_grouped_heads_decompose(no_fallbacks):
-    """What the fused op does not take runs PyTorch's math decomposition on
-    tpu: dropout (random, so compared by its statistics) and query heads
-    grouped over fewer key heads."""
+def test_sdpa_dropout_decomposes(no_fallbacks):
+    """Dropout, which the fused op does not take, runs PyTorch's math
+    decomposition on tpu (random, so compared by its statistics)."""
     q, k, v = to_tpu(make((2, 4, 8, 8, 4, 4), requires_grad=False))
     out = F.scaled_dot_product_attention(q, k, v, dropout_p=0.5)
     assert out.shape == q.shape and not out.isnan().any()
-    q, k, v = make((2, 4, 8, 8, 4, 4))
-    k, v = k[:, :2].detach().requires_grad_(), v[:, :2].detach().requires_grad_()
-    compare_sdpa(q, k, v, enable_gqa=True)
+
+
+@pytest.mark.parametrize("kv_heads", [1, 2])
+@pytest.mark.parametrize("causal", [False, True])
+def test_sdpa_grouped_query_heads(no_fallbacks, kv_heads, causal):
+    """enable_gqa: 4 query heads in groups over fewer key heads (Llama's
+    attention), one fused op, gradients of the key heads summed over their
+    groups; with a mask too."""
+    q, k, v = make((2, 4, 9, 11, 8, 6))
+    k, v = k[:, :kv_heads].detach().requires_grad_(), v[:, :kv_heads].detach().requires_grad_()
+    compare_sdpa(q, k, v, is_causal=causal, enable_gqa=True)
+    if not causal:
+        compare_sdpa(q, k, v, attn_mask=torch.randn(9, 11), enable_gqa=True)
+    q, k, v = to_tpu([q, k, v])
+    torchtpu.reset_stats()
+    with torch.no_grad():
+        F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+    assert torchtpu.stats()["ops"] == 1
+
+
+def test_sdpa_grouped_heads_as_views(no_fallbacks):
+    """Grouped heads as a model makes them: q from one projection, k and v
+    from another with fewer heads, all transposed views: a compiled training
+    step against CPU."""
+    torch.manual_seed(0)
+    proj = torch.nn.Linear(32, 64)
+
+    def step(proj, x):
+        q, kv = proj(x).split([32, 32], dim=2)
+        q = q.view(2, 8, 4, 8).transpose(1, 2)
+        k, v = (z.view(2, 8, 2, 8).transpose(1, 2) for z in kv.split(16, dim=2))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        loss = y.transpose(1, 2).reshape(2, 8, 32).square().mean()
+        loss.backward()
+        return loss
+
+    compare_compiled_step(step, proj, torch.randn(2, 8, 32))
+
+
+def test_sdpa_grouped_heads_need_enable_gqa():
+    """Without enable_gqa, fewer key heads are PyTorch's error, as on CPU."""
+    q, k, v = make((2, 4, 8, 8, 4, 4), requires_grad=False)
+    k, v = k[:, :2], v[:, :2]
+    with pytest.raises(RuntimeError) as cpu:
+        F.scaled_dot_product_attention(q, k, v)
+    with pytest.raises(RuntimeError) as tpu:
+        F.scaled_dot_product_attention(*to_tpu([q, k, v]))
+    assert type(tpu.value) is type(cpu.value)
 
 
 def test_sdpa_compiled(no_fallbacks):
@@ -178,12 +222,17 @@ def test_sdpa_compiled_training_with_head_views(no_fallbacks):
 @pytest.mark.skipif(os.environ.get("TORCHTPU_KERNELS") == "0", reason="no kernel in the composite run")
 def test_kernel_reads_heads_as_they_lie(tmp_path):
     """Heads transposed out of one projection reach the kernel token-major,
-    as they are laid out (no transpose in the program, forward or backward);
-    contiguous heads head-major."""
+    as they are laid out (no transpose in the program, forward or backward),
+    grouped key heads too; contiguous heads head-major."""
     code = ("import torch, torch.nn.functional as F, torchtpu\n"
             "x = torch.randn(2, 6, 48, device='tpu', requires_grad=True)\n"
             "q, k, v = (z.view(2, 6, 2, 8).transpose(1, 2) for z in x.split(16, dim=2))\n"
             "F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()\n"
+            "x = torch.randn(2, 6, 64, device='tpu', requires_grad=True)\n"
+            "q, kv = x.split([32, 32], dim=2)\n"
+            "q, (k, v) = q.view(2, 6, 4, 8).transpose(1, 2), (z.view(2, 6, 2, 8).transpose(1, 2) "
+            "for z in kv.split(16, dim=2))\n"
+            "F.scaled_dot_product_attention(q, k, v, enable_gqa=True).sum().backward()\n"
             "q = torch.randn(2, 2, 6, 8, device='tpu')\n"
             "F.scaled_dot_product_attention(q, q, q).cpu()\n")
     calls = {}
@@ -193,7 +242,7 @@ def test_kernel_reads_heads_as_they_lie(tmp_path):
         for layout in ("token_major = 1", "token_major = 0"):
             if layout in text:
                 calls.setdefault(layout, []).append(text)
-    assert len(calls.get("token_major = 1", [])) == 2, sorted(calls)
+    assert len(calls.get("token_major = 1", [])) == 4, sorted(calls)
     assert len(calls.get("token_major = 0", [])) == 1
     for text in calls["token_major = 1"]:  # q, k, v reach the kernel without a transpose
         transposed = set(re.findall(r"(%v\d+) = \"stablehlo.transpose\"", text))

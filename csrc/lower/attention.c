@@ -16,17 +16,63 @@
 #include "kernels/kernels.h"
 #include "lower/rules.h"
 
-/* The attention operands as [B, H, T, D] float32. */
+/* The attention operands as [B, H, T, D] float32; k and v come with |kh|
+ * heads, each serving h / kh query heads (grouped-query attention), and are
+ * expanded to h heads, so kernel and composite see one head per query head. */
 typedef struct attn {
   tpu_hlo_value q, k, v, bias; /* bias: [B, H, T, S] or NONE */
-  int64_t b, h, t, s, d, e;
+  int64_t b, h, kh, t, s, d, e;
   bool causal;
   double scale;
 } attn;
 
-static tpu_hlo_value as_4d(tpu_lower_ctx *c, int arg, const attn *a, int64_t len, int64_t width) {
-  int64_t dims[4] = {a->b, a->h, len, width};
+static tpu_hlo_value as_4d(tpu_lower_ctx *c, int arg, const attn *a, int64_t heads, int64_t len, int64_t width) {
+  int64_t dims[4] = {a->b, heads, len, width};
   return tpu_hlo_reshape(B, tpu_hlo_convert(B, tpu_lower_tensor(c, arg), TPU_F32), 4, dims);
+}
+
+static const int64_t swap_perm[4] = {0, 2, 1, 3}; /* [B, H, L, W] <-> [B, L, H, W] */
+
+/* The head dim of [B, L, H, W] (token-major) or [B, H, L, W]. */
+static int head_dim_of(bool token_major) { return token_major ? 2 : 1; }
+
+/* [B, kh, L, W] -> [B, h, L, W], key head j serving query heads j * g ..
+ * j * g + g - 1 (PyTorch's repeat_interleave). Heads transposed out of a
+ * token-major projection are expanded in that layout and stay a transpose
+ * of it, which the kernel reads as it lies. */
+static tpu_hlo_value expand_heads(tpu_lower_ctx *c, tpu_hlo_value x, const attn *a) {
+  if (a->kh == a->h) return x;
+  const bool tm = tpu_hlo_is_transpose(B, x, swap_perm);
+  tpu_hlo_value src = tm ? tpu_hlo_transpose(B, x, swap_perm) : x;
+  const int hd = head_dim_of(tm);
+  int64_t grouped[5], keep[4], dims[4];
+  for (int i = 0, j = 0; i < 4; i++) {
+    dims[i] = tpu_hlo_type_of(B, src)->dims[i];
+    grouped[j] = dims[i];
+    keep[i] = j++;
+    if (i == hd) grouped[j++] = a->h / a->kh; /* a key head's group follows it */
+  }
+  dims[hd] = a->h;
+  tpu_hlo_type gt = tpu_hlo_make_type(TPU_F32, 5, grouped);
+  tpu_hlo_value y = tpu_hlo_reshape(B, tpu_hlo_broadcast_in_dim(B, src, &gt, keep), 4, dims);
+  return tm ? tpu_hlo_transpose(B, y, swap_perm) : y;
+}
+
+/* The gradient of expanded heads, summed over each group: [B, h, L, W] ->
+ * [B, kh, L, W]. */
+static tpu_hlo_value reduce_heads(tpu_lower_ctx *c, tpu_hlo_value dx, const attn *a) {
+  if (a->kh == a->h) return dx;
+  const bool tm = tpu_hlo_is_transpose(B, dx, swap_perm);
+  tpu_hlo_value src = tm ? tpu_hlo_transpose(B, dx, swap_perm) : dx;
+  const int hd = head_dim_of(tm);
+  const int64_t group_dim = hd + 1;
+  int64_t grouped[5];
+  for (int i = 0, j = 0; i < 4; i++) {
+    grouped[j++] = i == hd ? a->kh : tpu_hlo_type_of(B, src)->dims[i];
+    if (i == hd) grouped[j++] = a->h / a->kh;
+  }
+  tpu_hlo_value r = tpu_lower_reduce(B, tpu_hlo_reshape(B, src, 5, grouped), TPU_HLO_ADD, &group_dim, 1);
+  return tm ? tpu_hlo_transpose(B, r, swap_perm) : r;
 }
 
 /* Reads q, k, v (arguments |qi| .. |qi| + 2), the mask (argument |bi|) and
@@ -37,20 +83,22 @@ static tpu_status_t attn_read(tpu_lower_ctx *c, int qi, int bi, int causal_arg, 
     return tpu_lower_error(c, TPU_ERR_RUNTIME, "query, key and value must be 4-d");
   a->b = q->sizes[0];
   a->h = q->sizes[1];
+  a->kh = k->sizes[1];
   a->t = q->sizes[2];
   a->d = q->sizes[3];
   a->s = k->sizes[2];
   a->e = v->sizes[3];
-  for (int i = 0; i < 2; i++)
-    if (k->sizes[i] != q->sizes[i] || v->sizes[i] != q->sizes[i])
-      return tpu_lower_error(c, TPU_ERR_RUNTIME, "query, key and value must have the same batch and heads");
+  if (k->sizes[0] != a->b || v->sizes[0] != a->b || v->sizes[1] != a->kh || a->kh < 1 || a->h % a->kh != 0)
+    return tpu_lower_error(c, TPU_ERR_RUNTIME,
+                           "query, key and value must have the same batch, and key and value the same heads, "
+                           "a divisor of the query's");
   if (k->sizes[3] != a->d || v->sizes[2] != a->s)
     return tpu_lower_error(c, TPU_ERR_RUNTIME, "key must match query's head size and value key's length");
   a->causal = tpu_lower_bool(c, causal_arg, false);
   a->scale = tpu_lower_is_none(c, scale_arg) ? 1.0 / sqrt((double)a->d) : tpu_lower_float(c, scale_arg, 1.0);
-  a->q = as_4d(c, qi, a, a->t, a->d);
-  a->k = as_4d(c, qi + 1, a, a->s, a->d);
-  a->v = as_4d(c, qi + 2, a, a->s, a->e);
+  a->q = as_4d(c, qi, a, a->h, a->t, a->d);
+  a->k = expand_heads(c, as_4d(c, qi + 1, a, a->kh, a->s, a->d), a);
+  a->v = expand_heads(c, as_4d(c, qi + 2, a, a->kh, a->s, a->e), a);
   a->bias = TPU_HLO_NONE;
   if (!tpu_lower_is_none(c, bi) && c->args[bi].kind == TPU_ARG_TENSOR) {
     int64_t dims[4] = {a->b, a->h, a->t, a->s};
@@ -67,8 +115,6 @@ static tpu_status_t attn_read(tpu_lower_ctx *c, int qi, int bi, int causal_arg, 
 }
 
 static bool use_kernel(const tpu_lower_ctx *c) { return (c->kernels & TPU_KERNEL_ATTENTION) != 0; }
-
-static const int64_t swap_perm[4] = {0, 2, 1, 3}; /* [B, H, L, W] <-> [B, L, H, W] */
 
 /* The kernel's layout for these operands: token-major ([B, T, H, D]) when
  * q, k and v are heads transposed out of it (a projection viewed as heads,
@@ -205,7 +251,7 @@ static tpu_status_t attention_backward_rule(tpu_lower_ctx *c) {
   bool want_bias = a.bias != TPU_HLO_NONE && c->num_outputs > 3 && c->out_types[3].dtype != TPU_INVALID;
   const tpu_lower_arg *mask = &c->args[5];
   bool bias_grad = want_bias && (mask->kind != TPU_ARG_BOOL_LIST || mask->n < 4 || mask->bools[3]);
-  tpu_hlo_value dout = as_4d(c, 0, &a, a.t, a.e), out = as_4d(c, 6, &a, a.t, a.e);
+  tpu_hlo_value dout = as_4d(c, 0, &a, a.h, a.t, a.e), out = as_4d(c, 6, &a, a.h, a.t, a.e);
   int64_t lse_dims[3] = {a.b, a.h, a.t};
   tpu_hlo_value lse = tpu_hlo_reshape(B, tpu_hlo_convert(B, tpu_lower_tensor(c, 7), TPU_F32), 3, lse_dims);
   tpu_hlo_value dq, dk, dv, ds = TPU_HLO_NONE;
@@ -240,8 +286,8 @@ static tpu_status_t attention_backward_rule(tpu_lower_ctx *c) {
     dk = product(c, mul(c, ds, sc), a.q, 2, 2);          /* [B, H, S, D] */
   }
   set_output(c, 0, dq);
-  set_output(c, 1, dk);
-  set_output(c, 2, dv);
+  set_output(c, 1, reduce_heads(c, dk, &a));
+  set_output(c, 2, reduce_heads(c, dv, &a));
   if (want_bias) /* the meta function returns no bias gradient without a bias */
     tpu_lower_set_output(c, 3, bias_grad ? bias_grad_as(c, ds, &c->out_types[3])
                                          : tpu_hlo_const_f64(B, &c->out_types[3], 0.0));

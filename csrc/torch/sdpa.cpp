@@ -1,9 +1,9 @@
 // F.scaled_dot_product_attention on tpu. PyTorch asks each backend which
 // fused implementation serves a call (the _fused_sdp_choice stub); tpu
 // answers "overrideable" wherever its fused op can (the rule of
-// csrc/lower/attention.c, a hand-written kernel on the CPU plugin) and
-// "math", PyTorch's decomposition, for dropout, grouped-query heads and 3-d
-// inputs.
+// csrc/lower/attention.c, a hand-written kernel on the CPU plugin; query
+// heads grouped over fewer key heads included, with enable_gqa) and "math",
+// PyTorch's decomposition, for dropout and 3-d inputs.
 // In eager the aten op returns sizes beside tensors, which the generic
 // kernel cannot, so it runs torchtpu::attention (its tensor returns, same
 // arguments) and adds the rest; compiled graphs lower the aten op directly.
@@ -29,15 +29,18 @@ int64_t fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Ten
   // Sizes are read as SymInts, and only the leading ones: under torch.compile
   // with dynamic shapes, reading a sequence length would pin it to a constant
   // and recompile the graph for every length.
+  // Heads: the same, or with enable_gqa, query heads in groups over key
+  // heads (without it, math raises PyTorch's own error).
   constexpr int r = 4;
-  auto same_leading = [&](const at::Tensor& t) {
-    for (int i = 0; i < r - 2; ++i)
-      if (t.sym_size(i) != q.sym_size(i)) return false;
-    return true;
+  auto shapes_fit = [&] {
+    if (k.sym_size(0) != q.sym_size(0) || v.sym_size(0) != q.sym_size(0) || v.sym_size(1) != k.sym_size(1))
+      return false;
+    if (k.sym_size(1) == q.sym_size(1)) return true;
+    return enable_gqa && k.sym_size(1) > 0 && q.sym_size(1) % k.sym_size(1) == 0;
   };
   bool fused = dropout_p == 0.0 && q.dim() == r && k.dim() == r && v.dim() == r && !q.is_nested() &&
                at::isFloatingType(q.scalar_type()) && k.scalar_type() == q.scalar_type() &&
-               v.scalar_type() == q.scalar_type() && same_leading(k) && same_leading(v);
+               v.scalar_type() == q.scalar_type() && shapes_fit();
   return static_cast<int64_t>(fused ? at::SDPBackend::overrideable : at::SDPBackend::math);
 }
 
