@@ -1,6 +1,6 @@
 """PyTorch's own decompositions, run on tpu for ops that have no rule, and
 the few torchtpu adds where PyTorch has none (EXTRA: the fused Adam and
-AdamW steps of `fused=True` optimizers).
+AdamW steps of `fused=True` optimizers, GradScaler's unscale and update).
 
 The CPU fallback (csrc/torch/fallback.cpp) asks here first: when
 torch._decomp (or EXTRA) has a decomposition for the op, it runs on tpu
@@ -102,11 +102,46 @@ def _adam_inplace(adamw):
     return step
 
 
+def _unscale_(grads, found_inf, inv_scale):
+    """_amp_foreach_non_finite_check_and_unscale_ (GradScaler.unscale_) as
+    PyTorch's kernels compute it: every grad times inv_scale, in float32 for
+    half grads (not through a half-rounded inv_scale); found_inf set to 1
+    when any grad holds an inf or a NaN, left as it was otherwise."""
+    if not grads:
+        return
+    wide = [g for g in grads if g.dtype in (torch.float32, torch.float64)]
+    finite = torch.stack([torch.isfinite(g).all() for g in grads]).all()
+    if wide:
+        torch._foreach_mul_(wide, inv_scale)
+    for g in grads:
+        if g.dtype not in (torch.float32, torch.float64):
+            g.copy_(g.float() * inv_scale)
+    found_inf.copy_(torch.where(finite, found_inf, torch.ones_like(found_inf)))
+
+
+def _update_scale_(scale, growth_tracker, found_inf, growth_factor, backoff_factor, growth_interval):
+    """_amp_update_scale_ (GradScaler.update) as PyTorch's kernels compute
+    it: after an inf the scale backs off and the tracker resets; after
+    growth_interval clean steps in a row the scale grows (unless that
+    overflows) and the tracker resets. The products round from float64, as
+    the kernels' do. No value leaves the device."""
+    found = found_inf.reshape(()) != 0
+    successful = growth_tracker + 1
+    grow = ~found & (successful == growth_interval)
+    grown = (scale.double() * growth_factor).to(scale.dtype)
+    backed_off = (scale.double() * backoff_factor).to(scale.dtype)
+    scale.copy_(torch.where(found, backed_off, torch.where(grow & torch.isfinite(grown), grown, scale)))
+    growth_tracker.copy_(torch.where(found | grow, torch.zeros_like(growth_tracker), successful))
+    return scale
+
+
 # Only the in-place ops: torch.compile never traces into fused optimizers
 # (PyTorch wraps their step in torch.compiler.disable), so the functional
-# _fused_adam(w) does not reach a graph.
+# _fused_adam(w) does not reach a graph; GradScaler's steps run eagerly too.
 EXTRA = {getattr(getattr(torch.ops.aten, name), overload): _adam_inplace(adamw)
          for name, adamw in (("_fused_adam_", False), ("_fused_adamw_", True)) for overload in ("default", "tensor_lr")}
+EXTRA[torch.ops.aten._amp_foreach_non_finite_check_and_unscale_.default] = _unscale_
+EXTRA[torch.ops.aten._amp_update_scale_.default] = _update_scale_
 
 
 def _decomposed(op, args, kwargs):
