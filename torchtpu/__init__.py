@@ -43,6 +43,7 @@ torch.utils.generate_methods_for_privateuse1_backend(
 
 _C._set_fallback_mode(os.environ.get("TORCHTPU_FALLBACK", "warn"))
 from . import _decomp  # noqa: E402
+from . import _meta  # noqa: E402,F401
 
 _C._set_decomposer(_decomp.run)
 if os.environ.get("TORCHTPU_DUMP_DIR"):

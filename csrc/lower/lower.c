@@ -28,6 +28,7 @@ static const rule_table tables[] = {
     {tpu_rules_special, &tpu_rules_special_count},
     {tpu_rules_factor, &tpu_rules_factor_count},
     {tpu_rules_attention, &tpu_rules_attention_count},
+    {tpu_rules_rnn, &tpu_rules_rnn_count},
 };
 
 int tpu_lower_rule_count(void) {

@@ -23,6 +23,7 @@ TPU_RULE_TABLE(sort);
 TPU_RULE_TABLE(special);
 TPU_RULE_TABLE(factor);
 TPU_RULE_TABLE(attention);
+TPU_RULE_TABLE(rnn);
 
 /* Shorthands every family uses: the builder, the first output's type, and
  * the arithmetic a formula is written in. */

@@ -3,7 +3,8 @@
 // tpu convolution to convolution_overrideable and its backward to
 // convolution_backward_overrideable, whose only kernels throw. Both have the
 // metadata of the core ops, whose meta functions PyTorch has. Some CPU ops
-// have no meta function at all.
+// have no meta function at all, nor some CUDA-only ones PyTorch sends every
+// non-CPU device (the fused GRU cell).
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
@@ -42,9 +43,45 @@ at::Tensor multilabel_margin_loss_backward_meta(const at::Tensor& grad_output, c
   return at::empty_like(self);
 }
 
+// The fused GRU cell and its backward have only CUDA kernels. The cell
+// returns hy (as hx) and a [.., 5H] workspace; the backward the gate
+// gradients (as the gates), hx's, and the biases' when there are biases.
+std::tuple<at::Tensor, at::Tensor> thnn_fused_gru_cell_meta(const at::Tensor& input_gates,
+                                                            const at::Tensor& hidden_gates, const at::Tensor& hx,
+                                                            const std::optional<at::Tensor>& input_bias,
+                                                            const std::optional<at::Tensor>& hidden_bias) {
+  TORCH_CHECK(input_gates.dim() >= 1 && input_gates.sym_sizes() == hidden_gates.sym_sizes(),
+              "_thnn_fused_gru_cell: input_gates and hidden_gates must have the same size, got ",
+              input_gates.sym_sizes(), " and ", hidden_gates.sym_sizes());
+  TORCH_CHECK(hx.dim() == input_gates.dim() && input_gates.sym_size(-1) == hx.sym_size(-1) * 3,
+              "_thnn_fused_gru_cell: the gates must be 3 * hidden_size wide, got ", input_gates.sym_sizes(),
+              " for a hidden state of ", hx.sym_sizes());
+  auto ws = hx.sym_sizes().vec();
+  ws.back() *= 5;
+  return {at::empty_like(hx, at::MemoryFormat::Contiguous), at::empty_symint(ws, input_gates.options())};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> thnn_fused_gru_cell_backward_meta(
+    const at::Tensor& grad_hy, const at::Tensor& workspace, bool has_bias) {
+  TORCH_CHECK(workspace.dim() == grad_hy.dim() && workspace.sym_size(-1) == grad_hy.sym_size(-1) * 5,
+              "_thnn_fused_gru_cell_backward: the workspace must be 5 * hidden_size wide, got ",
+              workspace.sym_sizes(), " for a gradient of ", grad_hy.sym_sizes());
+  auto gates = grad_hy.sym_sizes().vec();
+  gates.back() *= 3;
+  at::Tensor g_in = at::empty_symint(gates, workspace.options()), g_hid = at::empty_symint(gates, workspace.options());
+  at::Tensor b_in, b_hid;
+  if (has_bias) {
+    b_in = at::empty_symint({gates.back()}, workspace.options());
+    b_hid = at::empty_symint({gates.back()}, workspace.options());
+  }
+  return {g_in, g_hid, at::empty_like(grad_hy, at::MemoryFormat::Contiguous), b_in, b_hid};
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, Meta, m) {
+  m.impl("_thnn_fused_gru_cell", TORCH_FN(thnn_fused_gru_cell_meta));
+  m.impl("_thnn_fused_gru_cell_backward", TORCH_FN(thnn_fused_gru_cell_backward_meta));
   m.impl("convolution_overrideable", TORCH_FN(convolution_overrideable_meta));
   m.impl("convolution_backward_overrideable", TORCH_FN(convolution_backward_overrideable_meta));
   m.impl("multi_margin_loss_backward", TORCH_FN(multi_margin_loss_backward_meta));
