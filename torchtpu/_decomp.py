@@ -1,6 +1,6 @@
 """PyTorch's own decompositions, run on tpu for ops that have no rule, and
-the few torchtpu adds where PyTorch has none (EXTRA: the fused Adam and
-AdamW steps of `fused=True` optimizers, GradScaler's unscale and update).
+the few torchtpu adds where PyTorch has none (EXTRA: the fused Adam, AdamW
+and SGD steps of `fused=True` optimizers, GradScaler's unscale and update).
 
 The CPU fallback (csrc/torch/fallback.cpp) asks here first: when
 torch._decomp (or EXTRA) has a decomposition for the op, it runs on tpu
@@ -102,6 +102,36 @@ def _adam_inplace(adamw):
     return step
 
 
+def _sgd_(self, grads, momentum_buffer_list, *, weight_decay, momentum, lr, dampening, nesterov, maximize,
+          is_first_step, grad_scale=None, found_inf=None):
+    """_fused_sgd_ (SGD with fused=True) as PyTorch's CPU kernel computes it:
+    half types in float32, grads written back divided by grad_scale (not
+    negated by maximize), the momentum buffer taking the first step's
+    gradient whole, nothing changed when found_inf is 1."""
+    for i, p in enumerate(self):
+        f = torch.float32 if p.dtype in (torch.float16, torch.bfloat16) else p.dtype
+        step = lr.to(p.device, f) if isinstance(lr, torch.Tensor) else lr
+        old = [p, grads[i]] + ([momentum_buffer_list[i]] if momentum != 0 else [])
+        param, grad = p.to(f), grads[i].to(f)
+        if grad_scale is not None:
+            grad = grad / grad_scale.to(f)
+        new = [None, grad]
+        if maximize:
+            grad = -grad
+        if weight_decay != 0:
+            grad = grad + param * weight_decay
+        if momentum != 0:
+            buf = grad if is_first_step else old[2].to(f) * momentum + grad * (1 - dampening)
+            grad = grad + buf * momentum if nesterov else buf
+            new.append(buf)
+        new[0] = param - grad * step
+        if found_inf is not None:
+            skip = found_inf == 1
+            new = [torch.where(skip, o.to(f), n) for o, n in zip(old, new)]
+        for t, v in zip(old, new):
+            t.copy_(v.to(t.dtype))
+
+
 def _unscale_(grads, found_inf, inv_scale):
     """_amp_foreach_non_finite_check_and_unscale_ (GradScaler.unscale_) as
     PyTorch's kernels compute it: every grad times inv_scale, in float32 for
@@ -140,6 +170,7 @@ def _update_scale_(scale, growth_tracker, found_inf, growth_factor, backoff_fact
 # _fused_adam(w) does not reach a graph; GradScaler's steps run eagerly too.
 EXTRA = {getattr(getattr(torch.ops.aten, name), overload): _adam_inplace(adamw)
          for name, adamw in (("_fused_adam_", False), ("_fused_adamw_", True)) for overload in ("default", "tensor_lr")}
+EXTRA.update({torch.ops.aten._fused_sgd_.default: _sgd_, torch.ops.aten._fused_sgd_.tensor_lr: _sgd_})
 EXTRA[torch.ops.aten._amp_foreach_non_finite_check_and_unscale_.default] = _unscale_
 EXTRA[torch.ops.aten._amp_update_scale_.default] = _update_scale_
 
