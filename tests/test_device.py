@@ -122,3 +122,36 @@ def test_program_cache_is_capped(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     assert int(out.stdout.split()[-1]) > 0  # the second pass loaded evicted programs from disk
+
+
+def test_memory_counters():
+    """torch.tpu.memory_allocated counts live storages' bytes as PyTorch
+    counts CUDA's: a new tensor adds its bytes, a view adds none, freeing
+    returns them; the peak holds until reset_peak_memory_stats. Resizing a
+    storage counts the new size only."""
+    torch.tpu.synchronize()
+    base = torch.tpu.memory_allocated()
+    x = torch.randn(1000, 250, device="tpu")
+    assert torch.tpu.memory_allocated() == base + 10**6
+    v = x[10:].t()
+    y = x * 2
+    assert torch.tpu.memory_allocated() == base + 2 * 10**6
+    del x, v, y
+    assert torch.tpu.memory_allocated() == base
+    assert torch.tpu.max_memory_allocated() >= base + 2 * 10**6
+    torch.tpu.reset_peak_memory_stats()
+    assert torch.tpu.max_memory_allocated() == base
+    z = torch.ones(10, device="tpu")
+    z.resize_(100)
+    assert torch.tpu.memory_allocated() == base + 400
+    stats = torch.tpu.memory_stats()
+    assert stats["allocated_bytes.all.current"] == base + 400 == torch.tpu.memory_reserved()
+    assert stats["allocated_bytes.all.peak"] == torch.tpu.max_memory_allocated() >= base + 400
+    torch.tpu.empty_cache()  # nothing cached: a no-op
+    assert torch.tpu.memory_allocated() == base + 400
+
+
+def test_mem_get_info_and_capabilities():
+    free, total = torch.tpu.mem_get_info()
+    assert 0 < free <= total
+    assert torch.tpu.is_bf16_supported()

@@ -1,4 +1,6 @@
 """torch.tpu: the device module PyTorch looks up for the "tpu" device."""
+import os
+
 import torch
 
 from . import _C
@@ -117,6 +119,78 @@ def set_rng_state_all(new_states):
 
 def get_amp_supported_dtype():
     return [torch.bfloat16, torch.float16]
+
+
+def is_bf16_supported(including_emulation=True):
+    """XLA supports bfloat16 on every platform."""
+    return True
+
+
+# --- memory --------------------------------------------------------------------
+# Counted as PyTorch counts CUDA memory: the bytes of live tensor storages
+# (not XLA's scratch inside a program). PJRT allocates and frees device
+# memory itself, so there is no cache: reserved equals allocated and
+# empty_cache has nothing to release.
+
+def memory_allocated(device=None):
+    """Bytes held by tensors on the device."""
+    return _C._memory(_index(device))[0]
+
+
+def max_memory_allocated(device=None):
+    """The peak of memory_allocated since start or reset_peak_memory_stats."""
+    return _C._memory(_index(device))[1]
+
+
+def memory_reserved(device=None):
+    return memory_allocated(device)
+
+
+def max_memory_reserved(device=None):
+    return max_memory_allocated(device)
+
+
+def reset_peak_memory_stats(device=None):
+    _C._reset_peak_memory(_index(device))
+
+
+def reset_max_memory_allocated(device=None):
+    reset_peak_memory_stats(device)
+
+
+def memory_stats(device=None):
+    """The counters of memory_allocated under PyTorch's names."""
+    current, peak = _C._memory(_index(device))
+    return {"allocated_bytes.all.current": current, "allocated_bytes.all.peak": peak,
+            "reserved_bytes.all.current": current, "reserved_bytes.all.peak": peak}
+
+
+def empty_cache():
+    """Nothing to release: freed tensors return their memory to PJRT at once."""
+
+
+def _host_memory():
+    """(available, total) bytes of host memory: the CPU plugin's device memory."""
+    try:
+        with open("/proc/meminfo") as f:
+            info = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f if line.split()[1:]}
+        return info["MemAvailable"], info["MemTotal"]
+    except (OSError, KeyError, ValueError):
+        page = os.sysconf("SC_PAGE_SIZE")
+        return os.sysconf("SC_AVPHYS_PAGES") * page, os.sysconf("SC_PHYS_PAGES") * page
+
+
+def mem_get_info(device=None):
+    """(free, total) bytes of device memory: from the plugin's allocator
+    statistics where it keeps them (CUDA, TPU), the host's available memory
+    on the CPU plugin, whose device memory is host memory."""
+    index = _index(device)
+    stats = _C._device_memory(index)
+    if stats is not None and stats[1] >= 0:
+        return stats[1] - stats[0], stats[1]
+    if _C._info()["platform"] == "cpu":
+        return _host_memory()
+    raise RuntimeError("tpu: the PJRT plugin reports no memory limit for this device")
 
 
 def get_device_name(device=None):

@@ -134,6 +134,11 @@ tpu_status_t tpu_eager_execute(const tpu_eager_entry *e, const tpu_eager_call *c
 /* --- storages ---------------------------------------------------------------- */
 tpu_storage *tpu_storage_new(int device, int64_t nbytes);
 void tpu_storage_free(tpu_storage *s);
+/* The bytes of |device|'s live storages (what torch.tpu.memory_allocated
+ * reports: the tensors' own memory, not XLA's scratch inside a program) and
+ * their peak since start or the last reset. */
+void tpu_storage_memory(int device, int64_t *out_allocated, int64_t *out_peak);
+void tpu_storage_reset_peak(int device);
 /* Replaces the buffer, of type |type| (the old one is released; pending
  * reads still finish). */
 void tpu_storage_set(tpu_storage *s, tpu_buffer *buf, const tpu_hlo_type *type);

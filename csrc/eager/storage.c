@@ -1,22 +1,52 @@
 /* Storage boxes: the device buffer behind a PyTorch storage (see eager.h). */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "eager/eager.h"
+
+/* Per-device byte counts of live storages; devices past the table go
+ * uncounted. */
+enum { COUNTED_DEVICES = 64 };
+static _Atomic int64_t g_allocated[COUNTED_DEVICES], g_peak[COUNTED_DEVICES];
+
+static bool counted(int device) { return device >= 0 && device < COUNTED_DEVICES; }
+
+static void count(int device, int64_t delta) {
+  if (!counted(device)) return;
+  int64_t now = atomic_fetch_add_explicit(&g_allocated[device], delta, memory_order_relaxed) + delta;
+  int64_t peak = atomic_load_explicit(&g_peak[device], memory_order_relaxed);
+  while (now > peak && !atomic_compare_exchange_weak_explicit(&g_peak[device], &peak, now, memory_order_relaxed,
+                                                              memory_order_relaxed)) {
+  }
+}
 
 tpu_storage *tpu_storage_new(int device, int64_t nbytes) {
   tpu_storage *s = calloc(1, sizeof *s);
   if (s != NULL) {
     s->nbytes = nbytes;
     s->device = device;
+    count(device, nbytes);
   }
   return s;
 }
 
 void tpu_storage_free(tpu_storage *s) {
   if (s == NULL) return;
+  count(s->device, -s->nbytes);
   tpu_buffer_destroy(tpu_eager_runtime(), s->buf);
   free(s);
+}
+
+void tpu_storage_memory(int device, int64_t *out_allocated, int64_t *out_peak) {
+  *out_allocated = counted(device) ? atomic_load_explicit(&g_allocated[device], memory_order_relaxed) : 0;
+  *out_peak = counted(device) ? atomic_load_explicit(&g_peak[device], memory_order_relaxed) : 0;
+}
+
+void tpu_storage_reset_peak(int device) {
+  if (counted(device))
+    atomic_store_explicit(&g_peak[device], atomic_load_explicit(&g_allocated[device], memory_order_relaxed),
+                          memory_order_relaxed);
 }
 
 void tpu_storage_set(tpu_storage *s, tpu_buffer *buf, const tpu_hlo_type *type) {

@@ -264,6 +264,35 @@ typedef struct {
   size_t value_size; /* out */
 } PJRT_DeviceDescription_String_Args;
 
+/* The device's allocator statistics; each optional field comes with its
+ * _is_set flag. */
+typedef struct {
+  size_t struct_size;
+  PJRT_Extension_Base *extension_start;
+  PJRT_Device *device;
+  int64_t bytes_in_use; /* out */
+  int64_t peak_bytes_in_use;
+  bool peak_bytes_in_use_is_set;
+  int64_t num_allocs;
+  bool num_allocs_is_set;
+  int64_t largest_alloc_size;
+  bool largest_alloc_size_is_set;
+  int64_t bytes_limit; /* out: the memory a program may allocate */
+  bool bytes_limit_is_set;
+  int64_t bytes_reserved;
+  bool bytes_reserved_is_set;
+  int64_t peak_bytes_reserved;
+  bool peak_bytes_reserved_is_set;
+  int64_t bytes_reservable_limit;
+  bool bytes_reservable_limit_is_set;
+  int64_t largest_free_block_bytes;
+  bool largest_free_block_bytes_is_set;
+  int64_t pool_bytes;
+  bool pool_bytes_is_set;
+  int64_t peak_pool_bytes;
+  bool peak_pool_bytes_is_set;
+} PJRT_Device_MemoryStats_Args;
+
 /* --- executables -------------------------------------------------------- */
 typedef struct {
   size_t struct_size;

@@ -348,6 +348,17 @@ static tpu_status_t check_device(const tpu_runtime *rt, int device) {
   return NULL;
 }
 
+tpu_status_t tpu_runtime_memory_stats(tpu_runtime *rt, int device, int64_t *out_in_use, int64_t *out_limit) {
+  TPU_RETURN_IF_ERROR(check_device(rt, device));
+  PJRT_Device_MemoryStats_Args a = {
+      .struct_size = TPU_PJRT_SIZE(PJRT_Device_MemoryStats_Args, peak_pool_bytes_is_set),
+      .device = rt->devices[device]};
+  TPU_RETURN_IF_ERROR(CALL(rt->api, PJRT_Device_MemoryStats, &a, "reading the device's memory statistics"));
+  *out_in_use = a.bytes_in_use;
+  *out_limit = a.bytes_limit_is_set ? a.bytes_limit : -1;
+  return NULL;
+}
+
 static uint64_t dense_bytes(tpu_dtype_t dtype, const int64_t *dims, int rank) {
   uint64_t n = tpu_dtype_size(dtype);
   for (int i = 0; i < rank; i++) n *= (uint64_t)dims[i];

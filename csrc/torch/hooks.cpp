@@ -29,13 +29,11 @@ struct TpuHooks final : public at::PrivateUse1HooksInterface {
 
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
     tpu_storage* old = static_cast<tpu_storage*>(storage.data_ptr().get_context());
-    c10::DeviceIndex device = storage.device().index();
     c10::DeviceGuard guard(storage.device());
     c10::DataPtr fresh = allocator()->allocate(newsize);
     tpu_storage* box = static_cast<tpu_storage*>(fresh.get_context());
     if (old != nullptr && box != nullptr && old->buf != nullptr)
       TPU_CHECK(tpu_storage_copy_prefix(box, old));
-    (void)device;
     storage.unsafeGetStorageImpl()->set_data_ptr_noswap(std::move(fresh));
     storage.unsafeGetStorageImpl()->set_nbytes(newsize);
   }
