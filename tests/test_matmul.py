@@ -1,7 +1,8 @@
-"""The float32 matrix product kernel (csrc/kernels/matmul.c) through PyTorch:
-mm, bmm, addmm, baddbmm, linear and matmul in every operand layout, eager and
+"""The matrix product kernel (csrc/kernels/matmul.c) through PyTorch: mm,
+bmm, addmm, baddbmm, linear and matmul in every operand layout, eager and
 compiled, against CPU and a float64 reference; the programs hand it
-transposed operands as they lie; what stays with XLA (plain layouts, other
+transposed operands as they lie; bfloat16 products in every layout where the
+CPU has AVX-512 BF16; what stays with XLA (plain float32 layouts, other
 dtypes, small products). The numeric cases run again without the kernel
 (TORCHTPU_KERNELS=attention) in a subprocess."""
 import os
@@ -13,10 +14,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import torchtpu  # noqa: F401
+import torchtpu
 from conftest import compare_compiled_step, dumped_programs
 
 KERNEL = os.environ.get("TORCHTPU_KERNELS", "1") not in ("0", "attention")
+BF16_KERNEL = KERNEL and "BF16" in torchtpu._C._info()["kernels"]
 
 
 def layout(x, transposed):
@@ -161,13 +163,53 @@ def test_compiled_linear_adds_its_bias_in_the_kernel(tmp_path):
 
 @pytest.mark.skipif(not KERNEL, reason="no matmul kernel in this run")
 def test_what_stays_with_xla(tmp_path):
-    """Plain layouts (XLA runs them as fast), other dtypes and products too
-    small to pay for the call are XLA's."""
+    """Plain float32 layouts (XLA runs them as fast), other dtypes and
+    products too small to pay for the call are XLA's."""
     code = ("a = torch.randn(128, 128, device='tpu')\n"
-            "(a @ a).cpu(); (a.bfloat16().t() @ a.bfloat16()).cpu(); (a.double().t() @ a.double()).cpu()\n"
-            "(a[:8, :8].t() @ a[:8, :8]).cpu(); (torch.randn(128, device='tpu') @ a.t()).cpu()\n")
+            "(a @ a).cpu(); (a.half().t() @ a.half()).cpu(); (a.double().t() @ a.double()).cpu()\n"
+            "(a[:8, :8].t() @ a[:8, :8]).cpu(); (a[:8, :8].bfloat16() @ a[:8, :8].bfloat16()).cpu()\n"
+            "(torch.randn(128, device='tpu') @ a.t()).cpu()\n")
     layouts, dots, _ = products_of(tmp_path, code)
-    assert layouts == [] and dots == 5, (layouts, dots)
+    assert layouts == [] and dots == 6, (layouts, dots)
+
+
+@pytest.mark.skipif(not BF16_KERNEL, reason="no bfloat16 matmul kernel on this CPU or in this run")
+def test_bfloat16_products_reach_the_kernel_in_every_layout(tmp_path):
+    """XLA's CPU dots run bfloat16 no faster than float32: every layout goes
+    to the kernel, in eager and under autocast in a compiled graph."""
+    code = ("a = torch.randn(128, 256, device='tpu', dtype=torch.bfloat16)\n"
+            "b = torch.randn(256, 128, device='tpu', dtype=torch.bfloat16)\n"
+            "(a @ b).cpu(); (a @ a.t()).cpu(); (b.t() @ b).cpu(); (b.t() @ a.t()).cpu()\n"
+            "lin = torch.nn.Linear(256, 192).to('tpu')\n"
+            "def f(x):\n"
+            "    with torch.autocast('tpu', dtype=torch.bfloat16):\n"
+            "        return lin(x).float().sum()\n"
+            "torch.compile(f, backend='tpu')(a.float()).cpu()\n")
+    layouts, dots, fed = products_of(tmp_path, code)
+    # the four eager layouts, and the compiled F.linear x @ w.t() (NT)
+    assert layouts == [(0, 0), (0, 1), (0, 1), (1, 0), (1, 1)] and dots == 0 and not fed, (layouts, dots)
+
+
+BF16_SIZES = [(128, 256, 96), (130, 257, 67), (64, 1023, 40)]  # M, K, N: odd K pads a step
+
+
+@pytest.mark.parametrize("m,k,n", BF16_SIZES)
+@pytest.mark.parametrize("lt", [False, True], ids=["a", "aT"])
+@pytest.mark.parametrize("rt", [False, True], ids=["b", "bT"])
+def test_bfloat16_mm_in_every_layout(m, k, n, lt, rt):
+    """bfloat16 products sum in float32 and round once, as PyTorch's CPU
+    product does: the same bfloat16 result but for an ulp where the sums'
+    order differs, and as close to the float64 product of the same values."""
+    torch.manual_seed(m + k + n)
+    a = layout(torch.randn(m, k).bfloat16(), lt)
+    b = layout(torch.randn(k, n).bfloat16(), rt)
+    got, cpu, exact = (a.to("tpu") @ b.to("tpu")).cpu(), a @ b, a.double() @ b.double()
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got, cpu)
+    ours, theirs = (got.double() - exact).abs().max(), (cpu.double() - exact).abs().max()
+    assert ours <= 1.01 * theirs + 1e-6, (float(ours), float(theirs))
+    got = torch.bmm(a.expand(2, m, k).to("tpu"), b.expand(2, k, n).to("tpu")).cpu()
+    torch.testing.assert_close(got, torch.bmm(a.expand(2, m, k), b.expand(2, k, n)))
 
 
 @pytest.mark.skipif(not KERNEL, reason="already the run without the kernel")

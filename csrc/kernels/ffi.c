@@ -189,19 +189,20 @@ static XLA_FFI_Error *attention_bwd(XLA_FFI_CallFrame *f) {
 
 /* a [.., M, K] (lhs_t: [.., K, M]), b [.., K, N] (rhs_t: [.., N, K]), c
  * [.., M, N], with at most one batch dim; with has_bias a third operand,
- * bias [N]. */
+ * bias [N]. a and b float32 or both bfloat16; c and bias float32. */
 static bool matmul_shape(const XLA_FFI_CallFrame *f, tpu_matmul_shape *s) {
   const XLA_FFI_Buffer *a = arg_buffer(f, 0), *b = arg_buffer(f, 1), *c = ret_buffer(f, 0);
   const bool has_bias = attr(f, "has_bias") != 0;
   const XLA_FFI_Buffer *bias = has_bias ? arg_buffer(f, 2) : NULL;
   if (f->args.size != 2 + has_bias || f->rets.size != 1 || a == NULL || b == NULL || c == NULL) return false;
   const int64_t r = a->rank;
-  if (r < 2 || r > 3 || b->rank != r || c->rank != r || a->dtype != XLA_FFI_DataType_F32 ||
-      b->dtype != XLA_FFI_DataType_F32 || c->dtype != XLA_FFI_DataType_F32)
+  const bool bf16 = a->dtype == XLA_FFI_DataType_BF16;
+  if (r < 2 || r > 3 || b->rank != r || c->rank != r || (a->dtype != XLA_FFI_DataType_F32 && !bf16) ||
+      b->dtype != a->dtype || c->dtype != XLA_FFI_DataType_F32)
     return false;
   const bool lt = attr(f, "lhs_t") != 0, rt = attr(f, "rhs_t") != 0;
   *s = (tpu_matmul_shape){.batch = r == 3 ? a->dims[0] : 1, .m = a->dims[r - 1 - !lt], .k = a->dims[r - 1 - lt],
-                          .n = b->dims[r - 1 - rt], .lhs_t = lt, .rhs_t = rt};
+                          .n = b->dims[r - 1 - rt], .lhs_t = lt, .rhs_t = rt, .bf16 = bf16};
   return b->dims[r - 2 + rt] == s->k && c->dims[r - 2] == s->m && c->dims[r - 1] == s->n &&
          (r == 2 || (b->dims[0] == s->batch && c->dims[0] == s->batch)) &&
          (!has_bias || (bias->dtype == XLA_FFI_DataType_F32 && bias->rank == 1 && bias->dims[0] == s->n));
@@ -215,10 +216,13 @@ static XLA_FFI_Error *matmul(XLA_FFI_CallFrame *f) {
   xla_pool pool = pool_of(f);
   tpu_parallel par = {.run = pool_run, .ctx = &pool};
   const float *bias = attr(f, "has_bias") != 0 ? data(arg_buffer(f, 2)) : NULL;
-  if (!tpu_matmul(&s, data(arg_buffer(f, 0)), data(arg_buffer(f, 1)), bias, ret_buffer(f, 0)->data, &par))
-    return ffi_error(f, XLA_FFI_Error_Code_RESOURCE_EXHAUSTED, TPU_KERNEL_MATMUL_CALL ": out of memory");
+  if (!tpu_matmul(&s, arg_buffer(f, 0)->data, arg_buffer(f, 1)->data, bias, ret_buffer(f, 0)->data, &par))
+    return ffi_error(f, XLA_FFI_Error_Code_RESOURCE_EXHAUSTED,
+                     TPU_KERNEL_MATMUL_CALL ": out of memory, or no bfloat16 kernel on this CPU");
   return NULL;
 }
+
+static unsigned matmul_variants(void) { return tpu_matmul_bf16_available() ? TPU_KERNEL_MATMUL_BF16 : 0; }
 
 /* Every kernel: its name in TORCHTPU_KERNELS, its bit, its custom calls and
  * their handlers, and, for one that needs an instruction set, the one this
@@ -232,10 +236,11 @@ static const struct kernel {
   const char *targets[2];
   handler_fn *handlers[2];
   const char *(*isa)(void);
+  unsigned (*variants)(void); /* bits of what more the kernel takes on this CPU (NULL: none) */
 } kernels[] = {
     {"attention", TPU_KERNEL_ATTENTION, 2, {TPU_KERNEL_ATTENTION_FWD, TPU_KERNEL_ATTENTION_BWD},
-     {attention_fwd, attention_bwd}, NULL},
-    {"matmul", TPU_KERNEL_MATMUL, 1, {TPU_KERNEL_MATMUL_CALL}, {matmul}, tpu_matmul_isa},
+     {attention_fwd, attention_bwd}, NULL, NULL},
+    {"matmul", TPU_KERNEL_MATMUL, 1, {TPU_KERNEL_MATMUL_CALL}, {matmul}, tpu_matmul_isa, matmul_variants},
 };
 enum { NUM_KERNELS = sizeof kernels / sizeof *kernels };
 
@@ -279,7 +284,7 @@ unsigned tpu_kernels_register(tpu_runtime *rt, unsigned wanted) {
     for (int c = 0; c < k->calls && st == NULL; c++)
       st = tpu_runtime_register_ffi(rt, k->targets[c], (void *)k->handlers[c]);
     if (st == NULL)
-      bits |= k->bit;
+      bits |= k->bit | (k->variants != NULL ? k->variants() : 0);
     else
       tpu_status_free(st);
   }

@@ -25,7 +25,9 @@
 extern "C" {
 #endif
 
-enum { TPU_KERNEL_ATTENTION = 1u << 0, TPU_KERNEL_MATMUL = 1u << 1 };
+/* Kernel bits. TPU_KERNEL_MATMUL_BF16 is no kernel of its own: registering
+ * matmul sets it too where the CPU has the bfloat16 inner kernel. */
+enum { TPU_KERNEL_ATTENTION = 1u << 0, TPU_KERNEL_MATMUL = 1u << 1, TPU_KERNEL_MATMUL_BF16 = 1u << 2 };
 
 #define TPU_KERNEL_ATTENTION_FWD "torchtpu_attention_fwd"
 #define TPU_KERNEL_ATTENTION_BWD "torchtpu_attention_bwd"

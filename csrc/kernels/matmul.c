@@ -1,4 +1,4 @@
-/* Float32 matrix products on the host, BLAS-style: for each block of KC
+/* Float32 (and bfloat16) matrix products on the host, BLAS-style: for each block of KC
  * steps of the contraction, the operands are first packed into panels (MR
  * rows of A, NR columns of B, one contiguous stretch per step of k, zero
  * padded at the edges), then an inner kernel accumulates an MR x NR tile of C
@@ -12,9 +12,16 @@
  * The inner kernels are GCC vector code compiled for one ISA each and chosen
  * at run time: AVX-512 (12 x 32, 24 of its 32 registers accumulating) and
  * AVX2 with FMA (6 x 16, 12 of 16). The build adds -O3 and -ffp-contract=fast
- * (ISO C mode forms no fused multiply-adds). */
+ * (ISO C mode forms no fused multiply-adds).
+ *
+ * Panels are arrays of 32-bit words, one per (line, step) for float32. For
+ * bfloat16 a word holds a line's pair of consecutive steps (the odd last step
+ * paired with zero), and the AVX-512 BF16 kernel adds both products of a
+ * pair into a float32 lane at once (vdpbf16ps): twice the multiply-adds of a
+ * float32 FMA, the same tiles, stores and C. */
 #include "kernels/matmul.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,13 +33,18 @@ enum {
   MAX_MR = 12,           /* the widest kernel's A panel (sizes a tile's stack buffer) */
 };
 
-typedef void micro_fn(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, bool add,
+/* A float32 panel is read and written as floats in buffers of words. */
+typedef float fword __attribute__((may_alias));
+
+/* |kw| packed words of steps: an MR x NR tile of C from one A and one B panel. */
+typedef void micro_fn(int64_t kw, const uint32_t *a, const uint32_t *b, float *c, int64_t ldc, bool add,
                       const float *bias, int64_t rows, int64_t cols);
 
 typedef struct isa {
   const char *name;
   int64_t mr, nr;
   micro_fn *micro;
+  micro_fn *micro_bf16; /* NULL: no bfloat16 kernel on this CPU */
 } isa;
 
 /* C[rows, cols] (+)= the MR x NR tile |acc| holds, plus |bias| (NULL, or
@@ -69,14 +81,15 @@ typedef struct isa {
 
 /* An inner kernel: |kc| rank-1 updates of an MR x (NV * LANES) tile. */
 #define MICRO(name, arch, vec, LANES, MR, NV)                                                   \
-  __attribute__((target(arch))) static void name(int64_t kc, const float *restrict a,          \
-                                                   const float *restrict b, float *restrict c,    \
+  __attribute__((target(arch))) static void name(int64_t kw, const uint32_t *restrict aw,       \
+                                                   const uint32_t *restrict bw, float *restrict c, \
                                                    int64_t ldc, bool add, const float *restrict bias,   \
                                                    int64_t rows, int64_t cols) {                        \
+    const fword *a = (const fword *)aw, *b = (const fword *)bw;                                   \
     vec acc[MR][NV];                                                                              \
     _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++)                                         \
       _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) acc[i][j] = (vec){0};                  \
-    for (int64_t p = 0; p < kc; p++, a += MR, b += NV * LANES) {                                  \
+    for (int64_t p = 0; p < kw; p++, a += MR, b += NV * LANES) {                                  \
       vec bv[NV];                                                                                 \
       _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) memcpy(&bv[j], b + j * LANES, sizeof bv[j]); \
       _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++) {                                     \
@@ -89,6 +102,8 @@ typedef struct isa {
   }
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#include <immintrin.h>
+
 typedef float v16 __attribute__((vector_size(64)));
 typedef float v8 __attribute__((vector_size(32)));
 /* (vec){0} + x would add in scalar first: 0 + x is not x for x = -0. */
@@ -97,14 +112,35 @@ typedef float v8 __attribute__((vector_size(32)));
 MICRO(micro_avx512, "avx512f,avx2,fma", v16, 16, 12, 2)
 MICRO(micro_avx2, "avx2,fma", v8, 8, 6, 2)
 
+/* The bfloat16 kernel: 12 x 32 like micro_avx512, one vdpbf16ps per row and
+ * 16 columns for each word (two steps) of the panels. */
+__attribute__((target("avx512f,avx512bf16"))) static void micro_avx512_bf16(
+    int64_t kw, const uint32_t *restrict a, const uint32_t *restrict b, float *restrict c, int64_t ldc, bool add,
+    const float *restrict bias, int64_t rows, int64_t cols) {
+  v16 acc[12][2];
+  _Pragma("GCC unroll 16") for (int i = 0; i < 12; i++) acc[i][0] = acc[i][1] = (v16){0};
+  for (int64_t p = 0; p < kw; p++, a += 12, b += 32) {
+    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b), b1 = (__m512bh)_mm512_loadu_si512(b + 16);
+    _Pragma("GCC unroll 16") for (int i = 0; i < 12; i++) {
+      const __m512bh ai = (__m512bh)_mm512_set1_epi32((int)a[i]);
+      acc[i][0] = (v16)_mm512_dpbf16_ps((__m512)acc[i][0], ai, b0);
+      acc[i][1] = (v16)_mm512_dpbf16_ps((__m512)acc[i][1], ai, b1);
+    }
+  }
+  STORE_TILE(v16, 16, 12, 2)
+}
+
 /* The widest kernel the CPU runs; TORCHTPU_MATMUL_ISA=avx2 caps it (as
  * oneDNN's ONEDNN_MAX_CPU_ISA does), for tests and A/B runs of the AVX2
- * kernel on AVX-512 machines. */
+ * kernel on AVX-512 machines, and =avx512 keeps AVX-512 without BF16. */
 static const isa *isa_of_cpu(void) {
-  static const isa avx512 = {"AVX-512", 12, 32, micro_avx512}, avx2 = {"AVX2", 6, 16, micro_avx2};
+  static const isa avx512_bf16 = {"AVX-512 + BF16", 12, 32, micro_avx512, micro_avx512_bf16},
+                   avx512 = {"AVX-512", 12, 32, micro_avx512, NULL}, avx2 = {"AVX2", 6, 16, micro_avx2, NULL};
   const char *cap = getenv("TORCHTPU_MATMUL_ISA");
+  const bool no_512 = cap != NULL && strcmp(cap, "avx2") == 0, no_bf16 = no_512 || (cap != NULL && strcmp(cap, "avx512") == 0);
   __builtin_cpu_init();
-  if ((cap == NULL || strcmp(cap, "avx2") != 0) && __builtin_cpu_supports("avx512f")) return &avx512;
+  if (!no_512 && __builtin_cpu_supports("avx512f"))
+    return !no_bf16 && __builtin_cpu_supports("avx512bf16") ? &avx512_bf16 : &avx512;
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &avx2;
   return NULL;
 }
@@ -114,6 +150,11 @@ static const isa *isa_of_cpu(void) { return NULL; }
 
 bool tpu_matmul_available(void) { return isa_of_cpu() != NULL; }
 
+bool tpu_matmul_bf16_available(void) {
+  const isa *K = isa_of_cpu();
+  return K != NULL && K->micro_bf16 != NULL;
+}
+
 const char *tpu_matmul_isa(void) {
   const isa *K = isa_of_cpu();
   return K != NULL ? K->name : NULL;
@@ -121,17 +162,26 @@ const char *tpu_matmul_isa(void) {
 
 typedef struct job {
   const isa *K;
+  micro_fn *micro;
   tpu_matmul_shape s;
-  const float *a, *b, *bias;
+  const char *a, *b; /* element (0, 0) of product 0 */
+  const float *bias;
   float *c;
   int64_t a_panels, b_panels; /* ceil(M / MR), ceil(N / NR) */
   int64_t k_blocks;           /* ceil(K / KC) */
   int64_t tile_b, tiles_n;    /* B panels per tile of C, tiles across N */
   int64_t tiles;              /* per product */
-  float *pb; /* B of a group packed: per product K * b_panels * NR floats, block p0 from p0 * b_panels * NR on */
+  uint32_t *pb; /* B of a group packed: per product words(K) * b_panels * NR words, block p0's from
+                   words(p0) * b_panels * NR on */
 } job;
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* Packed words of |steps| steps (KC is even, so a block's words start at
+ * words(p0)). */
+static int64_t words(const job *J, int64_t steps) { return J->s.bf16 ? (steps + 1) / 2 : steps; }
+
+static size_t elem_size(const job *J) { return J->s.bf16 ? 2 : 4; }
 
 /* Packs |panels| panels: |lines| rows of A or columns of B in all (zeros up
  * to |width| per panel) by |kc| steps of the contraction, panel q's element
@@ -140,10 +190,10 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
  * stored), else at src[l * ld + p]. A step-major pack reads each step's
  * lines of every panel at once: the steps lie far apart. */
 static void pack(const float *src, int64_t ld, bool step_major, int64_t lines, int64_t width, int64_t panels,
-                 int64_t kc, float *out) {
+                 int64_t kc, fword *out) {
   for (int64_t q = 0; q < panels && !step_major; q++) {
     const int64_t n = min64(width, lines - q * width);
-    float *o = out + q * width * kc;
+    fword *o = out + q * width * kc;
     for (int64_t l = 0; l < n; l++)
       for (int64_t p = 0; p < kc; p++) o[p * width + l] = src[(q * width + l) * ld + p];
     for (int64_t l = n; l < width; l++)
@@ -152,7 +202,7 @@ static void pack(const float *src, int64_t ld, bool step_major, int64_t lines, i
   for (int64_t p = 0; p < kc && step_major; p++)
     for (int64_t q = 0; q < panels; q++) {
       const int64_t n = min64(width, lines - q * width);
-      float *o = out + q * width * kc + p * width;
+      fword *o = out + q * width * kc + p * width;
       const float *in = src + p * ld + q * width;
       int64_t l = 0;
       for (; l < n; l++) o[l] = in[l];
@@ -160,11 +210,54 @@ static void pack(const float *src, int64_t ld, bool step_major, int64_t lines, i
     }
 }
 
+/* pack() for bfloat16: word (line l, step pair p) at q * width * kw + p *
+ * width + l holds steps 2p (low half) and 2p + 1 (high; zero past kc). Step
+ * major, a word interleaves two rows of |src|; otherwise it is the two
+ * adjacent elements of a line. */
+static void pack_bf16(const uint16_t *src, int64_t ld, bool step_major, int64_t lines, int64_t width,
+                      int64_t panels, int64_t kc, uint32_t *out) {
+  const int64_t kw = (kc + 1) / 2;
+  for (int64_t q = 0; q < panels; q++) {
+    const int64_t n = min64(width, lines - q * width);
+    uint32_t *o = out + q * width * kw;
+    if (step_major) {
+      for (int64_t p = 0; p < kw; p++) {
+        const uint16_t *lo = src + 2 * p * ld + q * width, *hi = lo + ld;
+        uint32_t *w = o + p * width;
+        int64_t l = 0;
+        if (2 * p + 1 < kc)
+          for (; l < n; l++) w[l] = lo[l] | (uint32_t)hi[l] << 16;
+        else
+          for (; l < n; l++) w[l] = lo[l];
+        for (; l < width; l++) w[l] = 0;
+      }
+      continue;
+    }
+    for (int64_t l = 0; l < n; l++) {
+      const uint16_t *row = src + (q * width + l) * ld;
+      for (int64_t p = 0; p < kc / 2; p++) memcpy(&o[p * width + l], row + 2 * p, sizeof *o);
+      if (kc % 2) o[(kw - 1) * width + l] = row[kc - 1];
+    }
+    for (int64_t l = n; l < width; l++)
+      for (int64_t p = 0; p < kw; p++) o[p * width + l] = 0;
+  }
+}
+
+/* Packs |panels| panels starting at element |at| of |src| (row stride |ld|)
+ * in the job's element type. */
+static void pack_any(const job *J, const char *src, int64_t at, int64_t ld, bool step_major, int64_t lines,
+                     int64_t width, int64_t panels, int64_t kc, uint32_t *out) {
+  if (J->s.bf16)
+    pack_bf16((const uint16_t *)src + at, ld, step_major, lines, width, panels, kc, out);
+  else
+    pack((const float *)src + at, ld, step_major, lines, width, panels, kc, (fword *)out);
+}
+
 /* Panels [i0, i1) of product |a|'s A, steps [p0, p0 + kc). */
-static void pack_a(const job *J, const float *a, int64_t i0, int64_t i1, int64_t p0, int64_t kc, float *out) {
+static void pack_a(const job *J, const char *a, int64_t i0, int64_t i1, int64_t p0, int64_t kc, uint32_t *out) {
   const int64_t mr = J->K->mr, M = J->s.m, K = J->s.k, r0 = i0 * mr;
-  pack(a + (J->s.lhs_t ? p0 * M + r0 : r0 * K + p0), J->s.lhs_t ? M : K, J->s.lhs_t, min64((i1 - i0) * mr, M - r0),
-       mr, i1 - i0, kc, out);
+  pack_any(J, a, J->s.lhs_t ? p0 * M + r0 : r0 * K + p0, J->s.lhs_t ? M : K, J->s.lhs_t,
+           min64((i1 - i0) * mr, M - r0), mr, i1 - i0, kc, out);
 }
 
 /* Packing task: B panel j of block k of product n. */
@@ -172,9 +265,9 @@ static void pack_b_task(void *arg, int64_t t) {
   const job *J = arg;
   const int64_t nr = J->K->nr, N = J->s.n, K = J->s.k, j = t % J->b_panels, blk = t / J->b_panels;
   const int64_t n = blk / J->k_blocks, p0 = blk % J->k_blocks * KC, kc = min64(KC, K - p0), q0 = j * nr;
-  const float *b = J->b + n * K * N;
-  pack(b + (J->s.rhs_t ? q0 * K + p0 : p0 * N + q0), J->s.rhs_t ? K : N, !J->s.rhs_t, min64(nr, N - q0), nr, 1, kc,
-       J->pb + (n * K + p0) * J->b_panels * nr + j * nr * kc);
+  const char *b = J->b + (size_t)(n * K * N) * elem_size(J);
+  pack_any(J, b, J->s.rhs_t ? q0 * K + p0 : p0 * N + q0, J->s.rhs_t ? K : N, !J->s.rhs_t, min64(nr, N - q0), nr, 1,
+           kc, J->pb + (n * words(J, K) + words(J, p0)) * J->b_panels * nr + j * nr * words(J, kc));
 }
 
 /* Tile task: TILE_A A panels by tile_b B panels of one product's C, over
@@ -185,25 +278,25 @@ static void tile_task(void *arg, int64_t t) {
   const int64_t n = t / J->tiles, tt = t % J->tiles;
   const int64_t i0 = tt / J->tiles_n * TILE_A, j0 = tt % J->tiles_n * J->tile_b;
   const int64_t i1 = min64(i0 + TILE_A, J->a_panels), j1 = min64(j0 + J->tile_b, J->b_panels);
-  const float *a = J->a + n * M * K;
+  const char *a = J->a + (size_t)(n * M * K) * elem_size(J);
   float *c = J->c + n * M * N;
-  float pa[TILE_A * MAX_MR * KC] __attribute__((aligned(64)));
+  uint32_t pa[TILE_A * MAX_MR * KC] __attribute__((aligned(64)));
   for (int64_t p0 = 0; p0 < K; p0 += KC) {
-    const int64_t kc = min64(KC, K - p0);
-    const float *pb = J->pb + (n * K + p0) * J->b_panels * nr;
+    const int64_t kc = min64(KC, K - p0), kw = words(J, kc);
+    const uint32_t *pb = J->pb + (n * words(J, K) + words(J, p0)) * J->b_panels * nr;
     pack_a(J, a, i0, i1, p0, kc, pa);
     for (int64_t i = i0; i < i1; i++)
       for (int64_t j = j0; j < j1; j++)
-        J->K->micro(kc, pa + (i - i0) * mr * kc, pb + j * nr * kc, c + i * mr * N + j * nr, N, p0 > 0,
-                    J->bias != NULL && p0 + kc == K ? J->bias + j * nr : NULL, min64(mr, M - i * mr),
-                    min64(nr, N - j * nr));
+        J->micro(kw, pa + (i - i0) * mr * kw, pb + j * nr * kw, c + i * mr * N + j * nr, N, p0 > 0,
+                 J->bias != NULL && p0 + kc == K ? J->bias + j * nr : NULL, min64(mr, M - i * mr),
+                 min64(nr, N - j * nr));
   }
 }
 
-bool tpu_matmul(const tpu_matmul_shape *s, const float *a, const float *b, const float *bias, float *c,
+bool tpu_matmul(const tpu_matmul_shape *s, const void *a, const void *b, const float *bias, float *c,
                 const tpu_parallel *par) {
   const isa *K = isa_of_cpu();
-  if (K == NULL) return false;
+  if (K == NULL || (s->bf16 && K->micro_bf16 == NULL)) return false;
   const int64_t M = s->m, N = s->n;
   if (M <= 0 || N <= 0 || s->batch <= 0) return true;
   if (s->k <= 0) { /* a sum of nothing, plus the bias */
@@ -214,10 +307,11 @@ bool tpu_matmul(const tpu_matmul_shape *s, const float *a, const float *b, const
         memset(c + r * N, 0, (size_t)N * sizeof *c);
     return true;
   }
-  job J = {.K = K, .s = *s, .bias = bias, .a_panels = (M + K->mr - 1) / K->mr, .b_panels = (N + K->nr - 1) / K->nr,
+  job J = {.K = K, .micro = s->bf16 ? K->micro_bf16 : K->micro, .s = *s, .bias = bias,
+           .a_panels = (M + K->mr - 1) / K->mr, .b_panels = (N + K->nr - 1) / K->nr,
            .k_blocks = (s->k + KC - 1) / KC};
   /* Products go in groups whose packed B fits PACK_BYTES (one at least). */
-  const int64_t item_bytes = s->k * J.b_panels * K->nr * (int64_t)sizeof(float);
+  const int64_t item_bytes = words(&J, s->k) * J.b_panels * K->nr * (int64_t)sizeof(uint32_t);
   const int64_t group = item_bytes >= PACK_BYTES ? 1 : min64(s->batch, PACK_BYTES / item_bytes);
   const int64_t a_tiles = (J.a_panels + TILE_A - 1) / TILE_A;
   /* Tiles span N unless that leaves too few to share out; then N is split
@@ -231,7 +325,9 @@ bool tpu_matmul(const tpu_matmul_shape *s, const float *a, const float *b, const
   if (J.pb == NULL) return false;
   for (int64_t n0 = 0; n0 < s->batch; n0 += group) {
     J.s.batch = min64(group, s->batch - n0);
-    J.a = a + n0 * M * s->k, J.b = b + n0 * s->k * N, J.c = c + n0 * M * N;
+    J.a = (const char *)a + (size_t)(n0 * M * s->k) * elem_size(&J);
+    J.b = (const char *)b + (size_t)(n0 * s->k * N) * elem_size(&J);
+    J.c = c + n0 * M * N;
     tpu_parallel_run(par, J.s.batch * J.k_blocks * J.b_panels, pack_b_task, &J);
     tpu_parallel_run(par, J.s.batch * J.tiles, tile_task, &J);
   }

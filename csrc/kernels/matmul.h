@@ -1,7 +1,8 @@
 /* Hand-written float32 matrix products for host (CPU) devices: C = op(A) op(B)
  * for every operand layout, the way BLAS does them (packed panels, a
  * register-tiled inner kernel), so that a product costs the same whichever
- * operand is transposed.
+ * operand is transposed. With |bf16| the operands are bfloat16 and C float32
+ * (products of bfloat16 pairs summed in float32, on AVX-512 BF16 CPUs).
  *
  * Layouts are dense row-major, |batch| products one after another:
  * A [M, K], or [K, M] with |lhs_t|; B [K, N], or [N, K] with |rhs_t|;
@@ -28,17 +29,23 @@ extern "C" {
 typedef struct tpu_matmul_shape {
   int64_t batch, m, n, k;
   bool lhs_t, rhs_t;
+  bool bf16; /* A and B are bfloat16 (C and the bias stay float32) */
 } tpu_matmul_shape;
 
 /* True when this CPU has an inner kernel (x86-64 with AVX2 and FMA, or
  * AVX-512); without one the products are better left to XLA. */
 bool tpu_matmul_available(void);
 
-/* The inner kernel's instruction set ("AVX-512", "AVX2"; a static string),
- * NULL without one. */
+/* True when bfloat16 operands have an inner kernel here (AVX-512 BF16). */
+bool tpu_matmul_bf16_available(void);
+
+/* The inner kernel's instruction set ("AVX-512", "AVX-512 + BF16", "AVX2";
+ * a static string), NULL without one. */
 const char *tpu_matmul_isa(void);
 
-bool tpu_matmul(const tpu_matmul_shape *s, const float *a, const float *b, const float *bias, float *c,
+/* |a| and |b| are float, or uint16_t bfloat16 bits with s->bf16 (false,
+ * writing nothing, when this CPU has no bfloat16 kernel). */
+bool tpu_matmul(const tpu_matmul_shape *s, const void *a, const void *b, const float *bias, float *c,
                 const tpu_parallel *par);
 
 #ifdef __cplusplus

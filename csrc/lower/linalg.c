@@ -12,7 +12,10 @@
  * beta is a runtime value, so that choice is a select. Where the matmul
  * kernel is registered, float32 mm and bmm with a transposed operand call it
  * instead (XLA's CPU dots run those at Eigen's speed, up to half the plain
- * ones'), handing it what the operand transposes. */
+ * ones'), handing it what the operand transposes; so do bfloat16 ones in
+ * every layout where the kernel has its AVX-512 BF16 inner kernel (XLA's
+ * CPU dots run bfloat16 no faster than float32). The kernel's float32
+ * result is rounded once, as the dot's is. */
 #include <math.h>
 #include <stdio.h>
 
@@ -86,22 +89,25 @@ enum { KERNEL_MIN_WORK = 1 << 21 };
 static const int64_t swap2[2] = {1, 0}, swap3[3] = {0, 2, 1};
 
 /* The matmul kernel's product of |a| and |b| (arguments |lhs| and |lhs| +
- * 1), plus argument |bias| ([N], added to every row; -1 for none), or
- * TPU_HLO_NONE where XLA's dot is as fast: other dtypes and kinds, small
- * products, and plain layouts (XLA sends those to YNNPACK; it is the
- * products with a transposed operand that it runs slowly). A transposed
- * operand reaches the kernel as the value it transposes (lhs_t, rhs_t). */
+ * 1), in float32, plus argument |bias| ([N], added to every row; -1 for
+ * none), or TPU_HLO_NONE where XLA's dot is as fast: other dtypes and kinds,
+ * small products, and plain float32 layouts (XLA sends those to YNNPACK; it
+ * is the products with a transposed operand that it runs slowly). A
+ * transposed operand reaches the kernel as the value it transposes (lhs_t,
+ * rhs_t). */
 static tpu_hlo_value kernel_product(tpu_lower_ctx *c, int lhs, tpu_hlo_value a, tpu_hlo_value b, int bias) {
   const tpu_lower_arg *x = &c->args[lhs], *y = &c->args[lhs + 1];
-  if ((c->kernels & TPU_KERNEL_MATMUL) == 0 || (c->data != MM && c->data != BMM) || x->dtype != TPU_F32 ||
-      y->dtype != TPU_F32)
+  const bool bf16 = x->dtype == TPU_BF16 && (c->kernels & TPU_KERNEL_MATMUL_BF16) != 0;
+  if ((c->kernels & TPU_KERNEL_MATMUL) == 0 || (c->data != MM && c->data != BMM) ||
+      (x->dtype != TPU_F32 && !bf16) || y->dtype != x->dtype)
     return TPU_HLO_NONE;
   const int r = x->rank;
   const int64_t *swap = r == 2 ? swap2 : swap3;
   const bool lt = tpu_hlo_is_transpose(B, a, swap), rt = tpu_hlo_is_transpose(B, b, swap);
   const double work = (r == 3 ? (double)x->sizes[0] : 1.0) * (double)x->sizes[r - 2] * (double)x->sizes[r - 1] *
                       (double)y->sizes[r - 1];
-  if ((!lt && !rt) || work < KERNEL_MIN_WORK) return TPU_HLO_NONE;
+  /* Plain float32 layouts stay with XLA, as fast there; bfloat16 ones not */
+  if ((!lt && !rt && !bf16) || work < KERNEL_MIN_WORK) return TPU_HLO_NONE;
   int64_t dims[3] = {x->sizes[0], x->sizes[1], 0};
   dims[r - 1] = y->sizes[r - 1];
   const tpu_hlo_type t = tpu_hlo_make_type(TPU_F32, r, dims);

@@ -63,8 +63,10 @@ static void test_kernel_selection(void) {
   CHECK(!tpu_kernels_select("gemm", &bits) && bits == 0);
 }
 
+/* Registering matmul also says whether it takes bfloat16 here. */
 static void test_registration(void) {
-  const unsigned matmul = tpu_matmul_available() ? TPU_KERNEL_MATMUL : 0;
+  const unsigned matmul = (tpu_matmul_available() ? TPU_KERNEL_MATMUL : 0) |
+                          (tpu_matmul_bf16_available() ? TPU_KERNEL_MATMUL_BF16 : 0);
   CHECK(tpu_kernels_register(rt, TPU_KERNEL_ATTENTION | TPU_KERNEL_MATMUL) == (TPU_KERNEL_ATTENTION | matmul));
 }
 

@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "check.h"
 #include "kernels/matmul.h"
@@ -19,6 +20,29 @@ static uint64_t rng = 0x2545f4914f6cdd1du;
 static float uniform(void) { /* in [-1, 1) */
   rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
   return (float)(rng >> 40) / (float)(1 << 23) - 1.0f;
+}
+
+/* |x| cut to a bfloat16 (its upper 16 bits), and those bits. */
+static uint16_t bf16_bits(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  return (uint16_t)(u >> 16);
+}
+
+static float bf16_value(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float x;
+  memcpy(&x, &u, sizeof x);
+  return x;
+}
+
+/* Operand values, as float and, for a bfloat16 product, as its bits: the
+ * floats are then bfloat16 values too, so the double reference is exact. */
+static void fill(float *x, uint16_t *bits, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    x[i] = uniform();
+    if (bits != NULL) x[i] = bf16_value(bits[i] = bf16_bits(x[i]));
+  }
 }
 
 static void reverse_run(void *ctx, int64_t n, void (*task)(void *arg, int64_t i), void *arg) {
@@ -44,13 +68,16 @@ static void check_product(const tpu_matmul_shape *s, bool with_bias) {
   const int64_t na = s->batch * s->m * s->k, nb = s->batch * s->k * s->n, nc = s->batch * s->m * s->n;
   float *a = malloc((size_t)(na + 1) * sizeof *a), *b = malloc((size_t)(nb + 1) * sizeof *b);
   float *c = malloc((size_t)(nc + 1) * sizeof *c), *c2 = malloc((size_t)(nc + 1) * sizeof *c2);
-  for (int64_t i = 0; i < na; i++) a[i] = uniform();
-  for (int64_t i = 0; i < nb; i++) b[i] = uniform();
+  uint16_t *a16 = s->bf16 ? malloc((size_t)(na + 1) * sizeof *a16) : NULL;
+  uint16_t *b16 = s->bf16 ? malloc((size_t)(nb + 1) * sizeof *b16) : NULL;
+  fill(a, a16, na);
+  fill(b, b16, nb);
   float *bias = with_bias ? malloc((size_t)s->n * sizeof *bias) : NULL;
   for (int64_t i = 0; with_bias && i < s->n; i++) bias[i] = uniform();
   for (int64_t i = 0; i < nc; i++) c[i] = NAN; /* every element must be written */
-  CHECK(tpu_matmul(s, a, b, bias, c, NULL));
-  CHECK(tpu_matmul(s, a, b, bias, c2, &reverse));
+  const void *ka = s->bf16 ? (const void *)a16 : a, *kb = s->bf16 ? (const void *)b16 : b;
+  CHECK(tpu_matmul(s, ka, kb, bias, c, NULL));
+  CHECK(tpu_matmul(s, ka, kb, bias, c2, &reverse));
   CHECK(memcmp(c, c2, (size_t)nc * sizeof *c) == 0);
   int bad = 0;
   for (int64_t n = 0; n < s->batch; n++)
@@ -65,11 +92,13 @@ static void check_product(const tpu_matmul_shape *s, bool with_bias) {
         if (!(fabs(got - sum) <= 8 * FLT_EPSILON * mag + 1e-30)) bad++;
       }
   if (bad)
-    fprintf(stderr, "  %d wrong of batch %ld, %ld x %ld x %ld, lhs_t %d, rhs_t %d, bias %d\n", bad,
-            (long)s->batch, (long)s->m, (long)s->k, (long)s->n, s->lhs_t, s->rhs_t, with_bias);
+    fprintf(stderr, "  %d wrong of batch %ld, %ld x %ld x %ld, lhs_t %d, rhs_t %d, bias %d, bf16 %d\n", bad,
+            (long)s->batch, (long)s->m, (long)s->k, (long)s->n, s->lhs_t, s->rhs_t, with_bias, s->bf16);
   CHECK(bad == 0);
-  free(a), free(b), free(c), free(c2), free(bias);
+  free(a), free(b), free(c), free(c2), free(bias), free(a16), free(b16);
 }
+
+static bool g_bf16; /* the layout tests' operands are bfloat16 */
 
 static void test_every_layout_and_edge(void) {
   static const int64_t sizes[][4] = {/* batch, M, K, N */
@@ -79,7 +108,7 @@ static void test_every_layout_and_edge(void) {
   for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
     for (int layout = 0; layout < 8; layout++) {
       tpu_matmul_shape s = {.batch = sizes[i][0], .m = sizes[i][1], .k = sizes[i][2], .n = sizes[i][3],
-                            .lhs_t = layout & 1, .rhs_t = layout & 2};
+                            .lhs_t = layout & 1, .rhs_t = layout & 2, .bf16 = g_bf16};
       check_product(&s, layout & 4);
     }
 }
@@ -87,7 +116,8 @@ static void test_every_layout_and_edge(void) {
 /* Products whose packed B passes 64 MiB together run in groups. */
 static void test_large_batches_run_in_groups(void) {
   for (int layout = 0; layout < 4; layout += 3) {
-    tpu_matmul_shape s = {.batch = 3, .m = 3, .k = 1100, .n = 8000, .lhs_t = layout & 1, .rhs_t = layout & 2};
+    tpu_matmul_shape s = {.batch = 3, .m = 3, .k = 1100, .n = 8000, .lhs_t = layout & 1, .rhs_t = layout & 2,
+                          .bf16 = g_bf16};
     check_product(&s, layout == 3);
   }
 }
@@ -120,6 +150,22 @@ int main(void) {
   RUN(test_every_layout_and_edge);
   RUN(test_empty_contraction);
   RUN(test_large_batches_run_in_groups);
+  if (tpu_matmul_bf16_available()) { /* the bfloat16 kernel, on the same sizes (odd K included) */
+    g_bf16 = true;
+    RUN(test_every_layout_and_edge);
+    RUN(test_large_batches_run_in_groups);
+    g_bf16 = false;
+  } else {
+    fprintf(stderr, "no bfloat16 inner kernel for this CPU: its products are refused\n");
+  }
+  { /* capped below AVX-512 BF16, a bfloat16 product is refused and C left alone */
+    setenv("TORCHTPU_MATMUL_ISA", "avx512", 1);
+    tpu_matmul_shape s = {.batch = 1, .m = 1, .n = 1, .k = 1, .bf16 = true};
+    uint16_t a = 0x3f80, b = 0x4000;
+    float c = 5;
+    CHECK(!tpu_matmul_bf16_available() && !tpu_matmul(&s, &a, &b, NULL, &c, NULL) && c == 5);
+    unsetenv("TORCHTPU_MATMUL_ISA");
+  }
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
     setenv("TORCHTPU_MATMUL_ISA", "avx2", 1);
     RUN(test_every_layout_and_edge);
