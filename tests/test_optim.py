@@ -25,20 +25,26 @@ def train(device, opt_cls, compiled, options):
     return [p.detach().cpu() for p in net.parameters()], opt
 
 
-@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: ",".join(o) or "defaults")
-@pytest.mark.parametrize("opt_cls", [torch.optim.Adam, torch.optim.AdamW], ids=["Adam", "AdamW"])
-@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
-def test_fused_adam_matches_cpu(opt_cls, options, compiled):
-    torch._dynamo.reset()
-    expected, cpu_opt = train("cpu", opt_cls, False, options)
-    torchtpu.reset_stats()
-    got, tpu_opt = train("tpu", opt_cls, compiled, options)
+def assert_runs_agree(cpu, tpu):
+    """(parameters, optimizer) after a CPU and a tpu run: the parameters and
+    every state tensor agree, and nothing ran on the CPU fallback."""
     assert not torchtpu.stats()["fallbacks"]
+    (expected, cpu_opt), (got, tpu_opt) = cpu, tpu
     for a, b in zip(got, expected):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     for p_cpu, p_tpu in zip(cpu_opt.state.values(), tpu_opt.state.values()):
         for key in p_cpu:
             torch.testing.assert_close(p_tpu[key].cpu(), p_cpu[key], rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: ",".join(o) or "defaults")
+@pytest.mark.parametrize("opt_cls", [torch.optim.Adam, torch.optim.AdamW], ids=["Adam", "AdamW"])
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_fused_adam_matches_cpu(opt_cls, options, compiled):
+    torch._dynamo.reset()
+    cpu = train("cpu", opt_cls, False, options)
+    torchtpu.reset_stats()
+    assert_runs_agree(cpu, train("tpu", opt_cls, compiled, options))
 
 
 @pytest.mark.parametrize("found_inf", [0.0, 1.0])
@@ -86,15 +92,9 @@ def test_fused_sgd_matches_cpu(options, tensor_lr):
             opt.step()
         return [p.detach().cpu() for p in net.parameters()], opt
 
-    expected, cpu_opt = train("cpu")
+    cpu = train("cpu")
     torchtpu.reset_stats()
-    got, tpu_opt = train("tpu")
-    assert not torchtpu.stats()["fallbacks"]
-    for a, b in zip(got, expected):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
-    for p_cpu, p_tpu in zip(cpu_opt.state.values(), tpu_opt.state.values()):
-        for key in p_cpu:
-            torch.testing.assert_close(p_tpu[key].cpu(), p_cpu[key], rtol=1e-5, atol=1e-7)
+    assert_runs_agree(cpu, train("tpu"))
 
 
 @pytest.mark.parametrize("found_inf", [0.0, 1.0])
