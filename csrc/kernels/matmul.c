@@ -1,8 +1,8 @@
-/* Float32 (and bfloat16) matrix products on the host, BLAS-style: for each block of KC
- * steps of the contraction, the operands are first packed into panels (MR
- * rows of A, NR columns of B, one contiguous stretch per step of k, zero
- * padded at the edges), then an inner kernel accumulates an MR x NR tile of C
- * in registers from one A panel and one B panel. Packing is where the
+/* Float32 and bfloat16 matrix products on the host, BLAS-style: for each
+ * block of KC steps of the contraction, the operands are first packed into
+ * panels (MR rows of A, NR columns of B, one contiguous stretch per step of
+ * k, zero padded at the edges), then an inner kernel accumulates an MR x NR
+ * tile of C in registers from one A panel and one B panel. Packing is where the
  * layouts differ, so a transposed operand costs nothing more than a plain
  * one. Tasks first pack all of B's panels; then each computes a tile of C
  * over the whole contraction, packing its own A panels block by block (an A
@@ -79,7 +79,7 @@ typedef struct isa {
       }                                                                                           \
   }
 
-/* An inner kernel: |kc| rank-1 updates of an MR x (NV * LANES) tile. */
+/* A float32 inner kernel: |kw| rank-1 updates of an MR x (NV * LANES) tile. */
 #define MICRO(name, arch, vec, LANES, MR, NV)                                                   \
   __attribute__((target(arch))) static void name(int64_t kw, const uint32_t *restrict aw,       \
                                                    const uint32_t *restrict bw, float *restrict c, \
@@ -137,7 +137,8 @@ static const isa *isa_of_cpu(void) {
   static const isa avx512_bf16 = {"AVX-512 + BF16", 12, 32, micro_avx512, micro_avx512_bf16},
                    avx512 = {"AVX-512", 12, 32, micro_avx512, NULL}, avx2 = {"AVX2", 6, 16, micro_avx2, NULL};
   const char *cap = getenv("TORCHTPU_MATMUL_ISA");
-  const bool no_512 = cap != NULL && strcmp(cap, "avx2") == 0, no_bf16 = no_512 || (cap != NULL && strcmp(cap, "avx512") == 0);
+  const bool no_512 = cap != NULL && strcmp(cap, "avx2") == 0;
+  const bool no_bf16 = no_512 || (cap != NULL && strcmp(cap, "avx512") == 0);
   __builtin_cpu_init();
   if (!no_512 && __builtin_cpu_supports("avx512f"))
     return !no_bf16 && __builtin_cpu_supports("avx512bf16") ? &avx512_bf16 : &avx512;
