@@ -4,6 +4,7 @@ import re
 import subprocess
 import sys
 
+import pytest
 import torch
 
 import torchtpu
@@ -155,3 +156,26 @@ def test_mem_get_info_and_capabilities():
     free, total = torch.tpu.mem_get_info()
     assert 0 < free <= total
     assert torch.tpu.is_bf16_supported()
+
+
+def test_events_time_the_work_between_them():
+    """torch.Event(enable_timing=True) on tpu: an event is reached when the
+    work launched before it has finished; elapsed_time lies within the host
+    time around the work; re-recording replaces the point."""
+    import time
+    a = torch.randn(1024, 1024, device="tpu")
+    torch.tpu.synchronize()
+    start, end = torch.tpu.Event(enable_timing=True), torch.Event("tpu", enable_timing=True)
+    t0 = time.perf_counter()
+    start.record()
+    for _ in range(4):
+        a = a @ a / 32
+    end.record()
+    end.synchronize()
+    host_ms = (time.perf_counter() - t0) * 1e3
+    assert end.query() and start.query()
+    assert 0 <= start.elapsed_time(end) <= host_ms
+    end.record()  # again, with nothing in flight: reached at once
+    assert end.query() and start.elapsed_time(end) >= 0
+    with pytest.raises(ValueError, match="recorded"):
+        start.elapsed_time(torch.Event("tpu", enable_timing=True))

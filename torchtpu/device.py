@@ -117,6 +117,13 @@ def set_rng_state_all(new_states):
         set_rng_state(state, i)
 
 
+def Event(enable_timing=False, blocking=False, interprocess=False):
+    """torch.Event on the tpu device (torch.cuda.Event's counterpart): it
+    is reached when the work launched before it has finished, and with
+    enable_timing its elapsed_time is milliseconds between two of them."""
+    return torch.Event("tpu", enable_timing=enable_timing, blocking=blocking, interprocess=interprocess)
+
+
 def get_amp_supported_dtype():
     return [torch.bfloat16, torch.float16]
 

@@ -152,6 +152,18 @@ typedef struct {
   bool is_ready; /* out */
 } PJRT_Event_IsReady_Args;
 
+/* Runs when the event is ready, on a plugin thread or inline; it owns
+ * |error| (NULL when the work succeeded). */
+typedef void (*PJRT_Event_OnReadyCallback)(PJRT_Error *error, void *user_arg);
+
+typedef struct {
+  size_t struct_size;
+  PJRT_Extension_Base *extension_start;
+  PJRT_Event *event;
+  PJRT_Event_OnReadyCallback callback;
+  void *user_arg;
+} PJRT_Event_OnReady_Args;
+
 /* --- client ------------------------------------------------------------- */
 typedef struct {
   size_t struct_size;

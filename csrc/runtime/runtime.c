@@ -651,6 +651,108 @@ tpu_status_t tpu_runtime_synchronize(tpu_runtime *rt, int device) {
   return st;
 }
 
+/* --- markers --------------------------------------------------------------- */
+
+struct tpu_marker {
+  const PJRT_Api *api;
+  pthread_mutex_t lock;
+  pthread_cond_t reached;
+  int refs;
+  bool done;
+  int64_t made_ns, reached_ns;
+};
+
+static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void marker_reach(tpu_marker *m) {
+  pthread_mutex_lock(&m->lock);
+  m->reached_ns = now_ns();
+  m->done = true;
+  pthread_cond_broadcast(&m->reached);
+  pthread_mutex_unlock(&m->lock);
+}
+
+/* The callback owns |error|; the launch's error reaches the user through
+ * synchronize, so it is only freed here. */
+static void marker_on_ready(PJRT_Error *error, void *arg) {
+  tpu_marker *m = arg;
+  if (error != NULL) {
+    PJRT_Error_Destroy_Args d = {.struct_size = TPU_PJRT_SIZE(PJRT_Error_Destroy_Args, error), .error = error};
+    m->api->PJRT_Error_Destroy(&d);
+  }
+  marker_reach(m);
+  tpu_marker_release(m);
+}
+
+tpu_marker *tpu_marker_record(tpu_runtime *rt, int device) {
+  tpu_marker *m = calloc(1, sizeof *m);
+  if (m == NULL) return NULL;
+  pthread_mutex_init(&m->lock, NULL);
+  pthread_cond_init(&m->reached, NULL);
+  m->api = rt->api;
+  m->refs = 1;
+  m->made_ns = now_ns();
+  /* The newest launch still in flight finishes after all earlier ones (one
+   * in-order queue per device); programs run inline were done at launch.
+   * The lock keeps the event alive while the callback is attached. */
+  pthread_mutex_lock(&rt->lock);
+  PJRT_Event *last = NULL;
+  if (device >= 0 && device < rt->num_devices && rt->pending[device].count > 0) {
+    pending_list *p = &rt->pending[device];
+    last = p->events[(p->head + p->count - 1) % p->cap];
+  }
+  bool waiting = false;
+  if (last != NULL && TPU_PJRT_HAS(rt->api, PJRT_Event_OnReady) && !event_ready(rt->api, last)) {
+    m->refs++;
+    PJRT_Event_OnReady_Args a = {.struct_size = TPU_PJRT_SIZE(PJRT_Event_OnReady_Args, user_arg),
+                                 .event = last, .callback = marker_on_ready, .user_arg = m};
+    PJRT_Error *err = rt->api->PJRT_Event_OnReady(&a);
+    waiting = err == NULL;
+    if (!waiting) {
+      m->refs--;
+      tpu_status_free(from_pjrt(rt->api, err, "watching a launch"));
+    }
+  }
+  pthread_mutex_unlock(&rt->lock);
+  if (!waiting) marker_reach(m);
+  return m;
+}
+
+bool tpu_marker_done(tpu_marker *m) {
+  pthread_mutex_lock(&m->lock);
+  bool done = m->done;
+  pthread_mutex_unlock(&m->lock);
+  return done;
+}
+
+void tpu_marker_wait(tpu_marker *m) {
+  pthread_mutex_lock(&m->lock);
+  while (!m->done) pthread_cond_wait(&m->reached, &m->lock);
+  pthread_mutex_unlock(&m->lock);
+}
+
+int64_t tpu_marker_time_ns(tpu_marker *m) {
+  pthread_mutex_lock(&m->lock);
+  int64_t t = m->reached_ns > m->made_ns ? m->reached_ns : m->made_ns;
+  pthread_mutex_unlock(&m->lock);
+  return t;
+}
+
+void tpu_marker_release(tpu_marker *m) {
+  if (m == NULL) return;
+  pthread_mutex_lock(&m->lock);
+  bool last = --m->refs == 0;
+  pthread_mutex_unlock(&m->lock);
+  if (!last) return;
+  pthread_mutex_destroy(&m->lock);
+  pthread_cond_destroy(&m->reached);
+  free(m);
+}
+
 tpu_status_t tpu_runtime_register_ffi(tpu_runtime *rt, const char *name, void *handler) {
   const PJRT_FFI_Extension *ffi = NULL;
   for (const PJRT_Extension_Base *e = rt->api->extension_start; e != NULL; e = e->next)

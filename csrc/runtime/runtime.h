@@ -123,6 +123,20 @@ bool tpu_runtime_runs_small_programs_inline(const tpu_runtime *rt);
  * returns the first asynchronous error seen, if any. */
 tpu_status_t tpu_runtime_synchronize(tpu_runtime *rt, int device) TPU_MUST_USE;
 
+/* A point in a device's queue with the time it was reached (what
+ * torch.Event(enable_timing=True) records): when every program launched on
+ * the device before it had finished, and not before it was made. Refcounted
+ * (the plugin's callback holds a reference while it is pending). */
+typedef struct tpu_marker tpu_marker;
+/* NULL when out of memory. */
+tpu_marker *tpu_marker_record(tpu_runtime *rt, int device);
+bool tpu_marker_done(tpu_marker *m);
+/* Waits until the marker is reached. */
+void tpu_marker_wait(tpu_marker *m);
+/* Monotonic nanoseconds at which it was reached; call once done. */
+int64_t tpu_marker_time_ns(tpu_marker *m);
+void tpu_marker_release(tpu_marker *m);
+
 #ifdef __cplusplus
 }
 #endif

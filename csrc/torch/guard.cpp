@@ -43,18 +43,25 @@ struct TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return static_cast<c10::DeviceIndex>(device_count_or_zero());
   }
 
-  // Events: recording marks a point in the device's queue; waiting on one
-  // synchronizes the device, which covers everything launched before it.
+  // Events are the runtime's markers: a point in the device's queue, reached
+  // (with its time) when everything launched before it has finished.
+  // Recording again replaces the point; waiting needs no device sync.
   void record(void** event, const c10::Stream& stream, const c10::DeviceIndex device_index,
               const c10::EventFlag flag) const override {
-    *event = reinterpret_cast<void*>(static_cast<intptr_t>(stream.device_index()) + 1);
+    tpu_marker* m = tpu_marker_record(runtime(), stream.device_index());
+    TORCH_CHECK_WITH(OutOfMemoryError, m != nullptr, "tpu: out of host memory");
+    tpu_marker_release(static_cast<tpu_marker*>(*event));
+    *event = m;
   }
-  void block(void* event, const c10::Stream& stream) const override {}
-  bool queryEvent(void* event) const override { return true; }
-  void destroyEvent(void* event, const c10::DeviceIndex device_index) const noexcept override {}
+  void block(void* event, const c10::Stream& stream) const override {}  // one queue: already ordered
+  bool queryEvent(void* event) const override {
+    return event == nullptr || tpu_marker_done(static_cast<tpu_marker*>(event));
+  }
+  void destroyEvent(void* event, const c10::DeviceIndex device_index) const noexcept override {
+    tpu_marker_release(static_cast<tpu_marker*>(event));
+  }
   void synchronizeEvent(void* event) const override {
-    if (event == nullptr) return;
-    synchronizeDevice(static_cast<c10::DeviceIndex>(reinterpret_cast<intptr_t>(event) - 1));
+    if (event != nullptr) tpu_marker_wait(static_cast<tpu_marker*>(event));
   }
   bool queryStream(const c10::Stream& stream) const override { return true; }
   void synchronizeStream(const c10::Stream& stream) const override { synchronizeDevice(stream.device_index()); }
@@ -62,8 +69,14 @@ struct TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     TPU_CHECK(tpu_runtime_synchronize(runtime(), device_index));
   }
   void recordDataPtrOnStream(const c10::DataPtr&, const c10::Stream&) const override {}
+  // Milliseconds from |a| to |b|, as CUDA's elapsed_time.
   double elapsedTime(void* a, void* b, const c10::DeviceIndex) const override {
-    TORCH_CHECK_NOT_IMPLEMENTED(false, "tpu events do not record timestamps");
+    TORCH_CHECK(a != nullptr && b != nullptr, "Both events must be recorded before calculating elapsed time.");
+    auto* start = static_cast<tpu_marker*>(a);
+    auto* end = static_cast<tpu_marker*>(b);
+    TORCH_CHECK(tpu_marker_done(start) && tpu_marker_done(end),
+                "Both events must be completed before calculating elapsed time.");
+    return static_cast<double>(tpu_marker_time_ns(end) - tpu_marker_time_ns(start)) / 1e6;
   }
 };
 

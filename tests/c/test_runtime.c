@@ -148,6 +148,29 @@ static void test_execute_and_serialize(void) {
   tpu_executable_destroy(rt, exe);
 }
 
+/* A marker is reached once the launches before it finish, not before it
+ * was made; with nothing in flight, at once. */
+static void test_markers(void) {
+  tpu_marker *idle = tpu_marker_record(rt, 0);
+  CHECK(idle != NULL && tpu_marker_done(idle));
+  tpu_executable *exe = NULL;
+  CHECK_OK(tpu_executable_compile(rt, kDouble, strlen(kDouble), &exe));
+  float x[4] = {1, 2, 3, 4};
+  int64_t dims = 4;
+  tpu_buffer *in = NULL, *out = NULL;
+  CHECK_OK(tpu_buffer_from_host(rt, 0, x, TPU_F32, &dims, 1, &in));
+  CHECK_OK(tpu_executable_execute(rt, exe, 0, &in, 1, NULL, true, &out));
+  tpu_marker *after = tpu_marker_record(rt, 0);
+  tpu_marker_wait(after);
+  CHECK(tpu_marker_done(after) && tpu_marker_time_ns(after) >= tpu_marker_time_ns(idle));
+  CHECK_OK(tpu_runtime_synchronize(rt, 0));
+  tpu_marker_release(idle);
+  tpu_marker_release(after);
+  tpu_buffer_destroy(rt, in);
+  tpu_buffer_destroy(rt, out);
+  tpu_executable_destroy(rt, exe);
+}
+
 static void test_donation(void) {
   const char *prog =
       "module @m {\n"
@@ -188,6 +211,7 @@ int main(void) {
   RUN(test_compile_error_is_status);
   RUN(test_execute_and_serialize);
   RUN(test_donation);
+  RUN(test_markers);
   tpu_runtime_destroy(rt);
   return check_failures ? 1 : 0;
 }
