@@ -36,6 +36,15 @@ static const int64_t swap_perm[4] = {0, 2, 1, 3}; /* [B, H, L, W] <-> [B, L, H, 
 /* The head dim of [B, L, H, W] (token-major) or [B, H, L, W]. */
 static int head_dim_of(bool token_major) { return token_major ? 2 : 1; }
 
+/* |t|'s 4-d shape with head dim |hd| split into (kh, h / kh): each key
+ * head followed by its group of query heads. */
+static void grouped_shape(const tpu_hlo_type *t, int hd, const attn *a, int64_t out[5]) {
+  for (int i = 0, j = 0; i < 4; i++) {
+    out[j++] = i == hd ? a->kh : t->dims[i];
+    if (i == hd) out[j++] = a->h / a->kh;
+  }
+}
+
 /* [B, kh, L, W] -> [B, h, L, W], key head j serving query heads j * g ..
  * j * g + g - 1 (PyTorch's repeat_interleave). Heads transposed out of a
  * token-major projection are expanded in that layout and stay a transpose
@@ -46,13 +55,11 @@ static tpu_hlo_value expand_heads(tpu_lower_ctx *c, tpu_hlo_value x, const attn 
   tpu_hlo_value src = tm ? tpu_hlo_transpose(B, x, swap_perm) : x;
   const int hd = head_dim_of(tm);
   int64_t grouped[5], keep[4], dims[4];
-  for (int i = 0, j = 0; i < 4; i++) {
-    dims[i] = tpu_hlo_type_of(B, src)->dims[i];
-    grouped[j] = dims[i];
-    keep[i] = j++;
-    if (i == hd) grouped[j++] = a->h / a->kh; /* a key head's group follows it */
+  grouped_shape(tpu_hlo_type_of(B, src), hd, a, grouped);
+  for (int i = 0; i < 4; i++) {
+    keep[i] = i <= hd ? i : i + 1; /* every dim but the group's */
+    dims[i] = i == hd ? a->h : grouped[keep[i]];
   }
-  dims[hd] = a->h;
   tpu_hlo_type gt = tpu_hlo_make_type(TPU_F32, 5, grouped);
   tpu_hlo_value y = tpu_hlo_reshape(B, tpu_hlo_broadcast_in_dim(B, src, &gt, keep), 4, dims);
   return tm ? tpu_hlo_transpose(B, y, swap_perm) : y;
@@ -67,10 +74,7 @@ static tpu_hlo_value reduce_heads(tpu_lower_ctx *c, tpu_hlo_value dx, const attn
   const int hd = head_dim_of(tm);
   const int64_t group_dim = hd + 1;
   int64_t grouped[5];
-  for (int i = 0, j = 0; i < 4; i++) {
-    grouped[j++] = i == hd ? a->kh : tpu_hlo_type_of(B, src)->dims[i];
-    if (i == hd) grouped[j++] = a->h / a->kh;
-  }
+  grouped_shape(tpu_hlo_type_of(B, src), hd, a, grouped);
   tpu_hlo_value r = tpu_lower_reduce(B, tpu_hlo_reshape(B, src, 5, grouped), TPU_HLO_ADD, &group_dim, 1);
   return tm ? tpu_hlo_transpose(B, r, swap_perm) : r;
 }

@@ -26,11 +26,6 @@ static tpu_hlo_value k(tpu_lower_ctx *c, tpu_hlo_value x, double v) {
   return tpu_dtype_is_float(t.dtype) ? tpu_hlo_const_f64(B, &t, v) : tpu_hlo_const_i64(B, &t, (int64_t)v);
 }
 
-/* Tensor argument |i| as |dtype|. */
-static tpu_hlo_value arg(tpu_lower_ctx *c, int i, tpu_dtype_t dtype) {
-  return tpu_hlo_convert(B, tpu_lower_tensor(c, i), dtype);
-}
-
 /* Tensor argument |i|'s shape with element type |dtype|. */
 static tpu_hlo_type arg_type(const tpu_lower_ctx *c, int i, tpu_dtype_t dtype) {
   return tpu_hlo_make_type(dtype, c->args[i].rank, c->args[i].sizes);
@@ -131,7 +126,7 @@ static tpu_status_t layer_norm_rule(tpu_lower_ctx *c) {
   tpu_hlo_type xt = arg_type(c, 0, tpu_lower_opmath(in->dtype));
   int64_t dims[MAXR];
   int n = dim_range(dims, in->rank - c->args[1].n, in->rank);
-  tpu_hlo_value x = arg(c, 0, xt.dtype), mean, var;
+  tpu_hlo_value x = tensor_as(c, 0, xt.dtype), mean, var;
   moments(c, x, dims, n, &mean, &var);
   tpu_hlo_value rstd = inv_std(c, var, tpu_lower_float(c, 4, 1e-5));
   tpu_hlo_value y = mul(c, sub(c, x, expand(c, mean, &xt, dims, n)), expand(c, rstd, &xt, dims, n));
@@ -149,7 +144,7 @@ static tpu_status_t layer_norm_rule(tpu_lower_ctx *c) {
 static tpu_hlo_value saved_stat(tpu_lower_ctx *c, int i, const tpu_hlo_type *xt, int axis) {
   int64_t dims[MAXR];
   for (int d = 0; d < xt->rank; d++) dims[d] = d < axis ? xt->dims[d] : 1;
-  tpu_hlo_value v = tpu_hlo_reshape(B, arg(c, i, xt->dtype), xt->rank, dims);
+  tpu_hlo_value v = tpu_hlo_reshape(B, tensor_as(c, i, xt->dtype), xt->rank, dims);
   return tpu_hlo_broadcast_to(B, v, xt);
 }
 
@@ -161,9 +156,9 @@ static tpu_status_t layer_norm_backward_rule(tpu_lower_ctx *c) {
   int axis = in->rank - c->args[2].n;
   int64_t norm_dims[MAXR], batch_dims[MAXR];
   int n = dim_range(norm_dims, axis, in->rank), m = dim_range(batch_dims, 0, axis);
-  tpu_hlo_value g = arg(c, 0, xt.dtype);
+  tpu_hlo_value g = tensor_as(c, 0, xt.dtype);
   tpu_hlo_value rstd = saved_stat(c, 4, &xt, axis);
-  tpu_hlo_value xhat = mul(c, sub(c, arg(c, 1, xt.dtype), saved_stat(c, 3, &xt, axis)), rstd);
+  tpu_hlo_value xhat = mul(c, sub(c, tensor_as(c, 1, xt.dtype), saved_stat(c, 3, &xt, axis)), rstd);
   if (wanted(c, 0)) {
     tpu_hlo_value gw = tpu_lower_is_none(c, 5) ? g : mul(c, g, tpu_lower_operand(c, 5, xt.dtype, &xt));
     tpu_lower_set_output(c, 0, norm_input_grad(c, gw, xhat, rstd, norm_dims, n));
@@ -176,13 +171,13 @@ static tpu_status_t layer_norm_backward_rule(tpu_lower_ctx *c) {
 /* The [N, G, C/G, HxW] view group norm computes on; |i| is the input or
  * its gradient (shaped like the input). */
 static tpu_hlo_value grouped(tpu_lower_ctx *c, int i, const tpu_hlo_type *gt) {
-  return tpu_hlo_reshape(B, arg(c, i, gt->dtype), gt->rank, gt->dims);
+  return tpu_hlo_reshape(B, tensor_as(c, i, gt->dtype), gt->rank, gt->dims);
 }
 
 /* A [C] weight or bias as [G, C/G], broadcast to the grouped shape. */
 static tpu_hlo_value grouped_channel(tpu_lower_ctx *c, int i, const tpu_hlo_type *gt) {
   static const int64_t dims[2] = {1, 2};
-  tpu_hlo_value v = tpu_hlo_reshape(B, arg(c, i, gt->dtype), 2, &gt->dims[1]);
+  tpu_hlo_value v = tpu_hlo_reshape(B, tensor_as(c, i, gt->dtype), 2, &gt->dims[1]);
   return tpu_hlo_broadcast_in_dim(B, v, gt, dims);
 }
 
@@ -218,8 +213,8 @@ static tpu_status_t group_norm_backward_rule(tpu_lower_ctx *c) {
   tpu_hlo_type gt = group_type(c, 1, 5);
   tpu_hlo_value g = grouped(c, 0, &gt), x = grouped(c, 1, &gt);
   /* mean and rstd are [N, G] */
-  tpu_hlo_value mean = expand(c, tpu_hlo_reshape(B, arg(c, 2, gt.dtype), 2, gt.dims), &gt, group_dims, 2);
-  tpu_hlo_value rstd = expand(c, tpu_hlo_reshape(B, arg(c, 3, gt.dtype), 2, gt.dims), &gt, group_dims, 2);
+  tpu_hlo_value mean = expand(c, tpu_hlo_reshape(B, tensor_as(c, 2, gt.dtype), 2, gt.dims), &gt, group_dims, 2);
+  tpu_hlo_value rstd = expand(c, tpu_hlo_reshape(B, tensor_as(c, 3, gt.dtype), 2, gt.dims), &gt, group_dims, 2);
   tpu_hlo_value xhat = mul(c, sub(c, x, mean), rstd);
   if (wanted(c, 0)) {
     tpu_hlo_value gw = tpu_lower_is_none(c, 4) ? g : mul(c, g, grouped_channel(c, 4, &gt));
@@ -285,7 +280,7 @@ static tpu_status_t batch_norm_rule(tpu_lower_ctx *c) {
   }
   if (!train && !has_stats)
     return tpu_lower_error(c, TPU_ERR_RUNTIME, "running_mean and running_var must be defined in evaluation mode");
-  tpu_hlo_value x = arg(c, 0, xt.dtype), mean, invstd;
+  tpu_hlo_value x = tensor_as(c, 0, xt.dtype), mean, invstd;
   if (train) {
     tpu_hlo_value var;
     moments(c, x, dims, n, &mean, &var);
@@ -298,14 +293,14 @@ static tpu_status_t batch_norm_rule(tpu_lower_ctx *c) {
       /* momentum * batch + (1 - momentum) * running; the variance unbiased */
       double m = tpu_lower_float(c, a->momentum, 0.1);
       tpu_hlo_value unbiased = mul(c, var, k(c, var, (double)count / (double)(count - 1)));
-      tpu_hlo_value rm = arg(c, a->running_mean, xt.dtype), rv = arg(c, a->running_var, xt.dtype);
+      tpu_hlo_value rm = tensor_as(c, a->running_mean, xt.dtype), rv = tensor_as(c, a->running_var, xt.dtype);
       tpu_lower_set_output(c, a->stats_out, add(c, mul(c, k(c, mean, m), mean), mul(c, k(c, rm, 1.0 - m), rm)));
       tpu_lower_set_output(c, a->stats_out + 1,
                            add(c, mul(c, k(c, unbiased, m), unbiased), mul(c, k(c, rv, 1.0 - m), rv)));
     }
   } else {
-    mean = arg(c, a->running_mean, xt.dtype);
-    invstd = inv_std(c, arg(c, a->running_var, xt.dtype), eps);
+    mean = tensor_as(c, a->running_mean, xt.dtype);
+    invstd = inv_std(c, tensor_as(c, a->running_var, xt.dtype), eps);
     /* The saved stats: empty on CPU; where the meta function sizes them [C],
      * the running mean and its invstd, as on CUDA. */
     for (int i = 1; i <= 2; i++) {
@@ -320,9 +315,9 @@ static tpu_status_t batch_norm_rule(tpu_lower_ctx *c) {
   if (a->reserve >= 0) set_zeros(c, a->reserve);
   /* out = x * alpha + beta with per-channel alpha = invstd * weight and
    * beta = bias - mean * alpha, as PyTorch's CPU kernel */
-  tpu_hlo_value alpha = tpu_lower_is_none(c, 1) ? invstd : mul(c, invstd, arg(c, 1, xt.dtype));
+  tpu_hlo_value alpha = tpu_lower_is_none(c, 1) ? invstd : mul(c, invstd, tensor_as(c, 1, xt.dtype));
   tpu_hlo_value beta = neg(c, mul(c, mean, alpha));
-  if (!tpu_lower_is_none(c, 2)) beta = add(c, arg(c, 2, xt.dtype), beta);
+  if (!tpu_lower_is_none(c, 2)) beta = add(c, tensor_as(c, 2, xt.dtype), beta);
   tpu_lower_set_output(c, 0, add(c, mul(c, x, along(c, alpha, &xt, 1)), along(c, beta, &xt, 1)));
   return NULL;
 }
@@ -340,9 +335,10 @@ static tpu_status_t batch_norm_backward_rule(tpu_lower_ctx *c) {
   if (tpu_lower_is_none(c, mean_arg) || tpu_lower_is_none(c, var_arg))
     return tpu_lower_error(c, TPU_ERR_RUNTIME, train ? "save_mean and save_invstd must be defined in training mode"
                                                      : "running_mean and running_var must be defined in evaluation mode");
-  tpu_hlo_value g = arg(c, 0, xt.dtype), x = arg(c, 1, xt.dtype);
-  tpu_hlo_value mean = arg(c, mean_arg, xt.dtype);
-  tpu_hlo_value invstd = train ? arg(c, 6, xt.dtype) : inv_std(c, arg(c, 4, xt.dtype), tpu_lower_float(c, 8, 1e-5));
+  tpu_hlo_value g = tensor_as(c, 0, xt.dtype), x = tensor_as(c, 1, xt.dtype);
+  tpu_hlo_value mean = tensor_as(c, mean_arg, xt.dtype);
+  tpu_hlo_value invstd =
+      train ? tensor_as(c, 6, xt.dtype) : inv_std(c, tensor_as(c, 4, xt.dtype), tpu_lower_float(c, 8, 1e-5));
   tpu_hlo_value xc = sub(c, x, along(c, mean, &xt, 1));
   tpu_hlo_value gsum = sum(c, g, dims, n);
   tpu_hlo_value dotp = sum(c, mul(c, xc, g), dims, n);
@@ -351,7 +347,7 @@ static tpu_status_t batch_norm_backward_rule(tpu_lower_ctx *c) {
   if (c->args[9].kind == TPU_ARG_BOOL_LIST && !c->args[9].bools[0]) {
     set_zeros(c, 0);
   } else if (wanted(c, 0)) {
-    tpu_hlo_value scale = tpu_lower_is_none(c, 2) ? invstd : mul(c, invstd, arg(c, 2, xt.dtype));
+    tpu_hlo_value scale = tpu_lower_is_none(c, 2) ? invstd : mul(c, invstd, tensor_as(c, 2, xt.dtype));
     tpu_hlo_value dy = g;
     if (train) { /* PyTorch's CPU formula */
       tpu_hlo_value kk = dvd(c, mul(c, mul(c, dotp, invstd), invstd), k(c, dotp, (double)count));
@@ -390,7 +386,7 @@ static tpu_hlo_value class_targets(tpu_lower_ctx *c, int ti, const tpu_hlo_type 
   int n = 0;
   for (int i = 0; i < xt->rank; i++)
     if (i != cd) dims[n++] = xt->dims[i];
-  tpu_hlo_value t = tpu_hlo_reshape(B, arg(c, ti, TPU_S64), n, dims); /* a [1] target of a [C] input: rank 0 */
+  tpu_hlo_value t = tpu_hlo_reshape(B, tensor_as(c, ti, TPU_S64), n, dims); /* a [1] target of a [C] input: rank 0 */
   tpu_hlo_value ok = and_(c, cmp(c, TPU_HLO_GE, t, k(c, t, 0.0)), cmp(c, TPU_HLO_LT, t, k(c, t, (double)xt->dims[cd])));
   *out_kept = TPU_HLO_NONE;
   if (ignore != NULL) {
@@ -463,8 +459,8 @@ static tpu_status_t nll_loss_rule(tpu_lower_ctx *c) {
   int64_t reduction = tpu_lower_int(c, 3, REDUCTION_MEAN);
   tpu_hlo_value kept, t = nll_targets(c, 1, 4, &xt, cd, &kept);
   /* per target: -x[t] * w[t] and w[t], 0 where ignored */
-  tpu_hlo_value xy = at_class(c, arg(c, 0, xt.dtype), t, cd);
-  tpu_hlo_value w = tpu_lower_is_none(c, 2) ? k(c, xy, 1.0) : at_class(c, arg(c, 2, xt.dtype), t, 0);
+  tpu_hlo_value xy = at_class(c, tensor_as(c, 0, xt.dtype), t, cd);
+  tpu_hlo_value w = tpu_lower_is_none(c, 2) ? k(c, xy, 1.0) : at_class(c, tensor_as(c, 2, xt.dtype), t, 0);
   tpu_hlo_value zero = k(c, xy, 0.0);
   tpu_hlo_value loss = sel(c, kept, mul(c, neg(c, xy), w), zero);
   tpu_hlo_value total = sum_all(c, sel(c, kept, w, zero));
@@ -489,10 +485,10 @@ static tpu_status_t nll_loss_backward_rule(tpu_lower_ctx *c) {
   int64_t reduction = tpu_lower_int(c, 4, REDUCTION_MEAN);
   tpu_hlo_value kept, t = nll_targets(c, 2, 5, &xt, cd, &kept);
   tpu_hlo_value hit = class_hit(c, t, kept, &xt, cd);
-  tpu_hlo_value g = arg(c, 0, xt.dtype);
-  if (reduction == REDUCTION_MEAN) g = dvd(c, g, arg(c, 6, xt.dtype));
+  tpu_hlo_value g = tensor_as(c, 0, xt.dtype);
+  if (reduction == REDUCTION_MEAN) g = dvd(c, g, tensor_as(c, 6, xt.dtype));
   tpu_hlo_value grad = neg(c, per_target_grad(c, g, &xt, cd));
-  if (!tpu_lower_is_none(c, 3)) grad = mul(c, along(c, arg(c, 3, xt.dtype), &xt, cd), grad);
+  if (!tpu_lower_is_none(c, 3)) grad = mul(c, along(c, tensor_as(c, 3, xt.dtype), &xt, cd), grad);
   tpu_lower_set_output(c, 0, sel(c, hit, grad, tpu_hlo_const_f64(B, &xt, 0.0)));
   return NULL;
 }
@@ -519,11 +515,12 @@ static tpu_status_t multi_margin_loss_rule(tpu_lower_ctx *c) {
   int64_t cdim = cd;
   tpu_hlo_value kept, t = class_targets(c, 1, &xt, cd, NULL, TPU_ERR_RUNTIME, "target out of range", &kept);
   tpu_hlo_value hit = class_hit(c, t, kept, &xt, cd);
-  tpu_hlo_value x = tpu_hlo_reshape(B, arg(c, 0, xt.dtype), xt.rank, xt.dims), zero = tpu_hlo_const_f64(B, &xt, 0.0);
+  tpu_hlo_value x = tpu_hlo_reshape(B, tensor_as(c, 0, xt.dtype), xt.rank, xt.dims);
+  tpu_hlo_value zero = tpu_hlo_const_f64(B, &xt, 0.0);
   tpu_hlo_value xy = expand(c, at_class(c, x, t, cd), &xt, &cdim, 1);
   tpu_hlo_value z = add(c, sub(c, tpu_hlo_const_f64(B, &xt, tpu_lower_float(c, 3, 1.0)), xy), x);
   tpu_hlo_value h = tpu_lower_float(c, 2, 1.0) == 1.0 ? z : mul(c, z, z);
-  if (!tpu_lower_is_none(c, 4)) h = mul(c, h, expand(c, at_class(c, arg(c, 4, xt.dtype), t, 0), &xt, &cdim, 1));
+  if (!tpu_lower_is_none(c, 4)) h = mul(c, h, expand(c, at_class(c, tensor_as(c, 4, xt.dtype), t, 0), &xt, &cdim, 1));
   tpu_hlo_value counted = and_(c, cmp(c, TPU_HLO_GT, z, zero), tpu_hlo_unary(B, TPU_HLO_NOT, hit));
   tpu_hlo_value loss = sum(c, sel(c, counted, h, zero), &cdim, 1);
   return reduced(c, dvd(c, loss, k(c, loss, (double)xt.dims[cd])), tpu_lower_int(c, 5, REDUCTION_MEAN));
@@ -541,7 +538,7 @@ static tpu_hlo_type margin_rows(const tpu_lower_ctx *c, int i, tpu_dtype_t dtype
  * N for the mean, where |g| is one value). */
 static tpu_hlo_value margin_grad_scale(tpu_lower_ctx *c, const tpu_hlo_type *xt, int64_t reduction) {
   static const int64_t cdim = 1;
-  tpu_hlo_value g = arg(c, 0, xt->dtype);
+  tpu_hlo_value g = tensor_as(c, 0, xt->dtype);
   double n = (double)xt->dims[1] * (reduction == REDUCTION_MEAN ? (double)xt->dims[0] : 1.0);
   g = reduction == REDUCTION_NONE ? expand(c, tpu_hlo_reshape(B, g, 1, xt->dims), xt, &cdim, 1)
                                   : tpu_hlo_broadcast_to(B, tpu_hlo_reshape(B, g, 0, NULL), xt);
@@ -557,11 +554,11 @@ static tpu_status_t multi_margin_loss_backward_rule(tpu_lower_ctx *c) {
   tpu_hlo_type xt = margin_rows(c, 1, tpu_lower_opmath(OUT->dtype));
   tpu_hlo_value kept, t = class_targets(c, 2, &xt, 1, NULL, TPU_ERR_RUNTIME, "target out of range", &kept);
   tpu_hlo_value hit = class_hit(c, t, kept, &xt, 1);
-  tpu_hlo_value x = tpu_hlo_reshape(B, arg(c, 1, xt.dtype), 2, xt.dims), zero = tpu_hlo_const_f64(B, &xt, 0.0);
+  tpu_hlo_value x = tpu_hlo_reshape(B, tensor_as(c, 1, xt.dtype), 2, xt.dims), zero = tpu_hlo_const_f64(B, &xt, 0.0);
   tpu_hlo_value xy = expand(c, at_class(c, x, t, 1), &xt, &cdim, 1);
   tpu_hlo_value z = add(c, sub(c, tpu_hlo_const_f64(B, &xt, tpu_lower_float(c, 4, 1.0)), xy), x);
   tpu_hlo_value h = tpu_lower_float(c, 3, 1.0) == 1.0 ? tpu_hlo_const_f64(B, &xt, 1.0) : mul(c, k(c, z, 2.0), z);
-  if (!tpu_lower_is_none(c, 5)) h = mul(c, h, expand(c, at_class(c, arg(c, 5, xt.dtype), t, 0), &xt, &cdim, 1));
+  if (!tpu_lower_is_none(c, 5)) h = mul(c, h, expand(c, at_class(c, tensor_as(c, 5, xt.dtype), t, 0), &xt, &cdim, 1));
   tpu_hlo_value counted = and_(c, cmp(c, TPU_HLO_GT, z, zero), tpu_hlo_unary(B, TPU_HLO_NOT, hit));
   h = sel(c, counted, h, zero);
   tpu_hlo_value grad = sel(c, hit, neg(c, expand(c, sum(c, h, &cdim, 1), &xt, &cdim, 1)), h);
@@ -584,8 +581,8 @@ static multilabel_pairs multilabel_pairs_of(tpu_lower_ctx *c, int xi, int ti, co
   int64_t pdims[3] = {xt->dims[0], xt->dims[1], xt->dims[1]};
   tpu_hlo_type pt = tpu_hlo_make_type(xt->dtype, 3, pdims), it = tpu_hlo_make_type(TPU_S64, 3, pdims);
   tpu_hlo_type st = tpu_hlo_make_type(TPU_S64, 2, xt->dims);
-  tpu_hlo_value x = tpu_hlo_reshape(B, arg(c, xi, xt->dtype), 2, xt->dims);
-  tpu_hlo_value t = tpu_hlo_reshape(B, arg(c, ti, TPU_S64), 2, xt->dims);
+  tpu_hlo_value x = tpu_hlo_reshape(B, tensor_as(c, xi, xt->dtype), 2, xt->dims);
+  tpu_hlo_value t = tpu_hlo_reshape(B, tensor_as(c, ti, TPU_S64), 2, xt->dims);
   tpu_hlo_value slots = tpu_hlo_iota(B, &st, 1);
   tpu_hlo_value end = sel(c, cmp(c, TPU_HLO_EQ, t, k(c, t, -1.0)), slots, k(c, t, (double)xt->dims[1]));
   end = expand(c, tpu_lower_reduce(B, end, TPU_HLO_MIN, &slot, 1), &st, &slot, 1);
@@ -882,7 +879,7 @@ static tpu_status_t embedding_renorm_rule(tpu_lower_ctx *c) {
   static const int64_t cols = 1;
   tpu_hlo_type wt = arg_type(c, 0, tpu_lower_opmath(c->args[0].dtype));
   if (wt.rank != 2 || tpu_hlo_type_numel(&wt) == 0) return done(c, tpu_lower_tensor(c, 0));
-  tpu_hlo_value w = arg(c, 0, wt.dtype);
+  tpu_hlo_value w = tensor_as(c, 0, wt.dtype);
   tpu_hlo_value norm = row_norms(c, w, tpu_lower_float(c, 3, 2.0));
   norm = tpu_hlo_convert(B, tpu_hlo_convert(B, norm, c->args[0].dtype), wt.dtype);
   int64_t n = 1;
@@ -894,8 +891,8 @@ static tpu_status_t embedding_renorm_rule(tpu_lower_ctx *c) {
     tpu_hlo_type ut = tpu_hlo_make_type(TPU_BOOL, 1, &n);
     tpu_hlo_scatter_dims sd = {.num_inserted = 1, .inserted_window_dims = {0}, .num_to_operand = 1,
                                .scatter_dims_to_operand_dims = {0}, .index_vector_dim = 1};
-    named = tpu_hlo_scatter(B, named, tpu_hlo_reshape(B, arg(c, 1, TPU_S64), 2, idims), tpu_hlo_const_f64(B, &ut, 1.0),
-                            &sd, NULL, false);
+    named = tpu_hlo_scatter(B, named, tpu_hlo_reshape(B, tensor_as(c, 1, TPU_S64), 2, idims),
+                            tpu_hlo_const_f64(B, &ut, 1.0), &sd, NULL, false);
   }
   double max_norm = tpu_lower_float(c, 2, 1.0);
   tpu_hlo_value over = and_(c, named, cmp(c, TPU_HLO_GT, norm, k(c, norm, max_norm)));
@@ -921,7 +918,7 @@ static tpu_status_t embedding_bag_rule(tpu_lower_ctx *c) {
   int64_t n = c->args[1].sizes[0], num_offsets = c->args[2].sizes[0], bags = OUT->dims[0];
   tpu_dtype_t dt = tpu_lower_opmath(c->args[0].dtype);
   tpu_hlo_type it = tpu_hlo_make_type(TPU_S64, 1, &n);
-  tpu_hlo_value idx = arg(c, 1, TPU_S64), offsets = arg(c, 2, TPU_S64);
+  tpu_hlo_value idx = tensor_as(c, 1, TPU_S64), offsets = tensor_as(c, 2, TPU_S64);
   tpu_hlo_value in_range = and_(c, cmp(c, TPU_HLO_GE, idx, k(c, idx, 0.0)),
                                 cmp(c, TPU_HLO_LT, idx, k(c, idx, (double)c->args[0].sizes[0])));
   /* (CPU's message names the index and its value) */
@@ -943,7 +940,7 @@ static tpu_status_t embedding_bag_rule(tpu_lower_ctx *c) {
   }
   if (pad >= 0) valid = and_(c, valid, cmp(c, TPU_HLO_NE, idx, k(c, idx, (double)pad)));
   bag = sel(c, valid, bag, k(c, bag, 0.0));
-  tpu_hlo_value rows = rows_at(c, arg(c, 0, dt), sel(c, valid, idx, k(c, idx, 0.0)));
+  tpu_hlo_value rows = rows_at(c, tensor_as(c, 0, dt), sel(c, valid, idx, k(c, idx, 0.0)));
   tpu_hlo_type rt = *tpu_hlo_type_of(B, rows), ot = *OUT, vt = rt;
   ot.dtype = dt;
   vt.dtype = TPU_BOOL;
@@ -974,7 +971,7 @@ static tpu_status_t embedding_bag_rule(tpu_lower_ctx *c) {
     tpu_lower_set_output(c, 3, sel(c, cmp(c, TPU_HLO_LT, first, k(c, first, (double)n)), picked, k(c, first, -1.0)));
   } else {
     tpu_hlo_value u = rows;
-    if (!tpu_lower_is_none(c, 6)) u = mul(c, u, tpu_hlo_broadcast_in_dim(B, arg(c, 6, dt), &rt, &first_dim));
+    if (!tpu_lower_is_none(c, 6)) u = mul(c, u, tpu_hlo_broadcast_in_dim(B, tensor_as(c, 6, dt), &rt, &first_dim));
     out = rows_into(c, tpu_hlo_const_f64(B, &ot, 0.0), bag, sel(c, valid_rows, u, zero_rows), TPU_HLO_ADD);
     if (mode == BAG_MEAN) out = dvd(c, out, tpu_hlo_binary(B, TPU_HLO_MAX, count_f, k(c, count_f, 1.0)));
     set_zeros(c, 3);

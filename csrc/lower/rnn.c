@@ -17,15 +17,10 @@
 
 static tpu_dtype_t opmath_of(const tpu_lower_ctx *c, int i) { return tpu_lower_opmath(c->args[i].dtype); }
 
-/* Tensor argument |i| as |dtype|. */
-static tpu_hlo_value arg(tpu_lower_ctx *c, int i, tpu_dtype_t dtype) {
-  return tpu_hlo_convert(B, tpu_lower_tensor(c, i), dtype);
-}
-
 /* Argument |i| (a [.., G*H] product) plus bias argument |bias| ([G*H]) when
  * there is one. */
 static tpu_hlo_value with_bias(tpu_lower_ctx *c, int i, int bias, tpu_dtype_t t) {
-  tpu_hlo_value v = arg(c, i, t);
+  tpu_hlo_value v = tensor_as(c, i, t);
   if (!tpu_lower_is_none(c, bias)) v = add(c, v, tpu_lower_operand(c, bias, t, tpu_hlo_type_of(B, v)));
   return v;
 }
@@ -68,7 +63,7 @@ static tpu_status_t lstm_cell_rule(tpu_lower_ctx *c) {
   tpu_hlo_value pre = add(c, with_bias(c, 0, 3, t), with_bias(c, 1, 4, t));
   tpu_hlo_value act[4] = {un(c, TPU_HLO_LOGISTIC, gate(c, pre, 0, h)), un(c, TPU_HLO_LOGISTIC, gate(c, pre, 1, h)),
                           un(c, TPU_HLO_TANH, gate(c, pre, 2, h)), un(c, TPU_HLO_LOGISTIC, gate(c, pre, 3, h))};
-  tpu_hlo_value cy = add(c, mul(c, act[1], arg(c, 2, t)), mul(c, act[0], act[2]));
+  tpu_hlo_value cy = add(c, mul(c, act[1], tensor_as(c, 2, t)), mul(c, act[0], act[2]));
   tpu_lower_set_output(c, 0, mul(c, act[3], un(c, TPU_HLO_TANH, cy)));
   tpu_lower_set_output(c, 1, cy);
   tpu_lower_set_output(c, 2, cat_gates(c, act, 4));
@@ -82,12 +77,12 @@ static tpu_status_t lstm_cell_backward_rule(tpu_lower_ctx *c) {
   if (tpu_lower_is_none(c, 0) && tpu_lower_is_none(c, 1)) return NULL;
   const tpu_dtype_t t = opmath_of(c, 4);
   const int64_t h = last_size(c, 2);
-  tpu_hlo_value ws = arg(c, 4, t), cx = arg(c, 2, t);
+  tpu_hlo_value ws = tensor_as(c, 4, t), cx = tensor_as(c, 2, t);
   tpu_hlo_value i = gate(c, ws, 0, h), f = gate(c, ws, 1, h), g = gate(c, ws, 2, h), o = gate(c, ws, 3, h);
-  tpu_hlo_value tanh_cy = un(c, TPU_HLO_TANH, arg(c, 3, t));
+  tpu_hlo_value tanh_cy = un(c, TPU_HLO_TANH, tensor_as(c, 3, t));
   tpu_hlo_value zero = tpu_hlo_const_f64(B, tpu_hlo_type_of(B, cx), 0.0);
-  tpu_hlo_value ghy = tpu_lower_is_none(c, 0) ? zero : arg(c, 0, t);
-  tpu_hlo_value gcy = tpu_lower_is_none(c, 1) ? zero : arg(c, 1, t);
+  tpu_hlo_value ghy = tpu_lower_is_none(c, 0) ? zero : tensor_as(c, 0, t);
+  tpu_hlo_value gcy = tpu_lower_is_none(c, 1) ? zero : tensor_as(c, 1, t);
   /* the cell state's whole gradient: through hy = o tanh(cy), and direct */
   tpu_hlo_value gc = add(c, mul(c, mul(c, ghy, o), dtanh(c, tanh_cy)), gcy);
   tpu_hlo_value d[4] = {mul(c, mul(c, gc, g), dsigmoid(c, i)), mul(c, mul(c, gc, cx), dsigmoid(c, f)),
@@ -104,7 +99,7 @@ static tpu_status_t lstm_cell_backward_rule(tpu_lower_ctx *c) {
 static tpu_status_t gru_cell_rule(tpu_lower_ctx *c) {
   const tpu_dtype_t t = opmath_of(c, 0);
   const int64_t h = last_size(c, 2);
-  tpu_hlo_value in = with_bias(c, 0, 3, t), hid = with_bias(c, 1, 4, t), hx = arg(c, 2, t);
+  tpu_hlo_value in = with_bias(c, 0, 3, t), hid = with_bias(c, 1, 4, t), hx = tensor_as(c, 2, t);
   tpu_hlo_value r = un(c, TPU_HLO_LOGISTIC, add(c, gate(c, in, 0, h), gate(c, hid, 0, h)));
   tpu_hlo_value z = un(c, TPU_HLO_LOGISTIC, add(c, gate(c, in, 1, h), gate(c, hid, 1, h)));
   tpu_hlo_value hn = gate(c, hid, 2, h);
@@ -121,7 +116,7 @@ static tpu_status_t gru_cell_rule(tpu_lower_ctx *c) {
 static tpu_status_t gru_cell_backward_rule(tpu_lower_ctx *c) {
   const tpu_dtype_t t = opmath_of(c, 1);
   const int64_t h = last_size(c, 0);
-  tpu_hlo_value ws = arg(c, 1, t), gh = arg(c, 0, t);
+  tpu_hlo_value ws = tensor_as(c, 1, t), gh = tensor_as(c, 0, t);
   tpu_hlo_value r = gate(c, ws, 0, h), z = gate(c, ws, 1, h), n = gate(c, ws, 2, h);
   tpu_hlo_value hx = gate(c, ws, 3, h), hn = gate(c, ws, 4, h);
   tpu_hlo_value dn = mul(c, mul(c, gh, one_minus(c, z)), dtanh(c, n));

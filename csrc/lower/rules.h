@@ -42,6 +42,11 @@ static inline tpu_hlo_value cmp(tpu_lower_ctx *c, tpu_hlo_cmp_t d, tpu_hlo_value
 static inline tpu_hlo_value sel(tpu_lower_ctx *c, tpu_hlo_value p, tpu_hlo_value t, tpu_hlo_value f) { return tpu_hlo_select(B, p, t, f); }
 static inline tpu_hlo_value is_nan(tpu_lower_ctx *c, tpu_hlo_value x) { return cmp(c, TPU_HLO_NE, x, x); }
 
+/* Tensor argument |i| as |dtype|. */
+static inline tpu_hlo_value tensor_as(tpu_lower_ctx *c, int i, tpu_dtype_t dtype) {
+  return tpu_hlo_convert(B, tpu_lower_tensor(c, i), dtype);
+}
+
 /* Sets output 0: the end of most rules. */
 static inline tpu_status_t done(tpu_lower_ctx *c, tpu_hlo_value v) {
   tpu_lower_set_output(c, 0, v);
