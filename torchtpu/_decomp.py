@@ -50,6 +50,11 @@ def _has_rule(op):
     return _C._has_rule(f"{base}.{op._schema.overload_name}" if op._schema.overload_name else base)
 
 
+def _opmath(dtype):
+    """The type the fused CPU kernels compute a tensor of |dtype| in."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
 def _adam(adamw, self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, lr, beta1, beta2,
           weight_decay, eps, amsgrad, maximize, grad_scale=None, found_inf=None):
     """_fused_adam(w) as PyTorch's CPU kernel computes it, per tensor: the
@@ -59,7 +64,7 @@ def _adam(adamw, self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_step
     found_inf == 1 leaves everything as it was."""
     outs = ([], [], [], [], [])
     for i, p in enumerate(self):
-        f = torch.float32 if p.dtype in (torch.float16, torch.bfloat16) else p.dtype
+        f = _opmath(p.dtype)
         old = [p, grads[i], exp_avgs[i], exp_avg_sqs[i]] + ([max_exp_avg_sqs[i]] if amsgrad else [])
         param, grad, m, v = (t.to(f) for t in old[:4])
         if grad_scale is not None:
@@ -109,7 +114,7 @@ def _sgd_(self, grads, momentum_buffer_list, *, weight_decay, momentum, lr, damp
     negated by maximize), the momentum buffer taking the first step's
     gradient whole, nothing changed when found_inf is 1."""
     for i, p in enumerate(self):
-        f = torch.float32 if p.dtype in (torch.float16, torch.bfloat16) else p.dtype
+        f = _opmath(p.dtype)
         step = lr.to(p.device, f) if isinstance(lr, torch.Tensor) else lr
         old = [p, grads[i]] + ([momentum_buffer_list[i]] if momentum != 0 else [])
         param, grad = p.to(f), grads[i].to(f)
@@ -139,12 +144,12 @@ def _unscale_(grads, found_inf, inv_scale):
     when any grad holds an inf or a NaN, left as it was otherwise."""
     if not grads:
         return
-    wide = [g for g in grads if g.dtype in (torch.float32, torch.float64)]
+    wide = [g for g in grads if _opmath(g.dtype) == g.dtype]
     finite = torch.stack([torch.isfinite(g).all() for g in grads]).all()
     if wide:
         torch._foreach_mul_(wide, inv_scale)
     for g in grads:
-        if g.dtype not in (torch.float32, torch.float64):
+        if _opmath(g.dtype) != g.dtype:
             g.copy_(g.float() * inv_scale)
     found_inf.copy_(torch.where(finite, found_inf, torch.ones_like(found_inf)))
 
