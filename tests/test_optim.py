@@ -1,8 +1,8 @@
 """Optimizers with fused=True: Adam, AdamW and SGD run aten::_fused_adam(w)_
-and _fused_sgd_, which have no tpu lowering; torchtpu's own decompositions
-(torchtpu/_decomp.py) run on tpu, matching PyTorch's CPU fused kernels, with
-no CPU fallback, also when the step is compiled (PyTorch runs fused steps
-outside the graph)."""
+and _fused_sgd_, lowered item by item (csrc/lower/optim.c) into one program
+per step, matching PyTorch's CPU fused kernels, also when the step is
+compiled (PyTorch runs fused steps outside the graph). And every optimizer,
+per tensor and foreach, against the CPU."""
 import pytest
 import torch
 
@@ -69,6 +69,55 @@ def test_grad_scale_found_inf_and_half_types(found_inf, dtype):
     for ts_cpu, ts_tpu in zip(cpu, tpu):
         for a, b in zip(ts_cpu, ts_tpu):
             torch.testing.assert_close(b.cpu(), a)
+
+
+@pytest.mark.parametrize("opt_cls", [torch.optim.AdamW, torch.optim.SGD], ids=["AdamW", "SGD"])
+@pytest.mark.parametrize("tensor_lr", [False, True], ids=["float_lr", "tensor_lr"])
+def test_fused_step_is_one_program_across_a_schedule(opt_cls, tensor_lr):
+    """A fused step over every parameter is one program (AdamW adds one for
+    its step counters), and a learning rate that changes every step (a
+    cosine schedule) runs the same programs: nothing compiles after the
+    first two steps."""
+    def train(device):
+        torch.manual_seed(0)
+        net = torch.nn.Sequential(*[torch.nn.Linear(8, 8) for _ in range(3)]).to(device)
+        lr = torch.tensor(0.05) if tensor_lr else 0.05
+        kw = dict(momentum=0.9) if opt_cls is torch.optim.SGD else dict(weight_decay=0.1)
+        opt = opt_cls(net.parameters(), lr=lr, fused=True, **kw)
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=6)
+        x = torch.randn(4, 8).to(device)
+        programs, misses = [], []
+        for _ in range(6):
+            opt.zero_grad()
+            net(x).square().mean().backward()
+            before = torchtpu.stats()
+            opt.step()
+            after = torchtpu.stats()
+            programs.append(after["ops"] - before["ops"])
+            misses.append(after["cache_misses"] - before["cache_misses"])
+            sched.step()
+        return [p.detach().cpu() for p in net.parameters()], programs, misses
+    expected, _, _ = train("cpu")
+    got, programs, misses = train("tpu")
+    assert not torchtpu.stats()["fallbacks"]
+    assert programs[2:] == [1 if opt_cls is torch.optim.SGD else 2] * 4, programs
+    assert sum(misses[2:]) == 0, misses
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_fused_adam_checks_its_lists():
+    def call(device, grads):
+        p = [torch.zeros(3, device=device)]
+        state = [[torch.zeros(3, device=device)] for _ in range(2)]
+        torch._fused_adam_(p, grads, *state, [], [torch.ones((), device=device)], lr=0.1, beta1=0.9, beta2=0.99,
+                           weight_decay=0.0, eps=1e-8, amsgrad=False, maximize=False)
+    for device in ["cpu", "tpu"]:
+        with pytest.raises(RuntimeError, match=r"Expected grads.size\(\) == n_tensors"):
+            call(device, [])
+    with pytest.raises(RuntimeError, match="must have its parameter's shape"):
+        call("tpu", [torch.zeros(4, device="tpu")])
+    call("tpu", [torch.zeros(3, device="tpu")])  # and the process goes on
 
 
 SGD_OPTIONS = [{}, {"momentum": 0.9}, {"momentum": 0.9, "nesterov": True, "weight_decay": 0.1},

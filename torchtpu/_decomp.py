@@ -1,6 +1,6 @@
 """PyTorch's own decompositions, run on tpu for ops that have no rule, and
-the few torchtpu adds where PyTorch has none (EXTRA: the fused Adam, AdamW
-and SGD steps of `fused=True` optimizers, GradScaler's unscale and update).
+the few torchtpu adds where PyTorch has none (EXTRA: GradScaler's unscale
+and update).
 
 The CPU fallback (csrc/torch/fallback.cpp) asks here first: when
 torch._decomp (or EXTRA) has a decomposition for the op, it runs on tpu
@@ -55,88 +55,6 @@ def _opmath(dtype):
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
-def _adam(adamw, self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, lr, beta1, beta2,
-          weight_decay, eps, amsgrad, maximize, grad_scale=None, found_inf=None):
-    """_fused_adam(w) as PyTorch's CPU kernel computes it, per tensor: the
-    new (params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs). Half types
-    compute in float32, the bias corrections in float64 from the step
-    tensors; grads come back divided by grad_scale (not negated by maximize);
-    found_inf == 1 leaves everything as it was."""
-    outs = ([], [], [], [], [])
-    for i, p in enumerate(self):
-        f = _opmath(p.dtype)
-        old = [p, grads[i], exp_avgs[i], exp_avg_sqs[i]] + ([max_exp_avg_sqs[i]] if amsgrad else [])
-        param, grad, m, v = (t.to(f) for t in old[:4])
-        if grad_scale is not None:
-            grad = grad / grad_scale.to(f)
-        scaled = grad
-        if maximize:
-            grad = -grad
-        if weight_decay != 0:
-            if adamw:
-                param = param - lr * weight_decay * param
-            else:
-                grad = grad + param * weight_decay
-        m = torch.lerp(m, grad, 1 - beta1)
-        v = v * beta2 + (1 - beta2) * grad * grad
-        step = state_steps[i].to(torch.float64)
-        step_size = (lr / (1 - torch.pow(beta1, step))).to(f)
-        bc2_sqrt = torch.sqrt(1 - torch.pow(beta2, step)).to(f)
-        if amsgrad:
-            v_max = torch.maximum(old[4].to(f), v)
-        new = [param - step_size * m / ((v_max if amsgrad else v).sqrt() / bc2_sqrt + eps), scaled, m, v]
-        new += [v_max] if amsgrad else []
-        if found_inf is not None:
-            skip = found_inf == 1
-            new = [torch.where(skip, o.to(f), n) for o, n in zip(old, new)]
-        for out, o, n in zip(outs, old, new):
-            out.append(n.to(o.dtype))
-    if not amsgrad:
-        outs[4].extend(max_exp_avg_sqs)
-    return outs
-
-
-def _adam_inplace(adamw):
-    """_fused_adam(w)_: the new values written into the argument lists."""
-    def step(self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, **kwargs):
-        new = _adam(adamw, self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, **kwargs)
-        for targets, values in zip((self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs), new):
-            for t, v in zip(targets, values):
-                if v is not t:
-                    t.copy_(v)
-    return step
-
-
-def _sgd_(self, grads, momentum_buffer_list, *, weight_decay, momentum, lr, dampening, nesterov, maximize,
-          is_first_step, grad_scale=None, found_inf=None):
-    """_fused_sgd_ (SGD with fused=True) as PyTorch's CPU kernel computes it:
-    half types in float32, grads written back divided by grad_scale (not
-    negated by maximize), the momentum buffer taking the first step's
-    gradient whole, nothing changed when found_inf is 1."""
-    for i, p in enumerate(self):
-        f = _opmath(p.dtype)
-        step = lr.to(p.device, f) if isinstance(lr, torch.Tensor) else lr
-        old = [p, grads[i]] + ([momentum_buffer_list[i]] if momentum != 0 else [])
-        param, grad = p.to(f), grads[i].to(f)
-        if grad_scale is not None:
-            grad = grad / grad_scale.to(f)
-        new = [None, grad]
-        if maximize:
-            grad = -grad
-        if weight_decay != 0:
-            grad = grad + param * weight_decay
-        if momentum != 0:
-            buf = grad if is_first_step else old[2].to(f) * momentum + grad * (1 - dampening)
-            grad = grad + buf * momentum if nesterov else buf
-            new.append(buf)
-        new[0] = param - grad * step
-        if found_inf is not None:
-            skip = found_inf == 1
-            new = [torch.where(skip, o.to(f), n) for o, n in zip(old, new)]
-        for t, v in zip(old, new):
-            t.copy_(v.to(t.dtype))
-
-
 def _unscale_(grads, found_inf, inv_scale):
     """_amp_foreach_non_finite_check_and_unscale_ (GradScaler.unscale_) as
     PyTorch's kernels compute it: every grad times inv_scale, in float32 for
@@ -170,14 +88,9 @@ def _update_scale_(scale, growth_tracker, found_inf, growth_factor, backoff_fact
     return scale
 
 
-# Only the in-place ops: torch.compile never traces into fused optimizers
-# (PyTorch wraps their step in torch.compiler.disable), so the functional
-# _fused_adam(w) does not reach a graph; GradScaler's steps run eagerly too.
-EXTRA = {getattr(getattr(torch.ops.aten, name), overload): _adam_inplace(adamw)
-         for name, adamw in (("_fused_adam_", False), ("_fused_adamw_", True)) for overload in ("default", "tensor_lr")}
-EXTRA.update({torch.ops.aten._fused_sgd_.default: _sgd_, torch.ops.aten._fused_sgd_.tensor_lr: _sgd_})
-EXTRA[torch.ops.aten._amp_foreach_non_finite_check_and_unscale_.default] = _unscale_
-EXTRA[torch.ops.aten._amp_update_scale_.default] = _update_scale_
+# GradScaler's steps run eagerly (outside compiled graphs).
+EXTRA = {torch.ops.aten._amp_foreach_non_finite_check_and_unscale_.default: _unscale_,
+         torch.ops.aten._amp_update_scale_.default: _update_scale_}
 
 
 def _decomposed(op, args, kwargs):

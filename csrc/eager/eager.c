@@ -37,11 +37,14 @@ tpu_status_t tpu_eager_set_dump_dir(const char *dir) {
   return g_dump_dir ? NULL : tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
 }
 
-tpu_status_t tpu_eager_op_new(const char *name, const tpu_lower_rule *rule, int num_outputs,
-                              int num_returns, const int *output_alias, tpu_eager_op **out_op) {
+tpu_status_t tpu_eager_op_new(const char *name, const tpu_lower_rule *rule, int num_outputs, int num_returns,
+                              const int *output_alias, int num_item_args, const tpu_eager_item_arg *item_args,
+                              tpu_eager_op **out_op) {
   *out_op = NULL;
   if (num_outputs > TPU_EAGER_MAX_RETURNS || num_returns > num_outputs)
     return tpu_status_new(TPU_ERR_NOT_IMPLEMENTED, "%s has too many outputs", name);
+  if (num_item_args > TPU_EAGER_MAX_ITEM_ARGS)
+    return tpu_status_new(TPU_ERR_NOT_IMPLEMENTED, "%s has too many arguments", name);
   tpu_eager_op *op = calloc(1, sizeof *op);
   if (op == NULL || (op->name = strdup(name)) == NULL) {
     free(op);
@@ -51,6 +54,8 @@ tpu_status_t tpu_eager_op_new(const char *name, const tpu_lower_rule *rule, int 
   op->num_outputs = num_outputs;
   op->num_returns = num_returns;
   for (int i = 0; i < num_outputs; i++) op->output_alias[i] = output_alias[i];
+  op->num_item_args = num_item_args;
+  for (int i = 0; i < num_item_args; i++) op->item_args[i] = item_args[i];
   op->id = atomic_fetch_add(&g_next_op_id, 1);
   *out_op = op;
   return NULL;
@@ -129,6 +134,14 @@ static void build_key(tpu_strbuf *k, const tpu_eager_call *call, const flat_call
       case TPU_ARG_BOOL_LIST:
         tpu_strbuf_put_i64(k, l->n);
         tpu_strbuf_append(k, l->bools, (size_t)l->n * sizeof(bool));
+        break;
+      case TPU_ARG_SCALAR_LIST:
+        tpu_strbuf_put_i64(k, l->n);
+        tpu_strbuf_put_i64(k, l->dtype);
+        tpu_strbuf_append(k, l->item_dtypes, (size_t)l->n * sizeof(tpu_dtype_t));
+        if (flags & TPU_RULE_CONST_SCALARS)
+          tpu_strbuf_append(k, l->dtype == TPU_F64 ? (const void *)l->floats : (const void *)l->ints,
+                            (size_t)l->n * 8);
         break;
       case TPU_ARG_STRING:
         tpu_strbuf_puts(k, l->s);
@@ -247,7 +260,129 @@ void tpu_eager_cache_clear(void) {
   pthread_mutex_unlock(&g_cache_lock);
 }
 
-/* --- one-op programs ------------------------------------------------------------------ */
+/* --- programs of one op ---------------------------------------------------------------- */
+
+int tpu_eager_call_items(const tpu_eager_call *call) {
+  if (call->op->num_item_args == 0) return 1;
+  for (int a = 0; a < call->num_args; a++)
+    if (call->args[a].lower.kind == TPU_ARG_TENSOR_LIST) return call->args[a].lower.n;
+  return 0;
+}
+
+bool tpu_eager_items_overlap(const tpu_eager_call *call) {
+  flat_call f;
+  tpu_status_t st = tpu_flatten_call(call, &f);
+  if (st != NULL) {
+    tpu_status_free(st);
+    return true; /* out of memory: the caller's slow path is the safe one */
+  }
+  /* Per slot (indexed by its first ref): written at all, and seen at more
+   * than one item index. */
+  bool *written = calloc((size_t)(f.n ? f.n : 1), sizeof *written);
+  bool *mixed = calloc((size_t)(f.n ? f.n : 1), sizeof *mixed);
+  bool overlap = written == NULL || mixed == NULL;
+  for (int i = 0; i < f.n && !overlap; i++) {
+    int s = f.refs[i].slot;
+    if (s < 0) continue;
+    written[s] |= call->args[f.refs[i].arg].mutated;
+    mixed[s] |= f.refs[i].item != f.refs[s].item || f.refs[i].item < 0;
+  }
+  for (int i = 0; i < f.n && !overlap; i++) overlap = written[i] && mixed[i];
+  free(written);
+  free(mixed);
+  tpu_flat_release(&f);
+  return overlap;
+}
+
+/* A per-item rule's view of item |k|: where each of its arguments comes from. */
+typedef struct item_view {
+  tpu_program *p;
+  const tpu_eager_call *call;
+  int k;
+} item_view;
+
+static tpu_hlo_value fetch_item(tpu_lower_ctx *c, int arg, int item) {
+  const item_view *iv = c->user;
+  int src = iv->call->op->item_args[arg].arg;
+  switch (iv->call->args[src].lower.kind) {
+    case TPU_ARG_TENSOR_LIST: return tpu_program_tensor(iv->p, src, iv->k);
+    case TPU_ARG_SCALAR_LIST: return tpu_program_scalar_item(iv->p, src, iv->k);
+    case TPU_ARG_SCALAR: return tpu_program_scalar(iv->p, src);
+    default: return tpu_program_tensor(iv->p, src, item);
+  }
+}
+
+/* The rule's arguments for item |k| of a per-item call. */
+static void item_args(const tpu_eager_call *call, int k, tpu_lower_arg *out) {
+  const tpu_eager_op *op = call->op;
+  for (int j = 0; j < op->num_item_args; j++) {
+    const tpu_eager_item_arg *ia = &op->item_args[j];
+    if (ia->arg < 0) {
+      out[j] = ia->fixed;
+      continue;
+    }
+    const tpu_eager_arg *a = &call->args[ia->arg];
+    const tpu_lower_arg *l = &a->lower;
+    tpu_lower_arg *o = &out[j];
+    if (l->kind == TPU_ARG_TENSOR_LIST) {
+      *o = (tpu_lower_arg){.kind = TPU_ARG_NONE};
+      const tpu_tensor_ref *r = k < l->n ? &a->items[k] : NULL;
+      if (r == NULL || tpu_ref_is_none(r)) continue;
+      o->kind = TPU_ARG_TENSOR;
+      o->dtype = r->view.dtype;
+      o->wrapped_number = r->wrapped_number;
+      o->rank = r->view.rank;
+      o->sizes = r->view.sizes;
+      o->strides = r->view.strides;
+    } else if (l->kind == TPU_ARG_SCALAR_LIST) {
+      *o = (tpu_lower_arg){.kind = TPU_ARG_SCALAR, .dtype = l->item_dtypes[k]};
+      o->is_const = (op->rule->flags & TPU_RULE_CONST_SCALARS) != 0;
+      o->f = l->dtype == TPU_F64 ? l->floats[k] : (double)l->ints[k];
+      o->i = l->dtype == TPU_F64 ? (int64_t)l->floats[k] : l->ints[k];
+    } else {
+      *o = *l;
+    }
+  }
+}
+
+/* Applies the rule to the whole call (|k| -1) or to its item |k|, and writes
+ * or records what it computes. */
+static tpu_status_t apply_once(tpu_program *p, const tpu_eager_call *call, int k, const tpu_eager_out_meta *meta) {
+  const tpu_eager_op *op = call->op;
+  tpu_lower_arg args[64];
+  int num_args = k < 0 ? call->num_args : op->num_item_args;
+  item_view iv = {p, call, k};
+  if (num_args > 64) return tpu_status_new(TPU_ERR_NOT_IMPLEMENTED, "%s: too many arguments", op->name);
+  if (k < 0)
+    for (int i = 0; i < call->num_args; i++) args[i] = call->args[i].lower;
+  else
+    item_args(call, k, args);
+  const int base = k < 0 ? 0 : k * op->num_outputs;
+  tpu_hlo_type out_types[TPU_EAGER_MAX_RETURNS];
+  tpu_hlo_value outputs[TPU_EAGER_MAX_RETURNS];
+  for (int r = 0; r < op->num_outputs; r++) {
+    int a = op->output_alias[r];
+    if (a < 0) {
+      out_types[r] = tpu_hlo_make_type(meta[base + r].dtype, meta[base + r].rank, meta[base + r].sizes);
+      continue;
+    }
+    /* Writes an argument: its type (INVALID when the argument is None). */
+    const tpu_eager_arg *arg = &call->args[a];
+    const tpu_tensor_ref *ref = k < 0 ? &arg->tensor : k < arg->lower.n ? &arg->items[k] : NULL;
+    bool present = k < 0 ? arg->lower.kind == TPU_ARG_TENSOR : ref != NULL && !tpu_ref_is_none(ref);
+    out_types[r] = present ? tpu_hlo_make_type(ref->view.dtype, ref->view.rank, ref->view.sizes)
+                           : tpu_hlo_make_type(TPU_INVALID, 0, NULL);
+  }
+  tpu_dtype_t common = k >= 0 && call->item_common_dtypes != NULL ? call->item_common_dtypes[k] : call->common_dtype;
+  TPU_RETURN_IF_ERROR(tpu_program_apply(p, op->rule, op->name, num_args, args,
+                                        k < 0 ? tpu_program_fetch_call : fetch_item, k < 0 ? (void *)p : &iv,
+                                        common, call->precision, op->num_outputs, out_types, outputs));
+  for (int r = 0; r < op->num_outputs; r++) {
+    if (op->output_alias[r] >= 0) tpu_program_write(p, op->output_alias[r], k, outputs[r], true);
+    else tpu_program_output(p, base + r, outputs[r], &meta[base + r]);
+  }
+  return NULL;
+}
 
 tpu_status_t tpu_eager_compile(const tpu_eager_call *call, const tpu_eager_out_meta *meta,
                                tpu_eager_entry **out_entry) {
@@ -255,35 +390,11 @@ tpu_status_t tpu_eager_compile(const tpu_eager_call *call, const tpu_eager_out_m
   const tpu_eager_op *op = call->op;
   tpu_program *p = NULL;
   TPU_RETURN_IF_ERROR(tpu_program_new(call, op->name, &p));
-  tpu_lower_arg largs[64];
   tpu_status_t st = NULL;
   tpu_eager_entry *e = NULL;
-  if (call->num_args > 64) {
-    st = tpu_status_new(TPU_ERR_NOT_IMPLEMENTED, "%s: too many arguments", op->name);
-    goto done;
-  }
-  for (int i = 0; i < call->num_args; i++) largs[i] = call->args[i].lower;
-
-  tpu_hlo_type out_types[TPU_EAGER_MAX_RETURNS];
-  tpu_hlo_value outputs[TPU_EAGER_MAX_RETURNS];
-  for (int r = 0; r < op->num_outputs; r++) {
-    int a = op->output_alias[r];
-    if (a >= 0) { /* writes an argument: its type (INVALID when the argument is None) */
-      const tpu_eager_arg *arg = &call->args[a];
-      const tpu_view *v = &arg->tensor.view;
-      out_types[r] = arg->lower.kind == TPU_ARG_TENSOR ? tpu_hlo_make_type(v->dtype, v->rank, v->sizes)
-                                                       : tpu_hlo_make_type(TPU_INVALID, 0, NULL);
-    } else {
-      out_types[r] = tpu_hlo_make_type(meta[r].dtype, meta[r].rank, meta[r].sizes);
-    }
-  }
-  TPU_GOTO_IF_ERROR(st, tpu_program_apply(p, op->rule, op->name, call->num_args, largs, tpu_program_fetch_call, p,
-                                          call->common_dtype, call->precision, op->num_outputs, out_types, outputs),
-                    done);
-  for (int r = 0; r < op->num_outputs; r++) {
-    if (op->output_alias[r] >= 0) tpu_program_write(p, op->output_alias[r], outputs[r], true);
-    else tpu_program_output(p, r, outputs[r], &meta[r]);
-  }
+  const bool per_item = op->num_item_args > 0;
+  for (int k = per_item ? 0 : -1, end = per_item ? tpu_eager_call_items(call) : 0; k < end; k++)
+    TPU_GOTO_IF_ERROR(st, apply_once(p, call, k, meta), done);
   TPU_GOTO_IF_ERROR(st, tpu_program_finish(p, &e), done);
 
   if (tpu_eager_cache_size() >= max_cached_programs()) {

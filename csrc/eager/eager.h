@@ -64,10 +64,25 @@ typedef struct tpu_eager_arg {
 
 #define TPU_EAGER_MAX_RETURNS 8
 
+#define TPU_EAGER_MAX_ITEM_ARGS 16
+
+/* Where an argument of a per-item rule comes from: a call argument (item k
+ * of a list: a tensor, or a number of a Scalar[]), or a constant the list op
+ * does not have (a default of the per-tensor op: alpha=1). */
+typedef struct tpu_eager_item_arg {
+  int arg;             /* the call's argument, or -1: |fixed| */
+  tpu_lower_arg fixed; /* a constant without pointers (NONE, INT, FLOAT, BOOL, SCALAR) */
+} tpu_eager_item_arg;
+
 /* One dispatcher overload served by a rule; made once, lives forever.
  * Outputs are the op's returns, then the arguments it writes without
  * returning them (running statistics of batch norm): the rule computes one
- * value per output. */
+ * value per output.
+ *
+ * A per-item op (_foreach_add_.List, _fused_adamw_) runs its rule once per
+ * item k of the call's first tensor list, all in one program, on
+ * |item_args|. An output that writes a list argument writes its item k; a
+ * new output r of item k is the call's output k * num_outputs + r. */
 typedef struct tpu_eager_op {
   const char *name;
   const tpu_lower_rule *rule;
@@ -75,17 +90,22 @@ typedef struct tpu_eager_op {
   int num_returns;
   int output_alias[TPU_EAGER_MAX_RETURNS]; /* the argument an output writes, or -1 (new) */
   uint32_t id;
+  int num_item_args; /* 0: not a per-item op */
+  tpu_eager_item_arg item_args[TPU_EAGER_MAX_ITEM_ARGS];
 } tpu_eager_op;
 
-/* |name| is copied. */
-tpu_status_t tpu_eager_op_new(const char *name, const tpu_lower_rule *rule, int num_outputs,
-                              int num_returns, const int *output_alias, tpu_eager_op **out_op) TPU_MUST_USE;
+/* |name| is copied; |item_args| (|num_item_args| of them, 0 for an ordinary
+ * op) too. */
+tpu_status_t tpu_eager_op_new(const char *name, const tpu_lower_rule *rule, int num_outputs, int num_returns,
+                              const int *output_alias, int num_item_args, const tpu_eager_item_arg *item_args,
+                              tpu_eager_op **out_op) TPU_MUST_USE;
 
 typedef struct tpu_eager_call {
   const tpu_eager_op *op;
   int num_args;
   tpu_eager_arg *args;
   tpu_dtype_t common_dtype;
+  const tpu_dtype_t *item_common_dtypes; /* a per-item op's, one per item (on a miss) */
   tpu_hlo_precision_t precision;
   int device;
   uint64_t rng_seed, rng_offset; /* for TPU_RULE_RNG rules */
@@ -111,11 +131,19 @@ unsigned tpu_eager_kernels(void);
 /* Directory to write each compiled program's StableHLO into (NULL: off). */
 tpu_status_t tpu_eager_set_dump_dir(const char *dir) TPU_MUST_USE;
 
+/* How many times |call|'s rule runs: the length of its first tensor list for
+ * a per-item op, else 1. */
+int tpu_eager_call_items(const tpu_eager_call *call);
+/* True when a per-item |call| writes an item that shares its storage with a
+ * tensor of another item (or a plain tensor argument): one program would not
+ * see the earlier items' writes, as running the items in turn does. */
+bool tpu_eager_items_overlap(const tpu_eager_call *call);
+
 /* The cached program for |call|, or NULL (a miss). */
 tpu_eager_entry *tpu_eager_lookup(const tpu_eager_call *call);
 /* Builds, compiles and caches the program for |call|; |meta| has one entry
- * per output (entries of outputs that write arguments are ignored). The
- * entry is owned by the cache. */
+ * per output (items times outputs for a per-item op; entries of outputs that
+ * write arguments are ignored). The entry is owned by the cache. */
 tpu_status_t tpu_eager_compile(const tpu_eager_call *call, const tpu_eager_out_meta *meta,
                                tpu_eager_entry **out_entry) TPU_MUST_USE;
 /* Frees an entry not owned by the eager cache (a compiled graph's). */

@@ -42,7 +42,21 @@ tpu_status_t tpu_flatten_call(const tpu_eager_call *call, flat_call *f) {
   }
   f->n = 0;
   f->refs = total <= 32 ? f->small : malloc((size_t)total * sizeof *f->refs);
-  if (f->refs == NULL) return tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+  /* Long lists (an optimizer's hundreds of tensors) find shared storages
+   * through a hash table of first refs instead of a scan. */
+  size_t cap = 0;
+  int *first = NULL;
+  if (total > 32) {
+    for (cap = 64; cap < (size_t)total * 2; cap *= 2) {
+    }
+    first = malloc(cap * sizeof *first);
+    if (first != NULL) memset(first, 0xff, cap * sizeof *first);
+  }
+  if (f->refs == NULL || (total > 32 && first == NULL)) {
+    free(first);
+    tpu_flat_release(f);
+    return tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+  }
   for (int a = 0; a < call->num_args; a++) {
     const tpu_eager_arg *arg = &call->args[a];
     int count = arg->lower.kind == TPU_ARG_TENSOR ? 1 : arg->lower.kind == TPU_ARG_TENSOR_LIST ? arg->lower.n : 0;
@@ -52,7 +66,12 @@ tpu_status_t tpu_flatten_call(const tpu_eager_call *call, flat_call *f) {
       r->item = arg->lower.kind == TPU_ARG_TENSOR ? -1 : i;
       r->ref = arg->lower.kind == TPU_ARG_TENSOR ? &arg->tensor : &arg->items[i];
       r->slot = -1;
-      if (r->ref->storage != NULL) {
+      if (r->ref->storage != NULL && first != NULL) {
+        size_t h = (size_t)(((uintptr_t)r->ref->storage >> 4) * 0x9e3779b97f4a7c15ULL) & (cap - 1);
+        while (first[h] >= 0 && f->refs[first[h]].ref->storage != r->ref->storage) h = (h + 1) & (cap - 1);
+        if (first[h] < 0) first[h] = f->n;
+        r->slot = first[h];
+      } else if (r->ref->storage != NULL) {
         for (int j = 0; j < f->n; j++)
           if (f->refs[j].ref->storage == r->ref->storage) {
             r->slot = f->refs[j].slot;
@@ -63,17 +82,18 @@ tpu_status_t tpu_flatten_call(const tpu_eager_call *call, flat_call *f) {
       f->n++;
     }
   }
+  free(first);
   return NULL;
 }
 
 /* --- entries --------------------------------------------------------------------- */
 
-typedef enum { SRC_STORAGE, SRC_HOST_SCALAR, SRC_SCALAR, SRC_RNG } src_kind;
+typedef enum { SRC_STORAGE, SRC_HOST_SCALAR, SRC_SCALAR, SRC_SCALAR_LIST, SRC_RNG } src_kind;
 
 typedef struct param_src {
   src_kind kind;
   int ref;       /* flat ref index (STORAGE: the slot; HOST_SCALAR) */
-  int arg;       /* SCALAR */
+  int arg;       /* SCALAR, SCALAR_LIST */
   int rng_index; /* RNG: which random op of the program */
   tpu_dtype_t dtype;
   bool donate;
@@ -263,6 +283,20 @@ tpu_hlo_value tpu_program_scalar(tpu_program *p, int arg) {
   return p->scalar_value[arg];
 }
 
+tpu_hlo_value tpu_program_scalar_item(tpu_program *p, int arg, int item) {
+  const tpu_lower_arg *l = &p->call->args[arg].lower;
+  if (l->kind != TPU_ARG_SCALAR_LIST || item < 0 || item >= l->n)
+    return tpu_hlo_fail(p->b, TPU_ERR_RUNTIME, "%s: internal: no number %d in argument %d", p->name, item, arg);
+  if (p->scalar_value[arg] == TPU_HLO_NONE) {
+    int64_t n = l->n;
+    tpu_hlo_type t = tpu_hlo_make_type(l->dtype, 1, &n);
+    param_src src = {.kind = SRC_SCALAR_LIST, .arg = arg, .dtype = l->dtype};
+    p->scalar_value[arg] = add_param(p, &t, src);
+  }
+  tpu_hlo_value v = tpu_hlo_slice_dim(p->b, p->scalar_value[arg], 0, item, item + 1, 1);
+  return tpu_hlo_convert(p->b, tpu_hlo_reshape(p->b, v, 0, NULL), l->item_dtypes[item]);
+}
+
 /* PyTorch's lazy view bits: the stored values negated or conjugated.
  * Both are involutions, so reads and writes apply the same transform. */
 static tpu_hlo_value apply_view_bits(tpu_hlo_builder *b, const tpu_tensor_ref *r, tpu_hlo_value v) {
@@ -363,10 +397,11 @@ tpu_status_t tpu_program_apply(tpu_program *p, const tpu_lower_rule *rule, const
   return NULL;
 }
 
-void tpu_program_write(tpu_program *p, int arg, tpu_hlo_value value, bool donate) {
-  int fi = tpu_flat_index(&p->flat, arg, -1);
-  const tpu_tensor_ref *ref = &p->call->args[arg].tensor;
-  if (fi < 0 || ref->storage == NULL || tpu_view_numel(&ref->view) == 0 || value == TPU_HLO_NONE) return;
+void tpu_program_write(tpu_program *p, int arg, int item, tpu_hlo_value value, bool donate) {
+  int fi = tpu_flat_index(&p->flat, arg, item);
+  if (fi < 0) return;
+  const tpu_tensor_ref *ref = p->flat.refs[fi].ref;
+  if (ref->storage == NULL || tpu_view_numel(&ref->view) == 0 || value == TPU_HLO_NONE) return;
   int slot = p->flat.refs[fi].slot;
   value = apply_view_bits(p->b, ref, tpu_hlo_convert(p->b, value, ref->view.dtype));
   tpu_hlo_value cur = p->slot_value[slot];
@@ -624,6 +659,8 @@ tpu_status_t tpu_eager_execute(const tpu_eager_entry *e, const tpu_eager_call *c
   tpu_buffer **args = e->num_params <= 32 ? args_small : malloc((size_t)e->num_params * sizeof *args);
   tpu_buffer **outs = e->num_results <= 32 ? outs_small : malloc((size_t)e->num_results * sizeof *outs);
   tpu_buffer *rng = NULL;
+  tpu_buffer *lists[64]; /* Scalar[] operands: at most one per argument (64, see tpu_eager_compile) */
+  int num_lists = 0;
   tpu_status_t st = NULL;
   if (args == NULL || outs == NULL) {
     st = tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
@@ -645,6 +682,14 @@ tpu_status_t tpu_eager_execute(const tpu_eager_entry *e, const tpu_eager_call *c
         unsigned char bytes[16];
         scalar_bytes(&call->args[p->arg].lower, bytes);
         TPU_GOTO_IF_ERROR(st, scalar_buffer(call->device, p->dtype, bytes, &args[i]), done);
+        break;
+      }
+      case SRC_SCALAR_LIST: { /* one upload per call: the numbers change (a step size) */
+        const tpu_lower_arg *l = &call->args[p->arg].lower;
+        int64_t n = l->n;
+        const void *data = l->dtype == TPU_F64 ? (const void *)l->floats : (const void *)l->ints;
+        TPU_GOTO_IF_ERROR(st, tpu_buffer_from_host(rt, call->device, data, l->dtype, &n, 1, &lists[num_lists]), done);
+        args[i] = lists[num_lists++];
         break;
       }
       case SRC_RNG: {
@@ -678,6 +723,7 @@ tpu_status_t tpu_eager_execute(const tpu_eager_entry *e, const tpu_eager_call *c
   }
 done:
   tpu_buffer_destroy(rt, rng);
+  for (int i = 0; i < num_lists; i++) tpu_buffer_destroy(rt, lists[i]);
   if (args != args_small) free(args);
   if (outs != outs_small) free(outs);
   tpu_flat_release(&f);

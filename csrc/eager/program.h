@@ -36,6 +36,9 @@ tpu_hlo_builder *tpu_program_builder(tpu_program *p);
 tpu_hlo_value tpu_program_tensor(tpu_program *p, int arg, int item);
 /* Python-number argument |arg| as a runtime rank-0 value. */
 tpu_hlo_value tpu_program_scalar(tpu_program *p, int arg);
+/* Number |item| of Scalar[] argument |arg|, a runtime rank-0 value of the
+ * number's own type (the list is one runtime operand). */
+tpu_hlo_value tpu_program_scalar_item(tpu_program *p, int arg, int item);
 
 /* Applies |rule| (named |op| in errors): |args| in schema order, tensors
  * fetched through |fetch| with |user| as the context's user pointer;
@@ -48,11 +51,12 @@ tpu_status_t tpu_program_apply(tpu_program *p, const tpu_lower_rule *rule, const
 /* A fetch function reading the program's own call arguments (eager). */
 tpu_hlo_value tpu_program_fetch_call(tpu_lower_ctx *c, int arg, int item);
 
-/* Writes |value| through tensor argument |arg|'s view (writes chain). With
+/* Writes |value| through the view of tensor argument |arg| (of its item
+ * |item| for a list, -1 otherwise); writes chain. With
  * |donate|, the storage's old buffer may become the new one (in place, when
  * the types agree); without, the program makes a new buffer and the old one
  * lives until the program ends. */
-void tpu_program_write(tpu_program *p, int arg, tpu_hlo_value value, bool donate);
+void tpu_program_write(tpu_program *p, int arg, int item, tpu_hlo_value value, bool donate);
 /* Makes |value| new output |index|, laid out as |meta| says. */
 void tpu_program_output(tpu_program *p, int index, tpu_hlo_value value, const tpu_eager_out_meta *meta);
 

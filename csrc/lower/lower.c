@@ -29,6 +29,7 @@ static const rule_table tables[] = {
     {tpu_rules_factor, &tpu_rules_factor_count},
     {tpu_rules_attention, &tpu_rules_attention_count},
     {tpu_rules_rnn, &tpu_rules_rnn_count},
+    {tpu_rules_optim, &tpu_rules_optim_count},
 };
 
 int tpu_lower_rule_count(void) {

@@ -39,6 +39,7 @@ typedef enum tpu_arg_kind {
   TPU_ARG_FLOAT_LIST,
   TPU_ARG_BOOL,
   TPU_ARG_BOOL_LIST,
+  TPU_ARG_SCALAR_LIST, /* Scalar[]: |n| Python numbers, runtime values (see below) */
   TPU_ARG_STRING,
   TPU_ARG_DTYPE,       /* a ScalarType */
   TPU_ARG_OTHER,       /* layout, device, memory format, generator: not for rules */
@@ -53,13 +54,16 @@ typedef struct tpu_lower_arg {
   bool is_const;          /* SCALAR: the value is known (i/f) */
   tpu_dtype_t dtype;      /* DTYPE; the type of a SCALAR/TENSOR */
   bool wrapped_number;    /* TENSOR made from a Python number (promotion rules) */
-  const int64_t *ints;    /* INT_LIST (n) */
-  const double *floats;   /* FLOAT_LIST (n) */
+  const int64_t *ints;    /* INT_LIST (n); SCALAR_LIST of dtype S64 */
+  const double *floats;   /* FLOAT_LIST (n); SCALAR_LIST of dtype F64 */
   const bool *bools;      /* BOOL_LIST (n) */
   const char *s;          /* STRING */
   int rank;               /* TENSOR: rank and sizes, known before reading */
   const int64_t *sizes;
-  const tpu_dtype_t *item_dtypes; /* TENSOR_LIST: dtype per item (INVALID = None) */
+  /* TENSOR_LIST: dtype per item (INVALID = None); SCALAR_LIST: each number's
+   * own type (S64, F64, BOOL), its value in |floats| when |dtype| is F64 (some
+   * number is a float), else in |ints|. */
+  const tpu_dtype_t *item_dtypes;
   const int *item_ranks;
   const int64_t *const *item_sizes;
   const int64_t *strides; /* TENSOR: strides in elements where known (eager), else NULL */
@@ -108,6 +112,14 @@ enum {
   /* Run by a hand-written kernel of the torch layer (copies), not registered
    * with the dispatcher by name. */
   TPU_RULE_INTERNAL = 1u << 2,
+  /* The rule computes one item of a list op (a fused optimizer step): it is
+   * applied to item k of each list argument in turn, all in one program, and
+   * sees each list argument as that item (a tensor, or None past the end of a
+   * shorter list). */
+  TPU_RULE_PER_ITEM = 1u << 3,
+  /* Float arguments are runtime values, seen as SCALAR arguments of dtype
+   * F64 (a learning rate that changes every step), not constants. */
+  TPU_RULE_RUNTIME_FLOATS = 1u << 4,
 };
 
 typedef tpu_status_t (*tpu_lower_fn)(tpu_lower_ctx *c);

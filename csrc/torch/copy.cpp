@@ -20,7 +20,7 @@ const OpInfo& copy_op() {
     i.promotes = {false, false, false};
     int alias = 1;
     tpu_eager_op* op = nullptr;
-    TPU_CHECK(tpu_eager_op_new("aten::_copy_from", tpu_lower_find("_copy_from"), 1, 1, &alias, &op));
+    TPU_CHECK(tpu_eager_op_new("aten::_copy_from", tpu_lower_find("_copy_from"), 1, 1, &alias, 0, nullptr, &op));
     i.op = op;
     return i;
   }();

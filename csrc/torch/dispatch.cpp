@@ -9,6 +9,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
+#include <cstring>
 #include <unordered_map>
 
 #include "torch/dispatch.h"
@@ -29,7 +30,8 @@ struct CallScratch {
   std::vector<int64_t> ints;                 // int lists
   std::vector<double> floats;
   std::vector<uint8_t> bools;
-  std::vector<size_t> ref_begin, int_begin, float_begin, bool_begin;  // per arg
+  std::vector<tpu_dtype_t> scalar_dtypes;  // Scalar[] items
+  std::vector<size_t> ref_begin, int_begin, float_begin, bool_begin, scalar_begin;  // per arg
 };
 
 tpu_hlo_precision_t matmul_precision() {
@@ -100,6 +102,7 @@ void describe_call(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs, CallScrat
   sc.int_begin.assign(ivs.size(), 0);
   sc.float_begin.assign(ivs.size(), 0);
   sc.bool_begin.assign(ivs.size(), 0);
+  sc.scalar_begin.assign(ivs.size(), 0);
   for (size_t i = 0; i < ivs.size(); i++) {
     const c10::IValue& v = ivs[i];
     tpu_eager_arg& a = sc.args[i];
@@ -135,6 +138,26 @@ void describe_call(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs, CallScrat
       case ArgType::kScalar:
         describe_scalar(v, l, const_scalars);
         break;
+      case ArgType::kScalarList: {  // one runtime operand: float64 if any number is a float, else int64
+        l.kind = TPU_ARG_SCALAR_LIST;
+        sc.scalar_begin[i] = sc.scalar_dtypes.size();
+        l.dtype = TPU_S64;
+        for (const c10::IValue& item : v.toListRef()) {
+          tpu_lower_arg one{};
+          describe_scalar(item, one, false);
+          sc.scalar_dtypes.push_back(one.dtype);
+          if (one.dtype == TPU_F64) l.dtype = TPU_F64;
+        }
+        l.n = static_cast<int>(sc.scalar_dtypes.size() - sc.scalar_begin[i]);
+        sc.int_begin[i] = sc.ints.size();
+        sc.float_begin[i] = sc.floats.size();
+        for (const c10::IValue& item : v.toListRef()) {
+          c10::Scalar x = item.toScalar();
+          if (l.dtype == TPU_F64) sc.floats.push_back(x.toDouble());
+          else sc.ints.push_back(x.toLong());
+        }
+        break;
+      }
       case ArgType::kInt:
         l.kind = TPU_ARG_INT;
         l.i = v.isSymInt() ? v.toSymInt().guard_int(__FILE__, __LINE__) : v.toInt();
@@ -150,6 +173,10 @@ void describe_call(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs, CallScrat
       case ArgType::kFloat:
         l.kind = TPU_ARG_FLOAT;
         l.f = v.toDouble();
+        if (info.op->rule->flags & TPU_RULE_RUNTIME_FLOATS) {
+          l.kind = TPU_ARG_SCALAR;
+          l.dtype = TPU_F64;
+        }
         break;
       case ArgType::kFloatList: {
         l.kind = TPU_ARG_FLOAT_LIST;
@@ -213,6 +240,11 @@ void describe_call(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs, CallScrat
         l.item_ranks = sc.item_ranks.data() + sc.ref_begin[i];
         l.item_sizes = sc.item_sizes.data() + sc.ref_begin[i];
         break;
+      case TPU_ARG_SCALAR_LIST:
+        l.item_dtypes = sc.scalar_dtypes.data() + sc.scalar_begin[i];
+        if (l.dtype == TPU_F64) l.floats = sc.floats.data() + sc.float_begin[i];
+        else l.ints = sc.ints.data() + sc.int_begin[i];
+        break;
       case TPU_ARG_INT_LIST: l.ints = sc.ints.data() + sc.int_begin[i]; break;
       case TPU_ARG_FLOAT_LIST: l.floats = sc.floats.data() + sc.float_begin[i]; break;
       case TPU_ARG_BOOL_LIST: l.bools = reinterpret_cast<const bool*>(sc.bools.data() + sc.bool_begin[i]); break;
@@ -227,12 +259,13 @@ void describe_call(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs, CallScrat
   call.device = device < 0 ? current_device() : device;
 }
 
-// PyTorch's promoted dtype of the inputs (TensorIterator's rules).
-tpu_dtype_t common_dtype(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs) {
+// PyTorch's promoted dtype of the inputs (TensorIterator's rules) that
+// |promotes| marks.
+tpu_dtype_t common_dtype(const std::vector<bool>& promotes, c10::ArrayRef<c10::IValue> ivs) {
   at::native::ResultTypeState state;
   bool any = false;
   for (size_t i = 0; i < ivs.size(); i++) {
-    if (!info.promotes[i] || ivs[i].isNone()) continue;
+    if (!promotes[i] || ivs[i].isNone()) continue;
     const c10::IValue& v = ivs[i];
     if (v.isTensor() && v.toTensor().defined()) {
       state = at::native::update_result_type_state(v.toTensor(), state);
@@ -303,16 +336,63 @@ void fill_meta(const at::Tensor& t, tpu_eager_out_meta& m) {
   }
 }
 
-// Runs the meta function: output metadata of new returns, and the shapes
-// out= arguments must be resized to.
-std::vector<at::Tensor> run_meta(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs) {
-  MetaMap mm;
+// Runs |handle|'s meta function: output metadata of new returns, and the
+// shapes out= arguments must be resized to.
+std::vector<at::Tensor> run_meta(const c10::OperatorHandle& handle, c10::ArrayRef<c10::IValue> ivs, MetaMap& mm) {
   torch::jit::Stack stack;
   stack.reserve(ivs.size());
   for (const c10::IValue& v : ivs) stack.push_back(mm.convert(v));
-  info.handle->callBoxed(stack);
+  handle.callBoxed(stack);
   std::vector<at::Tensor> outs;
   for (const c10::IValue& v : stack) outs.push_back(v.isTensor() ? v.toTensor() : at::Tensor());
+  return outs;
+}
+
+std::vector<at::Tensor> run_meta(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs) {
+  MetaMap mm;
+  return run_meta(*info.handle, ivs, mm);
+}
+
+// The arguments of a _foreach_ op's per-tensor op for item |k|.
+torch::jit::Stack item_stack(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs, int k) {
+  torch::jit::Stack stack;
+  for (size_t j = 0; j < info.item_source.size(); j++) {
+    int src = info.item_source[j];
+    if (src < 0) stack.push_back(info.item_default[j]);
+    else if (ivs[src].isList()) stack.push_back(ivs[src].toListRef()[k]);
+    else stack.push_back(ivs[src]);
+  }
+  return stack;
+}
+
+// PyTorch's checks of a _foreach_ op's lists (check_foreach_api_restrictions).
+void check_foreach_lists(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs) {
+  int64_t n = -1;
+  for (size_t i = 0; i < ivs.size(); i++) {
+    if (info.arg_types[i] != ArgType::kTensorList && info.arg_types[i] != ArgType::kScalarList) continue;
+    int64_t len = static_cast<int64_t>(ivs[i].toListRef().size());
+    if (info.arg_types[i] == ArgType::kScalarList) {
+      TORCH_CHECK(len == n, "Tensor list must have same number of elements as scalar list.");
+    } else if (n < 0) {
+      TORCH_CHECK(len > 0, "Tensor list must have at least one tensor.");
+      n = len;
+    } else {
+      TORCH_CHECK(len == n, "Tensor lists must have the same number of tensors, got ", n, " and ", len);
+    }
+  }
+}
+
+// A _foreach_ call whose program would not see its own earlier writes runs
+// its items in turn through the per-tensor op, as PyTorch's CPU kernels do.
+std::vector<at::Tensor> run_items_in_turn(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs, int items) {
+  TORCH_CHECK(info.item_handle.has_value(), info.op->name,
+              ": tpu cannot run this call: a tensor it writes shares memory with a tensor of another list item");
+  std::vector<at::Tensor> outs;
+  for (int k = 0; k < items; k++) {
+    torch::jit::Stack stack = item_stack(info, ivs, k);
+    info.item_handle->callBoxed(stack);
+    if (info.op->output_alias[0] < 0) outs.push_back(stack[0].toTensor());
+  }
   return outs;
 }
 
@@ -348,36 +428,53 @@ std::vector<at::Tensor> run_rule(const OpInfo& info, c10::ArrayRef<c10::IValue> 
     call.rng_seed = seed_offset.first;
     call.rng_offset = seed_offset.second;
   }
+  const int items = info.per_item ? tpu_eager_call_items(&call) : 1;
+  const int num_outputs = items * op->num_outputs;
   tpu_eager_entry* entry = tpu_eager_lookup(&call);
   if (entry == nullptr) {
     // A miss validates the call as PyTorch would (shapes, dtypes, written
     // arguments that overlap themselves) and learns the outputs' metadata.
     // Everything checked here is part of the key, so hits are valid calls.
-    for (size_t i = 0; i < ivs.size(); i++)
-      if (info.mutated[i] && ivs[i].isTensor() && ivs[i].toTensor().defined())
-        at::assert_no_internal_overlap(ivs[i].toTensor());
-    tpu_eager_out_meta meta[TPU_EAGER_MAX_RETURNS] = {};
-    if (info.handle.has_value()) {
+    for (size_t i = 0; i < ivs.size(); i++) {
+      if (!info.mutated[i] || ivs[i].isNone()) continue;
+      if (ivs[i].isTensor() && ivs[i].toTensor().defined()) at::assert_no_internal_overlap(ivs[i].toTensor());
+      if (ivs[i].isTensorList())
+        for (const at::Tensor& t : ivs[i].toTensorList()) at::assert_no_internal_overlap(t);
+    }
+    if (info.per_item && tpu_eager_items_overlap(&call)) return run_items_in_turn(info, ivs, items);
+    std::vector<tpu_eager_out_meta> meta(num_outputs);
+    std::vector<tpu_dtype_t> item_common;
+    if (info.item_handle.has_value()) {  // a _foreach_ op: the per-tensor op's meta, item by item
+      MetaMap mm;
+      for (int k = 0; k < items; k++) {
+        torch::jit::Stack stack = item_stack(info, ivs, k);
+        std::vector<at::Tensor> metas = run_meta(*info.item_handle, stack, mm);
+        for (int r = 0; r < op->num_outputs; r++)
+          if (op->output_alias[r] < 0) fill_meta(metas[r], meta[k * op->num_outputs + r]);
+        item_common.push_back(common_dtype(info.item_promotes, stack));
+      }
+      call.item_common_dtypes = item_common.data();
+    } else if (info.handle.has_value() && !info.per_item) {
       std::vector<at::Tensor> metas = run_meta(info, ivs);
       for (int r = 0; r < op->num_outputs; r++)
         if (op->output_alias[r] < 0) fill_meta(r < static_cast<int>(metas.size()) ? metas[r] : at::Tensor(), meta[r]);
     }
-    call.common_dtype = common_dtype(info, ivs);
-    tpu_status_t st = tpu_eager_compile(&call, meta, &entry);
+    call.common_dtype = common_dtype(info.promotes, ivs);
+    tpu_status_t st = tpu_eager_compile(&call, meta.data(), &entry);
     if (st != nullptr) throw_status(st);
   }
-  std::vector<at::Tensor> outs(op->num_outputs);
-  tpu_storage* new_storages[TPU_EAGER_MAX_RETURNS] = {};
-  for (int r = 0; r < op->num_outputs; r++) {
-    if (op->output_alias[r] >= 0) continue;
-    const tpu_eager_out_meta* m = tpu_eager_entry_meta(entry, r);
+  std::vector<at::Tensor> outs(num_outputs);
+  c10::SmallVector<tpu_storage*, TPU_EAGER_MAX_RETURNS> new_storages(num_outputs, nullptr);
+  for (int o = 0; o < num_outputs; o++) {
+    if (op->output_alias[o % op->num_outputs] >= 0) continue;
+    const tpu_eager_out_meta* m = tpu_eager_entry_meta(entry, o);
     if (m->dtype == TPU_INVALID) continue;
-    outs[r] = at::detail::empty_strided_generic(at::IntArrayRef(m->sizes, m->rank), at::IntArrayRef(m->strides, m->rank),
+    outs[o] = at::detail::empty_strided_generic(at::IntArrayRef(m->sizes, m->rank), at::IntArrayRef(m->strides, m->rank),
                                                 allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
                                                 to_torch(m->dtype));
-    new_storages[r] = storage_of(outs[r]);
+    new_storages[o] = storage_of(outs[o]);
   }
-  TPU_CHECK(tpu_eager_execute(entry, &call, new_storages));
+  TPU_CHECK(tpu_eager_execute(entry, &call, new_storages.data()));
   return outs;
 }
 
@@ -425,11 +522,16 @@ struct RuleKernel final : public c10::OperatorKernel {
       prepare_indices(list, (*stack)[stack->size() - n].toTensor(), info_.expand_masks);
     }
     auto ivs = torch::jit::last(*stack, n);
+    if (info_.item_handle.has_value()) check_foreach_lists(info_, ivs);
     std::vector<at::Tensor> outs = run_rule(info_, ivs);
     c10::SmallVector<c10::IValue, 4> results;
-    for (int r = 0; r < info_.op->num_returns; r++) {
-      int a = info_.op->output_alias[r];
-      results.push_back(a >= 0 ? ivs[a] : c10::IValue(outs[r]));
+    if (info_.per_item && info_.op->num_returns > 0) {  // one list: an item's output per item
+      results.push_back(c10::List<at::Tensor>(outs));
+    } else {
+      for (int r = 0; r < info_.op->num_returns; r++) {
+        int a = info_.op->output_alias[r];
+        results.push_back(a >= 0 ? ivs[a] : c10::IValue(outs[r]));
+      }
     }
     torch::jit::drop(*stack, n);
     for (auto& v : results) stack->push_back(std::move(v));
@@ -459,6 +561,7 @@ ArgType classify(const c10::Argument& arg) {
       if (auto opt = elem->cast<c10::OptionalType>()) elem = opt->getElementType();
       switch (elem->kind()) {
         case c10::TypeKind::TensorType: return ArgType::kTensorList;
+        case c10::TypeKind::NumberType: return ArgType::kScalarList;
         case c10::TypeKind::IntType:
         case c10::TypeKind::SymIntType: return ArgType::kIntList;
         case c10::TypeKind::FloatType: return ArgType::kFloatList;
@@ -480,6 +583,19 @@ const std::unordered_map<std::string, std::vector<int>>& hidden_writes() {
   return table;
 }
 
+// Per argument of |schema|: its type, whether the op writes it and whether
+// it takes part in type promotion.
+static void describe_args(const c10::FunctionSchema& schema, OpInfo& info) {
+  for (const c10::Argument& arg : schema.arguments()) {
+    info.arg_types.push_back(classify(arg));
+    const c10::AliasInfo* ai = arg.alias_info();
+    bool written = ai != nullptr && ai->isWrite();
+    info.mutated.push_back(written);
+    if (written && arg.kwarg_only()) info.out_variant = true;
+    info.promotes.push_back(!written && arg.name() != "alpha" && arg.name() != "value");
+  }
+}
+
 std::optional<OpInfo> make_op_info(const c10::OperatorHandle& handle, const tpu_lower_rule* rule,
                                    std::string* why_not) {
   const c10::FunctionSchema& schema = handle.schema();
@@ -492,14 +608,9 @@ std::optional<OpInfo> make_op_info(const c10::OperatorHandle& handle, const tpu_
     *why_not = "too many returns";
     return std::nullopt;
   }
-  for (size_t i = 0; i < args.size(); i++) {
-    info.arg_types.push_back(classify(args[i]));
-    const c10::AliasInfo* ai = args[i].alias_info();
-    bool written = ai != nullptr && ai->isWrite();
-    info.mutated.push_back(written);
-    if (written && args[i].kwarg_only()) info.out_variant = true;
-    info.promotes.push_back(!written && args[i].name() != "alpha" && args[i].name() != "value");
-  }
+  info.per_item = rule->flags & TPU_RULE_PER_ITEM;
+  describe_args(schema, info);
+  if (info.per_item) info.out_variant = false;  // a fused step's written lists are its state, not out=
   std::string full_name = c10::toString(schema.operator_name());
   const std::string& base_name = schema.operator_name().name;
   if (base_name == "aten::index" || base_name == "aten::index_put_" || base_name == "aten::index_put" ||
@@ -531,7 +642,7 @@ std::optional<OpInfo> make_op_info(const c10::OperatorHandle& handle, const tpu_
   int num_outputs = static_cast<int>(rets.size());
   for (size_t i = 0; i < args.size(); i++) {
     if (!info.mutated[i]) continue;
-    if (info.arg_types[i] != ArgType::kTensor) {
+    if (info.arg_types[i] != ArgType::kTensor && !(info.per_item && info.arg_types[i] == ArgType::kTensorList)) {
       *why_not = "it writes a list";
       return std::nullopt;
     }
@@ -544,11 +655,143 @@ std::optional<OpInfo> make_op_info(const c10::OperatorHandle& handle, const tpu_
     }
     out_alias[num_outputs++] = static_cast<int>(i);
   }
+  // A per-item rule sees the op's own arguments, lists as their items.
+  std::vector<tpu_eager_item_arg> item_args(info.per_item ? args.size() : 0);
+  for (size_t j = 0; j < item_args.size(); j++) item_args[j].arg = static_cast<int>(j);
   tpu_eager_op* op = nullptr;
-  TPU_CHECK(tpu_eager_op_new(full_name.c_str(), rule, num_outputs, static_cast<int>(rets.size()), out_alias, &op));
+  TPU_CHECK(tpu_eager_op_new(full_name.c_str(), rule, num_outputs, static_cast<int>(rets.size()), out_alias,
+                             static_cast<int>(item_args.size()), item_args.data(), &op));
   info.op = op;
   return info;
 }
+
+namespace {
+
+// The per-tensor op of a _foreach_ op where its name does not say it: PyTorch's
+// CPU kernels compute maximum/minimum with a number as clamp_min/clamp_max,
+// a norm as linalg_vector_norm(self, ord, dim=None, keepdim=False, dtype), and
+// pow's overloads have names of their own.
+struct ItemOp {
+  const char* name;
+  std::vector<int> source;  // per argument of the per-tensor op; -1: its default
+};
+const std::unordered_map<std::string, ItemOp>& item_op_table() {
+  static const std::unordered_map<std::string, ItemOp> table = {
+      {"_foreach_maximum.Scalar", {"clamp_min", {}}},   {"_foreach_maximum.ScalarList", {"clamp_min", {}}},
+      {"_foreach_maximum_.Scalar", {"clamp_min_", {}}}, {"_foreach_maximum_.ScalarList", {"clamp_min_", {}}},
+      {"_foreach_minimum.Scalar", {"clamp_max", {}}},   {"_foreach_minimum.ScalarList", {"clamp_max", {}}},
+      {"_foreach_minimum_.Scalar", {"clamp_max_", {}}}, {"_foreach_minimum_.ScalarList", {"clamp_max_", {}}},
+      {"_foreach_pow.List", {"pow.Tensor_Tensor", {}}},   {"_foreach_pow.Scalar", {"pow.Tensor_Scalar", {}}},
+      {"_foreach_pow.ScalarList", {"pow.Tensor_Scalar", {}}},
+      {"_foreach_norm.Scalar", {"linalg_vector_norm", {0, 1, -1, -1, 2}}},
+  };
+  return table;
+}
+
+// The per-tensor overload a _foreach_ overload applies item by item:
+// add_.List -> add_.Tensor, add_.Scalar(List) -> add_.Scalar, sqrt -> sqrt.
+std::optional<c10::OperatorHandle> find_item_op(const std::string& name, const std::string& overload,
+                                                const tpu_lower_rule** out_rule, std::vector<int>* source) {
+  std::string key = overload.empty() ? name : name + "." + overload;
+  std::vector<std::string> candidates;
+  auto special = item_op_table().find(key);
+  if (special != item_op_table().end()) {
+    candidates = {special->second.name};
+    *source = special->second.source;
+  } else {
+    std::string base = name.substr(strlen("_foreach_"));
+    if (overload == "List" || overload == "Tensor") candidates = {base + ".Tensor", base};
+    else if (overload == "Scalar" || overload == "ScalarList" || overload == "ScalarAndTensor")
+      candidates = {base + ".Scalar", base};
+    else if (overload.empty()) candidates = {base};
+  }
+  for (const std::string& c : candidates) {
+    auto dot = c.find('.');
+    std::string overload_name = dot == std::string::npos ? "" : c.substr(dot + 1);
+    auto handle = c10::Dispatcher::singleton().findSchema({"aten::" + c.substr(0, dot), overload_name});
+    const tpu_lower_rule* rule = tpu_lower_find(c.c_str());
+    if (!handle || rule == nullptr || (rule->flags & (TPU_RULE_INTERNAL | TPU_RULE_PER_ITEM))) continue;
+    *out_rule = rule;
+    return handle;
+  }
+  return std::nullopt;
+}
+
+// A default of the per-tensor op as a constant argument of its rule.
+bool default_arg(const c10::IValue& v, ArgType type, tpu_lower_arg* out) {
+  *out = tpu_lower_arg{};
+  if (v.isNone()) out->kind = TPU_ARG_NONE;
+  else if (type == ArgType::kScalar && v.isScalar()) describe_scalar(v, *out, true);
+  else if (type == ArgType::kInt && v.isInt()) *out = tpu_lower_arg{.kind = TPU_ARG_INT, .i = v.toInt()};
+  else if (type == ArgType::kFloat && v.isDouble()) *out = tpu_lower_arg{.kind = TPU_ARG_FLOAT, .f = v.toDouble()};
+  else if (type == ArgType::kBool && v.isBool()) *out = tpu_lower_arg{.kind = TPU_ARG_BOOL, .b = v.toBool()};
+  else return false;
+  return true;
+}
+
+// A _foreach_ op as its per-tensor op's rule run item by item, or nullopt
+// (the op keeps PyTorch's kernel, which calls the per-tensor op per item).
+std::optional<OpInfo> make_foreach_info(const c10::OperatorHandle& handle) {
+  const c10::FunctionSchema& schema = handle.schema();
+  std::string name = schema.name().substr(strlen("aten::"));
+  const std::string& overload = schema.overload_name();
+  const tpu_lower_rule* rule = nullptr;
+  std::vector<int> source;
+  auto item = find_item_op(name, overload, &rule, &source);
+  if (!item) return std::nullopt;
+  const c10::FunctionSchema& item_schema = item->schema();
+  const auto& args = schema.arguments();
+  const auto& item_args = item_schema.arguments();
+  if (source.empty())
+    for (size_t j = 0; j < item_args.size(); j++) source.push_back(j < args.size() ? static_cast<int>(j) : -1);
+  if (source.size() != item_args.size() || item_args.size() > TPU_EAGER_MAX_ITEM_ARGS) return std::nullopt;
+  OpInfo info;
+  info.handle = handle;
+  info.item_handle = *item;
+  info.per_item = true;
+  describe_args(schema, info);
+  OpInfo item_info;
+  describe_args(item_schema, item_info);
+  info.item_promotes = item_info.promotes;
+  std::vector<tpu_eager_item_arg> sources(item_args.size());
+  std::vector<bool> used(args.size(), false);
+  for (size_t j = 0; j < item_args.size(); j++) {
+    int src = source[j];
+    ArgType want = item_info.arg_types[j];
+    sources[j].arg = src;
+    if (src < 0) {
+      if (!item_args[j].default_value() || !default_arg(*item_args[j].default_value(), want, &sources[j].fixed))
+        return std::nullopt;
+      info.item_default.push_back(*item_args[j].default_value());
+      continue;
+    }
+    ArgType have = info.arg_types[src];
+    bool fits = have == want || (have == ArgType::kTensorList && want == ArgType::kTensor) ||
+                (have == ArgType::kScalarList && want == ArgType::kScalar);
+    if (!fits) return std::nullopt;
+    used[src] = true;
+    info.item_default.emplace_back();
+  }
+  for (bool u : used)
+    if (!u) return std::nullopt;
+  info.item_source = source;
+  // In place (writes its first list, returns nothing) or functional (returns
+  // one new tensor per item), as the per-tensor op is.
+  const auto& item_rets = item_schema.returns();
+  if (item_rets.size() != 1 || schema.returns().size() > 1) return std::nullopt;
+  bool in_place = schema.returns().empty();
+  if (in_place != (item_rets[0].alias_info() != nullptr) || (in_place && !info.mutated[0])) return std::nullopt;
+  for (size_t i = in_place ? 1 : 0; i < args.size(); i++)
+    if (info.mutated[i]) return std::nullopt;
+  int alias = in_place ? 0 : -1;
+  tpu_eager_op* op = nullptr;
+  TPU_CHECK(tpu_eager_op_new(c10::toString(schema.operator_name()).c_str(), rule, 1, in_place ? 0 : 1, &alias,
+                             static_cast<int>(sources.size()), sources.data(), &op));
+  info.op = op;
+  return info;
+}
+
+}  // namespace
 
 static std::vector<std::string>& unregistered() {
   static std::vector<std::string> names;
@@ -593,4 +836,26 @@ void register_rules(torch::Library& m, const char* ns) {
 
 }  // namespace torchtpu
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) { torchtpu::register_rules(m, "aten"); }
+namespace torchtpu {
+
+// Every _foreach_ overload whose per-tensor op has a rule: one program per
+// call instead of one per item.
+void register_foreach(torch::Library& m) {
+  for (const c10::OperatorName& name : c10::Dispatcher::singleton().getAllOpNames()) {
+    if (name.name.rfind("aten::_foreach_", 0) != 0 || name.overload_name.find("out") != std::string::npos) continue;
+    auto handle = c10::Dispatcher::singleton().findSchema(name);
+    if (!handle) continue;
+    auto info = make_foreach_info(*handle);
+    if (!info) continue;
+    std::string impl = name.name.substr(strlen("aten::"));
+    if (!name.overload_name.empty()) impl += "." + name.overload_name;
+    m.impl(impl.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<RuleKernel>(std::move(*info))));
+  }
+}
+
+}  // namespace torchtpu
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  torchtpu::register_rules(m, "aten");
+  torchtpu::register_foreach(m);
+}

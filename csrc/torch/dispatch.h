@@ -12,8 +12,8 @@
 
 namespace torchtpu {
 
-enum class ArgType { kTensor, kTensorList, kScalar, kInt, kIntList, kFloat, kFloatList, kBool, kBoolList,
-                     kString, kDtype, kEnum, kOther };
+enum class ArgType { kTensor, kTensorList, kScalar, kScalarList, kInt, kIntList, kFloat, kFloatList, kBool,
+                     kBoolList, kString, kDtype, kEnum, kOther };
 
 // What the kernel knows about one overload, computed once from its schema.
 struct OpInfo {
@@ -25,6 +25,16 @@ struct OpInfo {
   int index_list = -1;         // a Tensor?[] of indices (CPU index tensors move to the device)
   bool expand_masks = false;   // its boolean masks become long indices (data-dependent sizes)
   std::optional<c10::OperatorHandle> handle;
+  // A per-item op (eager.h): list ops run their rule item by item in one
+  // program. A _foreach_ op names the per-tensor op that computes one item
+  // (its meta function gives the item's output; it also runs the items in
+  // turn when one program cannot), where each of that op's arguments comes
+  // from (-1: item_default), and which of them take part in promotion.
+  bool per_item = false;
+  std::optional<c10::OperatorHandle> item_handle;
+  std::vector<int> item_source;
+  std::vector<c10::IValue> item_default;
+  std::vector<bool> item_promotes;
 };
 
 // Builds the OpInfo of |handle| served by |rule|, or explains why the

@@ -296,7 +296,7 @@ class GraphBuilder {
 
   // The value of a graph input read with another geometry (as_strided on an
   // input views its storage, not its contiguous value).
-  void write(int i, int value, bool donate) { tpu_program_write(program_, i, value, donate); }
+  void write(int i, int value, bool donate) { tpu_program_write(program_, i, -1, value, donate); }
 
   void output(int index, int value, py::object dtype, const std::vector<int64_t>& sizes,
               const std::vector<int64_t>& strides) {

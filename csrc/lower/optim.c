@@ -1,0 +1,175 @@
+/* Fused optimizer steps (torch.optim with fused=True): one parameter's update
+ * of _fused_adam_, _fused_adamw_ and _fused_sgd_. The eager layer applies a
+ * rule to every parameter of the call in one program (TPU_RULE_PER_ITEM), so
+ * a whole optimizer step is one program.
+ *
+ * The math is PyTorch's CPU fused kernels': half types compute in float32,
+ * Adam's bias corrections in float64 from the step tensor; the gradient is
+ * written back divided by grad_scale (not negated by maximize); where
+ * found_inf is 1 nothing changes. The numbers (lr, betas, weight decay …) are
+ * runtime values (TPU_RULE_RUNTIME_FLOATS), so a learning-rate schedule
+ * reuses the program; a weight decay or momentum of 0 selects the update
+ * without it, exactly (an inf parameter stays inf). */
+#include "lower/rules.h"
+
+enum {
+  ADAM_PARAM, ADAM_GRAD, ADAM_EXP_AVG, ADAM_EXP_AVG_SQ, ADAM_MAX_EXP_AVG_SQ, ADAM_STEP, ADAM_LR, ADAM_BETA1,
+  ADAM_BETA2, ADAM_WEIGHT_DECAY, ADAM_EPS, ADAM_AMSGRAD, ADAM_MAXIMIZE, ADAM_GRAD_SCALE, ADAM_FOUND_INF
+};
+enum {
+  SGD_PARAM, SGD_GRAD, SGD_MOMENTUM_BUFFER, SGD_WEIGHT_DECAY, SGD_MOMENTUM, SGD_LR, SGD_DAMPENING, SGD_NESTEROV,
+  SGD_MAXIMIZE, SGD_IS_FIRST_STEP, SGD_GRAD_SCALE, SGD_FOUND_INF
+};
+
+/* PyTorch's check that list |arg| (named |name|) has an item for every
+ * parameter, and ours that the item has the parameter's shape. */
+static tpu_status_t check_item(tpu_lower_ctx *c, int arg, const char *name) {
+  if (tpu_lower_is_none(c, arg))
+    return tpu_lower_error(c, TPU_ERR_RUNTIME, "Expected %s.size() == n_tensors to be true, but got false.", name);
+  const tpu_lower_arg *a = &c->args[arg], *p = &c->args[0];
+  bool same = a->rank == p->rank;
+  for (int d = 0; same && d < a->rank; d++) same = a->sizes[d] == p->sizes[d];
+  if (!same)
+    return tpu_lower_error(c, TPU_ERR_RUNTIME, "%s: every tensor of %s must have its parameter's shape", c->op, name);
+  return NULL;
+}
+
+/* A number, or a one-element tensor (a tensor lr, grad_scale), as a rank-0
+ * value of |dtype|. */
+static tpu_hlo_value number(tpu_lower_ctx *c, int arg, tpu_dtype_t dtype) {
+  tpu_hlo_value v = tpu_lower_tensor(c, arg);
+  if (tpu_hlo_rank(B, v) != 0) v = tpu_hlo_reshape(B, v, 0, NULL);
+  return tpu_hlo_convert(B, v, dtype);
+}
+
+/* |v| (rank 0) spread over the parameter's type |t|. */
+static tpu_hlo_value spread(tpu_lower_ctx *c, tpu_hlo_value v, const tpu_hlo_type *t) {
+  tpu_hlo_type to = *t;
+  to.dtype = tpu_hlo_dtype(B, v);
+  return tpu_hlo_broadcast_to(B, v, &to);
+}
+
+/* |number| argument |arg| in the parameter's math type, spread over |t|. */
+static tpu_hlo_value scalar_arg(tpu_lower_ctx *c, int arg, const tpu_hlo_type *t) {
+  return spread(c, number(c, arg, t->dtype), t);
+}
+
+/* |x| where number argument |arg| is 0, else |y|. */
+static tpu_hlo_value unless_zero(tpu_lower_ctx *c, int arg, tpu_hlo_value x, tpu_hlo_value y, const tpu_hlo_type *t) {
+  tpu_hlo_value n = number(c, arg, TPU_F64);
+  tpu_hlo_value zero = cmp(c, TPU_HLO_EQ, n, tpu_hlo_scalar_f64(B, TPU_F64, 0.0));
+  return sel(c, spread(c, zero, t), x, y);
+}
+
+/* The grad divided by grad_scale, as the fused kernels do before anything else. */
+static tpu_hlo_value unscaled_grad(tpu_lower_ctx *c, int grad, int grad_scale, const tpu_hlo_type *t) {
+  tpu_hlo_value g = tensor_as(c, grad, t->dtype);
+  return tpu_lower_is_none(c, grad_scale) ? g : dvd(c, g, scalar_arg(c, grad_scale, t));
+}
+
+/* Sets the outputs to |values|, or to |old| where found_inf is 1. */
+static tpu_status_t finish(tpu_lower_ctx *c, int found_inf, const tpu_hlo_value *old, const tpu_hlo_value *values,
+                           int n, const tpu_hlo_type *t) {
+  tpu_hlo_value skip = TPU_HLO_NONE;
+  if (!tpu_lower_is_none(c, found_inf))
+    skip = spread(c, cmp(c, TPU_HLO_EQ, number(c, found_inf, TPU_F32), tpu_hlo_scalar_f64(B, TPU_F32, 1.0)), t);
+  for (int i = 0; i < n; i++)
+    if (values[i] != TPU_HLO_NONE) tpu_lower_set_output(c, i, skip == TPU_HLO_NONE ? values[i] : sel(c, skip, old[i], values[i]));
+  return NULL;
+}
+
+/* torch.lerp(a, b, w) with a number w, PyTorch's two-sided formula. */
+static tpu_hlo_value lerp(tpu_lower_ctx *c, tpu_hlo_value a, tpu_hlo_value b, tpu_hlo_value w,
+                          const tpu_hlo_type *t) {
+  tpu_hlo_value diff = sub(c, b, a);
+  tpu_hlo_value small = cmp(c, TPU_HLO_LT, un(c, TPU_HLO_ABS, w), tpu_hlo_scalar_f64(B, t->dtype, 0.5));
+  tpu_hlo_value one_minus = sub(c, tpu_hlo_scalar_f64(B, t->dtype, 1.0), w);
+  tpu_hlo_value lo = add(c, a, mul(c, spread(c, w, t), diff));
+  tpu_hlo_value hi = sub(c, b, mul(c, diff, spread(c, one_minus, t)));
+  return sel(c, spread(c, small, t), lo, hi);
+}
+
+/* One parameter of _fused_adam(w)_; data: 1 for AdamW. Outputs: param,
+ * grad, exp_avg, exp_avg_sq, max_exp_avg_sq. */
+static tpu_status_t adam_rule(tpu_lower_ctx *c) {
+  const bool adamw = c->data != 0;
+  tpu_hlo_type t = c->out_types[ADAM_PARAM];
+  t.dtype = tpu_lower_opmath(t.dtype);
+  const bool amsgrad = tpu_lower_bool(c, ADAM_AMSGRAD, false);
+  TPU_RETURN_IF_ERROR(check_item(c, ADAM_GRAD, "grads"));
+  TPU_RETURN_IF_ERROR(check_item(c, ADAM_EXP_AVG, "exp_avgs"));
+  TPU_RETURN_IF_ERROR(check_item(c, ADAM_EXP_AVG_SQ, "exp_avg_sqs"));
+  if (amsgrad) TPU_RETURN_IF_ERROR(check_item(c, ADAM_MAX_EXP_AVG_SQ, "max_exp_avg_sqs"));
+  if (tpu_lower_is_none(c, ADAM_STEP))
+    return tpu_lower_error(c, TPU_ERR_RUNTIME, "Expected state_steps.size() == n_tensors to be true, but got false.");
+  tpu_hlo_value old[5] = {tensor_as(c, ADAM_PARAM, t.dtype), tensor_as(c, ADAM_GRAD, t.dtype),
+                          tensor_as(c, ADAM_EXP_AVG, t.dtype), tensor_as(c, ADAM_EXP_AVG_SQ, t.dtype),
+                          tpu_lower_is_none(c, ADAM_MAX_EXP_AVG_SQ) ? TPU_HLO_NONE
+                                                                    : tensor_as(c, ADAM_MAX_EXP_AVG_SQ, t.dtype)};
+  tpu_hlo_value param = old[0], grad = unscaled_grad(c, ADAM_GRAD, ADAM_GRAD_SCALE, &t);
+  tpu_hlo_value scaled = grad;
+  if (tpu_lower_bool(c, ADAM_MAXIMIZE, false)) grad = neg(c, grad);
+  tpu_hlo_value lr = number(c, ADAM_LR, TPU_F64), beta1 = number(c, ADAM_BETA1, TPU_F64);
+  tpu_hlo_value beta2 = number(c, ADAM_BETA2, TPU_F64), one = tpu_hlo_scalar_f64(B, TPU_F64, 1.0);
+  if (adamw) {
+    tpu_hlo_value decay = spread(c, tpu_hlo_convert(B, mul(c, lr, number(c, ADAM_WEIGHT_DECAY, TPU_F64)), t.dtype), &t);
+    param = unless_zero(c, ADAM_WEIGHT_DECAY, param, sub(c, param, mul(c, decay, param)), &t);
+  } else {
+    grad = unless_zero(c, ADAM_WEIGHT_DECAY, grad, add(c, grad, mul(c, param, scalar_arg(c, ADAM_WEIGHT_DECAY, &t))), &t);
+  }
+  tpu_hlo_value m = lerp(c, old[2], grad, tpu_hlo_convert(B, sub(c, one, beta1), t.dtype), &t);
+  tpu_hlo_value one_minus_beta2 = spread(c, tpu_hlo_convert(B, sub(c, one, beta2), t.dtype), &t);
+  tpu_hlo_value v = add(c, mul(c, old[3], spread(c, tpu_hlo_convert(B, beta2, t.dtype), &t)),
+                        mul(c, mul(c, one_minus_beta2, grad), grad));
+  tpu_hlo_value step = number(c, ADAM_STEP, TPU_F64);
+  tpu_hlo_value step_size = dvd(c, lr, sub(c, one, tpu_hlo_binary(B, TPU_HLO_POW, beta1, step)));
+  tpu_hlo_value bc2_sqrt = un(c, TPU_HLO_SQRT, sub(c, one, tpu_hlo_binary(B, TPU_HLO_POW, beta2, step)));
+  tpu_hlo_value v_max = TPU_HLO_NONE, denom_of = v;
+  if (amsgrad) { /* torch.maximum: NaN wins */
+    v_max = tpu_hlo_binary(B, TPU_HLO_MAX, old[4], v);
+    v_max = sel(c, cmp(c, TPU_HLO_NE, v, v), v, sel(c, cmp(c, TPU_HLO_NE, old[4], old[4]), old[4], v_max));
+    denom_of = v_max;
+  }
+  tpu_hlo_value denom = add(c, dvd(c, un(c, TPU_HLO_SQRT, denom_of), spread(c, tpu_hlo_convert(B, bc2_sqrt, t.dtype), &t)),
+                            scalar_arg(c, ADAM_EPS, &t));
+  tpu_hlo_value update = dvd(c, mul(c, spread(c, tpu_hlo_convert(B, step_size, t.dtype), &t), m), denom);
+  tpu_hlo_value values[5] = {sub(c, param, update), scaled, m, v, amsgrad ? v_max : old[4]};
+  return finish(c, ADAM_FOUND_INF, old, values, 5, &t);
+}
+
+/* One parameter of _fused_sgd_. Outputs: param, grad, momentum_buffer. */
+static tpu_status_t sgd_rule(tpu_lower_ctx *c) {
+  tpu_hlo_type t = c->out_types[SGD_PARAM];
+  t.dtype = tpu_lower_opmath(t.dtype);
+  const bool has_buffer = !tpu_lower_is_none(c, SGD_MOMENTUM_BUFFER);
+  TPU_RETURN_IF_ERROR(check_item(c, SGD_GRAD, "grads"));
+  if (has_buffer) TPU_RETURN_IF_ERROR(check_item(c, SGD_MOMENTUM_BUFFER, "momentum_buffer_list"));
+  tpu_hlo_value old[3] = {tensor_as(c, SGD_PARAM, t.dtype), tensor_as(c, SGD_GRAD, t.dtype),
+                          has_buffer ? tensor_as(c, SGD_MOMENTUM_BUFFER, t.dtype) : TPU_HLO_NONE};
+  tpu_hlo_value param = old[0], grad = unscaled_grad(c, SGD_GRAD, SGD_GRAD_SCALE, &t);
+  tpu_hlo_value values[3] = {TPU_HLO_NONE, grad, TPU_HLO_NONE};
+  if (tpu_lower_bool(c, SGD_MAXIMIZE, false)) grad = neg(c, grad);
+  grad = unless_zero(c, SGD_WEIGHT_DECAY, grad, add(c, grad, mul(c, param, scalar_arg(c, SGD_WEIGHT_DECAY, &t))), &t);
+  if (has_buffer) {
+    tpu_hlo_value momentum = scalar_arg(c, SGD_MOMENTUM, &t), buf = grad;
+    if (!tpu_lower_bool(c, SGD_IS_FIRST_STEP, false)) {
+      tpu_hlo_value keep = spread(c, tpu_hlo_convert(B, sub(c, tpu_hlo_scalar_f64(B, TPU_F64, 1.0),
+                                                            number(c, SGD_DAMPENING, TPU_F64)), t.dtype), &t);
+      buf = add(c, mul(c, old[2], momentum), mul(c, grad, keep));
+    }
+    tpu_hlo_value moved = tpu_lower_bool(c, SGD_NESTEROV, false) ? add(c, grad, mul(c, buf, momentum)) : buf;
+    grad = unless_zero(c, SGD_MOMENTUM, grad, moved, &t);
+    values[2] = unless_zero(c, SGD_MOMENTUM, old[2], buf, &t);
+  }
+  values[0] = sub(c, param, mul(c, grad, scalar_arg(c, SGD_LR, &t)));
+  return finish(c, SGD_FOUND_INF, old, values, 3, &t);
+}
+
+#define FUSED (TPU_RULE_PER_ITEM | TPU_RULE_RUNTIME_FLOATS)
+
+const tpu_lower_rule tpu_rules_optim[] = {
+    {{"_fused_adam_", "_fused_adam_.tensor_lr"}, adam_rule, FUSED, 0},
+    {{"_fused_adamw_", "_fused_adamw_.tensor_lr"}, adam_rule, FUSED, 1},
+    {{"_fused_sgd_", "_fused_sgd_.tensor_lr"}, sgd_rule, FUSED, 0},
+};
+TPU_COUNT_RULES(optim);

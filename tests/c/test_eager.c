@@ -1,0 +1,156 @@
+/* Eager-layer tests on the real plugin: an ordinary op, and a per-item op
+ * (a _foreach_ call) over a list long enough for the hashed storage lookup,
+ * with a Scalar[] operand, in place and with new outputs; the overlap test
+ * that sends aliased items to the in-turn path. */
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "check.h"
+#include "eager/eager.h"
+
+static tpu_runtime *rt;
+
+/* A storage holding |n| floats |values|, and a ref to all of it. */
+static tpu_storage *make_storage(const float *values, int64_t n, tpu_tensor_ref *out_ref) {
+  tpu_storage *s = tpu_storage_new(0, n * 4);
+  tpu_buffer *buf = NULL;
+  tpu_status_t st = tpu_buffer_from_host(rt, 0, values, TPU_F32, &n, 1, &buf);
+  if (st != NULL) {
+    tpu_status_free(st);
+    return s;
+  }
+  tpu_hlo_type t = tpu_hlo_make_type(TPU_F32, 1, &n);
+  tpu_storage_set(s, buf, &t);
+  memset(out_ref, 0, sizeof *out_ref);
+  out_ref->storage = s;
+  out_ref->view = (tpu_view){.dtype = TPU_F32, .rank = 1, .sizes = {n}, .strides = {1}};
+  return s;
+}
+
+static void read_back(tpu_storage *s, float *out, int64_t n) {
+  tpu_status_t st = tpu_buffer_to_host(rt, s->buf, out, (size_t)n * 4);
+  CHECK(st == NULL);
+  tpu_status_free(st);
+}
+
+static void list_arg(tpu_eager_arg *a, tpu_tensor_ref *items, int n, bool mutated, tpu_dtype_t *dtypes, int *ranks,
+                     const int64_t **sizes) {
+  memset(a, 0, sizeof *a);
+  a->lower.kind = TPU_ARG_TENSOR_LIST;
+  a->lower.n = n;
+  a->items = items;
+  a->mutated = mutated;
+  for (int i = 0; i < n; i++) {
+    dtypes[i] = items[i].view.dtype;
+    ranks[i] = items[i].view.rank;
+    sizes[i] = items[i].view.sizes;
+  }
+  a->lower.item_dtypes = dtypes;
+  a->lower.item_ranks = ranks;
+  a->lower.item_sizes = sizes;
+}
+
+enum { N = 40 }; /* more than the 32 tensors a call scans linearly */
+
+/* _foreach_add_.List(self, other, alpha) as add_.Tensor per item, then
+ * _foreach_mul.ScalarList(self, scalars) as mul.Scalar with new outputs. */
+static void test_per_item_op(void) {
+  tpu_storage *xs[N], *ys[N];
+  tpu_tensor_ref xr[N], yr[N];
+  float host[N][3];
+  for (int i = 0; i < N; i++) {
+    int64_t n = 1 + i % 3;
+    float x[3] = {(float)i, 1, 2}, y[3] = {1, (float)i, 3};
+    xs[i] = make_storage(x, n, &xr[i]);
+    ys[i] = make_storage(y, n, &yr[i]);
+  }
+  const tpu_lower_rule *add = tpu_lower_find("add_.Tensor");
+  CHECK(add != NULL);
+  if (add == NULL) return;
+  tpu_eager_item_arg sources[3] = {{.arg = 0}, {.arg = 1}, {.arg = 2}};
+  int alias = 0;
+  tpu_eager_op *op = NULL;
+  CHECK_OK(tpu_eager_op_new("test::foreach_add_", add, 1, 0, &alias, 3, sources, &op));
+
+  tpu_eager_arg args[3];
+  tpu_dtype_t dt[2][N];
+  int ranks[2][N];
+  const int64_t *sizes[2][N];
+  list_arg(&args[0], xr, N, true, dt[0], ranks[0], sizes[0]);
+  list_arg(&args[1], yr, N, false, dt[1], ranks[1], sizes[1]);
+  memset(&args[2], 0, sizeof args[2]);
+  args[2].lower = (tpu_lower_arg){.kind = TPU_ARG_SCALAR, .dtype = TPU_F64, .f = 2.0, .i = 2};
+  tpu_eager_call call = {.op = op, .num_args = 3, .args = args, .common_dtype = TPU_F32, .device = 0};
+  CHECK(tpu_eager_call_items(&call) == N);
+  CHECK(!tpu_eager_items_overlap(&call));
+  CHECK(tpu_eager_lookup(&call) == NULL);
+  tpu_eager_entry *e = NULL;
+  CHECK_OK(tpu_eager_compile(&call, NULL, &e));
+  CHECK(tpu_eager_lookup(&call) == e);
+  CHECK_OK(tpu_eager_execute(e, &call, NULL));
+  for (int i = 0; i < N; i++) {
+    float got[3];
+    read_back(xs[i], got, 1 + i % 3);
+    float want[3] = {(float)i + 2, 1 + 2.0f * (float)i, 2 + 6};
+    for (int j = 0; j < 1 + i % 3; j++) CHECK(got[j] == want[j]);
+    host[i][0] = got[0];
+  }
+
+  /* New outputs, one per item, and a Scalar[] runtime operand. */
+  const tpu_lower_rule *mul = tpu_lower_find("mul.Scalar");
+  alias = -1;
+  tpu_eager_item_arg two[2] = {{.arg = 0}, {.arg = 1}};
+  tpu_eager_op *mop = NULL;
+  CHECK_OK(tpu_eager_op_new("test::foreach_mul", mul, 1, 1, &alias, 2, two, &mop));
+  double values[N];
+  tpu_dtype_t value_types[N];
+  for (int i = 0; i < N; i++) {
+    values[i] = 0.5 * i;
+    value_types[i] = TPU_F64;
+  }
+  args[0].mutated = false;
+  memset(&args[1], 0, sizeof args[1]);
+  args[1].lower = (tpu_lower_arg){.kind = TPU_ARG_SCALAR_LIST, .n = N, .dtype = TPU_F64, .floats = values,
+                                  .item_dtypes = value_types};
+  tpu_eager_call mcall = {.op = mop, .num_args = 2, .args = args, .common_dtype = TPU_F32, .device = 0};
+  tpu_eager_out_meta meta[N];
+  tpu_storage *outs[N];
+  for (int i = 0; i < N; i++) {
+    meta[i] = (tpu_eager_out_meta){.dtype = TPU_F32, .rank = 1, .sizes = {1 + i % 3}, .strides = {1}};
+    outs[i] = tpu_storage_new(0, (1 + i % 3) * 4);
+  }
+  CHECK_OK(tpu_eager_compile(&mcall, meta, &e));
+  for (int round = 0; round < 2; round++) { /* new numbers, same program */
+    for (int i = 0; i < N; i++) values[i] = round == 0 ? 0.5 * i : -1.0;
+    CHECK(tpu_eager_lookup(&mcall) == e);
+    CHECK_OK(tpu_eager_execute(e, &mcall, outs));
+    for (int i = 0; i < N; i++) {
+      float got[3];
+      read_back(outs[i], got, 1 + i % 3);
+      CHECK(got[0] == host[i][0] * (float)values[i]);
+    }
+  }
+
+  /* The same tensor written as two items: not one program. */
+  xr[1] = xr[0];
+  args[0].mutated = true;
+  list_arg(&args[1], yr, N, false, dt[1], ranks[1], sizes[1]);
+  list_arg(&args[0], xr, N, true, dt[0], ranks[0], sizes[0]);
+  CHECK(tpu_eager_items_overlap(&call));
+  for (int i = 0; i < N; i++) {
+    tpu_storage_free(xs[i]);
+    tpu_storage_free(ys[i]);
+    tpu_storage_free(outs[i]);
+  }
+}
+
+int main(void) {
+  rt = test_runtime_create();
+  if (rt == NULL) return 1;
+  tpu_eager_init(rt, 0);
+  RUN(test_per_item_op);
+  tpu_eager_cache_clear();
+  tpu_runtime_destroy(rt);
+  return check_failures ? 1 : 0;
+}
