@@ -8,6 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import torchtpu
+
 from conftest import to_cpu, to_tpu
 from models import MLP
 
@@ -203,3 +205,15 @@ def test_unscale_kernel_mixed_dtypes(no_fallbacks, bad):
         for a, b in zip(cpu, to_cpu(tpu)):
             assert b.dtype == a.dtype
             torch.testing.assert_close(b, a, equal_nan=True, rtol=0, atol=0)
+
+
+def test_unscale_is_a_few_programs_for_any_number_of_grads(no_fallbacks):
+    """The finite check and the unscale take one program each for the whole
+    list (PyTorch's kernel is one launch too), not one per grad."""
+    for n in (4, 40):
+        grads = [torch.randn(3, 5, device="tpu") for _ in range(n)]
+        found, inv_scale = torch.zeros(1, device="tpu"), torch.tensor(0.5, device="tpu")
+        torch._amp_foreach_non_finite_check_and_unscale_(grads, found, inv_scale)
+        before = torchtpu.stats()["ops"]
+        torch._amp_foreach_non_finite_check_and_unscale_(grads, found, inv_scale)
+        assert torchtpu.stats()["ops"] - before <= 8, n

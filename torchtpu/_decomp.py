@@ -63,7 +63,9 @@ def _unscale_(grads, found_inf, inv_scale):
     if not grads:
         return
     wide = [g for g in grads if _opmath(g.dtype) == g.dtype]
-    finite = torch.stack([torch.isfinite(g).all() for g in grads]).all()
+    # The largest magnitude of each grad is inf or NaN when the grad holds one:
+    # one program for the whole list.
+    finite = torch.isfinite(torch.stack(torch._foreach_norm(grads, float("inf")))).all()
     if wide:
         torch._foreach_mul_(wide, inv_scale)
     for g in grads:
