@@ -28,6 +28,29 @@ CASES = {
     "view_wrong_numel": (lambda d: torch.ones(2, 3, device=d).view(4, 2), ["[4, 2]", "6"]),
     "inplace_dtype_cannot_cast": (lambda d: torch.ones(3, dtype=torch.int64, device=d).add_(1.5),
                                   ["float"]),
+    # Checks PyTorch's meta functions miss or make with another exception
+    # (mul_, addcmul_ and addcdiv_ truncate, bitwise ops take floats, fill_
+    # wraps around, cat of a 0-dim tensor fails inside the meta function);
+    # torchtpu makes the CPU kernels' checks.
+    "inplace_mul_cannot_cast": (lambda d: torch.ones(3, dtype=torch.int64, device=d).mul_(1.5),
+                                ["result type float can't be cast", "long"]),
+    "inplace_addcmul_cannot_cast": (lambda d: torch.ones(3, dtype=torch.int64, device=d).addcmul_(
+        torch.ones(3, device=d), torch.ones(3, device=d)), ["result type float can't be cast", "long"]),
+    "bitwise_on_float": (lambda d: torch.ones(3, device=d) & torch.ones(3, device=d),
+                         ['"bitwise_and_cpu" not implemented for \'Float\'']),
+    "bitwise_not_on_float": (lambda d: torch.bitwise_not(torch.ones(3, device=d)), ["bitwise_not", "Float"]),
+    "fill_overflow": (lambda d: torch.zeros(3, dtype=torch.uint8, device=d).fill_(1000),
+                      ["value cannot be converted to type uint8_t without overflow"]),
+    "masked_fill_overflow": (lambda d: torch.zeros(3, dtype=torch.float16, device=d).masked_fill(
+        torch.ones(3, dtype=torch.bool, device=d), -1e30), ["c10::Half without overflow"]),
+    "full_overflow": (lambda d: torch.full((2,), -200, dtype=torch.int8, device=d), ["int8_t without overflow"]),
+    "cat_zero_dim": (lambda d: torch.cat([torch.ones(2, device=d), torch.tensor(1.0, device=d)]),
+                     ["zero-dimensional tensor (at position 1) cannot be concatenated"]),
+    "amax_zero_size_dim": (lambda d: torch.amax(torch.ones(2, 0, device=d), dim=-1),
+                           ["amax(): Expected reduction dim -1 to have non-zero size."]),
+    "amin_empty_all_dims": (lambda d: torch.amin(torch.ones(0, 3, device=d)), ["reduction dim to be specified"]),
+    "embedding_weight_rank": (lambda d: torch.nn.functional.embedding(torch.tensor([0], device=d),
+                                                                      torch.ones(2, 2, 2, device=d)), ["'weight' must be 2-D"]),
     "cat_dims": (lambda d: torch.cat([torch.ones(2, 3, device=d), torch.ones(2, 4, device=d)]), ["3", "4"]),
     "expand_write": (lambda d: torch.ones(1, 3, device=d).expand(4, 3).add_(1), ["single memory location"]),
     "reshape_negative": (lambda d: torch.ones(6, device=d).reshape(-1, -1), ["one dimension"]),

@@ -167,7 +167,8 @@ def test_items_that_share_memory_see_earlier_writes():
     (lambda xs, ys: torch._foreach_mul_(xs, [1.0, 2.0]), ["Tensor list must have same number of elements as scalar list."]),
     (lambda xs, ys: torch._foreach_add_(xs, ys[1:] + ys[:1]), ["5", "4"]),
     (lambda xs, ys: torch._foreach_add_([x.long() for x in xs], ys), ["float"]),
-], ids=["lengths", "empty", "scalars", "shapes", "dtype"])
+    (lambda xs, ys: torch._foreach_mul_([x.long() for x in xs], [1, 2.5, 3]), ["result type float can't be cast"]),
+], ids=["lengths", "empty", "scalars", "shapes", "dtype", "scalar_dtype"])
 def test_errors_match_pytorch(call, words):
     """Bad lists raise PyTorch's exception; nothing is written."""
     xs = [torch.rand(s) for s in SHAPES]

@@ -137,7 +137,16 @@ static tpu_status_t exp2_rule(tpu_lower_ctx *c) {
 
 static tpu_status_t sigmoid_rule(tpu_lower_ctx *c) { return done(c, sigmoid_of(c, in(c, 0))); }
 
+/* Bitwise ops take integers and bools only, with the CPU kernel's error
+ * (PyTorch's meta functions let a float through). */
+static tpu_status_t check_bitwise(tpu_lower_ctx *c, const char *kernel) {
+  if (tpu_dtype_is_int(OUT->dtype) || OUT->dtype == TPU_BOOL) return NULL;
+  return tpu_lower_error(c, TPU_ERR_NOT_IMPLEMENTED, "\"%s_cpu\" not implemented for '%s'", kernel,
+                         tpu_dtype_scalar_type(OUT->dtype));
+}
+
 static tpu_status_t bitwise_not_rule(tpu_lower_ctx *c) {
+  TPU_RETURN_IF_ERROR(check_bitwise(c, "bitwise_not"));
   return done(c, un(c, TPU_HLO_NOT, tpu_lower_operand(c, 0, OUT->dtype, OUT)));
 }
 
@@ -318,6 +327,12 @@ static tpu_status_t binary(tpu_lower_ctx *c) {
   tpu_hlo_binary_t op = (tpu_hlo_binary_t)c->data;
   bool bitwise = op == TPU_HLO_AND || op == TPU_HLO_OR || op == TPU_HLO_XOR || op == TPU_HLO_SHL ||
                  op == TPU_HLO_SHR_ARITH;
+  if (bitwise) {
+    static const char *const kernels[] = {[TPU_HLO_AND] = "bitwise_and", [TPU_HLO_OR] = "bitwise_or",
+                                          [TPU_HLO_XOR] = "bitwise_xor", [TPU_HLO_SHL] = "lshift",
+                                          [TPU_HLO_SHR_ARITH] = "rshift"};
+    TPU_RETURN_IF_ERROR(check_bitwise(c, kernels[op]));
+  }
   tpu_hlo_value a = bitwise ? tpu_lower_operand(c, 0, OUT->dtype, OUT) : in(c, 0);
   tpu_hlo_value x = bitwise ? tpu_lower_operand(c, 1, OUT->dtype, OUT) : in(c, 1);
   if (op == TPU_HLO_SHR_ARITH && tpu_dtype_is_unsigned_int(OUT->dtype)) op = TPU_HLO_SHR_LOGIC;
@@ -791,7 +806,7 @@ const tpu_lower_rule tpu_rules_elementwise[] = {
     CMP("gt", TPU_HLO_GT),
     CMP("ge", TPU_HLO_GE),
     {{"where.self", "where.self_out"}, where_rule, 0, 0},
-    {{"masked_fill.Scalar", "masked_fill_.Scalar"}, masked_fill_rule, 0, 0},
+    {{"masked_fill.Scalar", "masked_fill_.Scalar"}, masked_fill_rule, TPU_RULE_CHECKED_SCALARS, 0},
     {{"masked_fill.Tensor", "masked_fill_.Tensor"}, masked_fill_rule, 0, 0},
     {{"clamp", "clamp_", "clamp.out"}, clamp_rule, 0, 0},
     {{"clamp.Tensor", "clamp_.Tensor", "clamp.Tensor_out"}, clamp_rule, 0, 0},
@@ -829,7 +844,7 @@ const tpu_lower_rule tpu_rules_elementwise[] = {
     {{"hardswish_backward", "hardswish_backward.out"}, hardswish_backward_rule, 0, 0},
     {{"logit", "logit_", "logit.out"}, logit_rule, 0, 0},
 
-    {{"fill_.Scalar", "fill.Scalar"}, fill_rule, 0, 0},
+    {{"fill_.Scalar", "fill.Scalar"}, fill_rule, TPU_RULE_CHECKED_SCALARS, 0},
     {{"fill_.Tensor", "fill.Tensor"}, fill_rule, 0, 0},
     {{"zero_", "zero"}, zero_rule, 0, 0},
     {{"_copy_from"}, copy_rule, TPU_RULE_INTERNAL, 0},

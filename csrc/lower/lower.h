@@ -120,6 +120,10 @@ enum {
   /* Float arguments are runtime values, seen as SCALAR arguments of dtype
    * F64 (a learning rate that changes every step), not constants. */
   TPU_RULE_RUNTIME_FLOATS = 1u << 4,
+  /* A Python number must fit the dtype of the first tensor argument, as
+   * PyTorch's kernels convert it with an overflow check (fill_ of an uint8
+   * tensor with 1000 raises); checked on every call, by the caller. */
+  TPU_RULE_CHECKED_SCALARS = 1u << 5,
 };
 
 typedef tpu_status_t (*tpu_lower_fn)(tpu_lower_ctx *c);

@@ -3,6 +3,7 @@
 // constants), asks the eager layer for the cached program, and on a miss runs
 // PyTorch's meta function for the output metadata. Registration walks the C
 // rule registry: adding a rule in csrc/lower is all it takes to add an op.
+#include <ATen/Dispatch.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/TypeProperties.h>
@@ -336,9 +337,48 @@ void fill_meta(const at::Tensor& t, tpu_eager_out_meta& m) {
   }
 }
 
+// Checks PyTorch 2.13's meta functions (Python references) make differently
+// from its CPU kernels, or not at all; made here with the kernels' exception
+// and message before the meta function runs.
+void check_before_meta(const c10::OperatorHandle& handle, c10::ArrayRef<c10::IValue> ivs) {
+  const std::string& name = handle.schema().name();
+  if (name == "aten::mul_" || name == "aten::multiply_" || name == "aten::addcmul_" || name == "aten::addcdiv_") {
+    // The promoted result must be castable to self: an int tensor times 2.5
+    // raises, it does not truncate.
+    at::native::ResultTypeState state;
+    const auto& args = handle.schema().arguments();
+    for (size_t i = 0; i < ivs.size(); i++) {
+      if (args[i].name() == "value") continue;  // addcmul's multiplier does not promote
+      if (ivs[i].isTensor()) state = at::native::update_result_type_state(ivs[i].toTensor(), state);
+      else if (ivs[i].isScalar()) state = at::native::update_result_type_state(ivs[i].toScalar(), state);
+    }
+    at::ScalarType result = at::native::result_type(state), self = ivs[0].toTensor().scalar_type();
+    TORCH_CHECK(c10::canCast(result, self), "result type ", result, " can't be cast to the desired output type ",
+                self);
+  } else if (name == "aten::cat") {
+    int64_t i = 0;
+    for (const c10::IValue& t : ivs[0].toListRef()) {
+      TORCH_CHECK(t.toTensor().dim() > 0, "zero-dimensional tensor (at position ", i, ") cannot be concatenated");
+      i++;
+    }
+  } else if (name == "aten::amax" || name == "aten::amin") {
+    const at::Tensor& self = ivs[0].toTensor();
+    std::vector<int64_t> dims = ivs[1].toIntVector();
+    const char* op = name == "aten::amax" ? "amax" : "amin";
+    TORCH_CHECK(!dims.empty() || self.numel() != 0, op, "(): Expected reduction dim to be specified for ",
+                "input.numel() == 0. Specify the reduction dim with the 'dim' argument.");
+    for (int64_t d : dims)
+      TORCH_CHECK_INDEX(self.dim() == 0 || self.size(c10::maybe_wrap_dim(d, self.dim())) != 0, op,
+                        "(): Expected reduction dim ", d, " to have non-zero size.");
+  } else if (name == "aten::embedding") {
+    TORCH_CHECK(ivs[0].toTensor().dim() == 2, "'weight' must be 2-D");
+  }
+}
+
 // Runs |handle|'s meta function: output metadata of new returns, and the
 // shapes out= arguments must be resized to.
 std::vector<at::Tensor> run_meta(const c10::OperatorHandle& handle, c10::ArrayRef<c10::IValue> ivs, MetaMap& mm) {
+  check_before_meta(handle, ivs);
   torch::jit::Stack stack;
   stack.reserve(ivs.size());
   for (const c10::IValue& v : ivs) stack.push_back(mm.convert(v));
@@ -398,8 +438,33 @@ std::vector<at::Tensor> run_items_in_turn(const OpInfo& info, c10::ArrayRef<c10:
 
 }  // namespace
 
+namespace {
+
+// TPU_RULE_CHECKED_SCALARS: every Python number converts to the first
+// tensor's dtype with c10's overflow check, as the CPU kernels convert it.
+void check_scalars_fit(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs) {
+  at::ScalarType dtype = at::ScalarType::Undefined;
+  for (const c10::IValue& v : ivs)
+    if (v.isTensor() && v.toTensor().defined()) {
+      dtype = v.toTensor().scalar_type();
+      break;
+    }
+  if (!(c10::isIntegralType(dtype, true) || c10::isFloatingType(dtype) || c10::isComplexType(dtype)) ||
+      c10::isFloat8Type(dtype))
+    return;
+  for (size_t i = 0; i < ivs.size(); i++) {
+    if (info.arg_types[i] != ArgType::kScalar || !ivs[i].isScalar()) continue;
+    c10::Scalar value = ivs[i].toScalar();
+    AT_DISPATCH_ALL_TYPES_AND_COMPLEX_AND3(at::kHalf, at::kBFloat16, at::kBool, dtype, "fill_",
+                                           [&] { (void)value.to<scalar_t>(); });
+  }
+}
+
+}  // namespace
+
 std::vector<at::Tensor> run_rule(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs) {
   const tpu_eager_op* op = info.op;
+  if (op->rule->flags & TPU_RULE_CHECKED_SCALARS) check_scalars_fit(info, ivs);
   if (info.out_variant) {
     // out= tensors take the shape the meta function gives them (with
     // PyTorch's resize warning) before the call is described.
