@@ -44,6 +44,9 @@ CASES = {
     "masked_fill_overflow": (lambda d: torch.zeros(3, dtype=torch.float16, device=d).masked_fill(
         torch.ones(3, dtype=torch.bool, device=d), -1e30), ["c10::Half without overflow"]),
     "full_overflow": (lambda d: torch.full((2,), -200, dtype=torch.int8, device=d), ["int8_t without overflow"]),
+    # An in-place op PyTorch writes as its out= form: self is not resized.
+    "inplace_out_form_keeps_shape": (lambda d: torch.ones(5, 1, device=d).ldexp_(torch.ones(5, device=d)),
+                                     ["output with shape [5, 1] doesn't match the broadcast shape [5, 5]"]),
     "cat_zero_dim": (lambda d: torch.cat([torch.ones(2, device=d), torch.tensor(1.0, device=d)]),
                      ["zero-dimensional tensor (at position 1) cannot be concatenated"]),
     "amax_zero_size_dim": (lambda d: torch.amax(torch.ones(2, 0, device=d), dim=-1),

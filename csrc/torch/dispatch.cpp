@@ -467,13 +467,19 @@ std::vector<at::Tensor> run_rule(const OpInfo& info, c10::ArrayRef<c10::IValue> 
   if (op->rule->flags & TPU_RULE_CHECKED_SCALARS) check_scalars_fit(info, ivs);
   if (info.out_variant) {
     // out= tensors take the shape the meta function gives them (with
-    // PyTorch's resize warning) before the call is described.
+    // PyTorch's resize warning) before the call is described; an out= that
+    // is also an input is not resized, as TensorIterator refuses (an
+    // in-place op written as its out= form, ldexp_, must keep self's shape).
     std::vector<at::Tensor> metas = run_meta(info, ivs);
     for (int r = 0; r < op->num_returns; r++) {
       int a = op->output_alias[r];
       if (a < 0 || !metas[r].defined()) continue;
       at::Tensor out = ivs[a].toTensor();
-      if (out.sizes() != metas[r].sizes()) at::native::resize_output(out, metas[r].sizes());
+      if (out.sizes() == metas[r].sizes()) continue;
+      for (size_t i = 0; i < ivs.size(); i++)
+        TORCH_CHECK(info.mutated[i] || !ivs[i].isTensor() || !ivs[i].toTensor().is_same(out), "output with shape ",
+                    out.sizes(), " doesn't match the broadcast shape ", metas[r].sizes());
+      at::native::resize_output(out, metas[r].sizes());
     }
   }
   CallScratch sc;
