@@ -32,7 +32,12 @@ struct CallScratch {
   std::vector<double> floats;
   std::vector<uint8_t> bools;
   std::vector<tpu_dtype_t> scalar_dtypes;  // Scalar[] items
-  std::vector<size_t> ref_begin, int_begin, float_begin, bool_begin, scalar_begin;  // per arg
+  // Per argument: where its list starts in the vector of its kind (a Scalar[]:
+  // its types; |values|, its numbers in ints or floats).
+  struct Span {
+    size_t begin, values;
+  };
+  c10::SmallVector<Span, 8> spans;
 };
 
 tpu_hlo_precision_t matmul_precision() {
@@ -99,11 +104,7 @@ void describe_call(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs, CallScrat
   const bool const_scalars = info.op->rule->flags & TPU_RULE_CONST_SCALARS;
   c10::DeviceIndex device = -1;
   sc.args.resize(ivs.size());
-  sc.ref_begin.assign(ivs.size(), 0);
-  sc.int_begin.assign(ivs.size(), 0);
-  sc.float_begin.assign(ivs.size(), 0);
-  sc.bool_begin.assign(ivs.size(), 0);
-  sc.scalar_begin.assign(ivs.size(), 0);
+  sc.spans.assign(ivs.size(), CallScratch::Span{0, 0});
   for (size_t i = 0; i < ivs.size(); i++) {
     const c10::IValue& v = ivs[i];
     tpu_eager_arg& a = sc.args[i];
@@ -126,14 +127,14 @@ void describe_call(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs, CallScrat
       }
       case ArgType::kTensorList: {
         l.kind = TPU_ARG_TENSOR_LIST;
-        sc.ref_begin[i] = sc.refs.size();
+        sc.spans[i].begin = sc.refs.size();
         if (v.isTensorList()) {
           for (const at::Tensor& t : v.toTensorList()) sc.refs.push_back(describe(t, device));
         } else {
           for (const c10::IValue& item : v.toListRef())
             sc.refs.push_back(item.isNone() ? describe(at::Tensor(), device) : describe(item.toTensor(), device));
         }
-        l.n = static_cast<int>(sc.refs.size() - sc.ref_begin[i]);
+        l.n = static_cast<int>(sc.refs.size() - sc.spans[i].begin);
         break;
       }
       case ArgType::kScalar:
@@ -141,7 +142,7 @@ void describe_call(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs, CallScrat
         break;
       case ArgType::kScalarList: {  // one runtime operand: float64 if any number is a float, else int64
         l.kind = TPU_ARG_SCALAR_LIST;
-        sc.scalar_begin[i] = sc.scalar_dtypes.size();
+        sc.spans[i].begin = sc.scalar_dtypes.size();
         l.dtype = TPU_S64;
         for (const c10::IValue& item : v.toListRef()) {
           tpu_lower_arg one{};
@@ -149,9 +150,8 @@ void describe_call(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs, CallScrat
           sc.scalar_dtypes.push_back(one.dtype);
           if (one.dtype == TPU_F64) l.dtype = TPU_F64;
         }
-        l.n = static_cast<int>(sc.scalar_dtypes.size() - sc.scalar_begin[i]);
-        sc.int_begin[i] = sc.ints.size();
-        sc.float_begin[i] = sc.floats.size();
+        l.n = static_cast<int>(sc.scalar_dtypes.size() - sc.spans[i].begin);
+        sc.spans[i].values = l.dtype == TPU_F64 ? sc.floats.size() : sc.ints.size();
         for (const c10::IValue& item : v.toListRef()) {
           c10::Scalar x = item.toScalar();
           if (l.dtype == TPU_F64) sc.floats.push_back(x.toDouble());
@@ -165,10 +165,10 @@ void describe_call(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs, CallScrat
         break;
       case ArgType::kIntList: {
         l.kind = TPU_ARG_INT_LIST;
-        sc.int_begin[i] = sc.ints.size();
+        sc.spans[i].begin = sc.ints.size();
         for (const c10::IValue& item : v.toListRef())
           sc.ints.push_back(item.isSymInt() ? item.toSymInt().guard_int(__FILE__, __LINE__) : item.toInt());
-        l.n = static_cast<int>(sc.ints.size() - sc.int_begin[i]);
+        l.n = static_cast<int>(sc.ints.size() - sc.spans[i].begin);
         break;
       }
       case ArgType::kFloat:
@@ -181,9 +181,9 @@ void describe_call(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs, CallScrat
         break;
       case ArgType::kFloatList: {
         l.kind = TPU_ARG_FLOAT_LIST;
-        sc.float_begin[i] = sc.floats.size();
+        sc.spans[i].begin = sc.floats.size();
         for (const c10::IValue& item : v.toListRef()) sc.floats.push_back(item.toDouble());
-        l.n = static_cast<int>(sc.floats.size() - sc.float_begin[i]);
+        l.n = static_cast<int>(sc.floats.size() - sc.spans[i].begin);
         break;
       }
       case ArgType::kBool:
@@ -192,9 +192,9 @@ void describe_call(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs, CallScrat
         break;
       case ArgType::kBoolList: {
         l.kind = TPU_ARG_BOOL_LIST;
-        sc.bool_begin[i] = sc.bools.size();
+        sc.spans[i].begin = sc.bools.size();
         for (const c10::IValue& item : v.toListRef()) sc.bools.push_back(item.toBool());
-        l.n = static_cast<int>(sc.bools.size() - sc.bool_begin[i]);
+        l.n = static_cast<int>(sc.bools.size() - sc.spans[i].begin);
         break;
       }
       case ArgType::kString:
@@ -236,19 +236,19 @@ void describe_call(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs, CallScrat
         l.strides = a.tensor.view.strides;
         break;
       case TPU_ARG_TENSOR_LIST:
-        a.items = sc.refs.data() + sc.ref_begin[i];
-        l.item_dtypes = sc.item_dtypes.data() + sc.ref_begin[i];
-        l.item_ranks = sc.item_ranks.data() + sc.ref_begin[i];
-        l.item_sizes = sc.item_sizes.data() + sc.ref_begin[i];
+        a.items = sc.refs.data() + sc.spans[i].begin;
+        l.item_dtypes = sc.item_dtypes.data() + sc.spans[i].begin;
+        l.item_ranks = sc.item_ranks.data() + sc.spans[i].begin;
+        l.item_sizes = sc.item_sizes.data() + sc.spans[i].begin;
         break;
       case TPU_ARG_SCALAR_LIST:
-        l.item_dtypes = sc.scalar_dtypes.data() + sc.scalar_begin[i];
-        if (l.dtype == TPU_F64) l.floats = sc.floats.data() + sc.float_begin[i];
-        else l.ints = sc.ints.data() + sc.int_begin[i];
+        l.item_dtypes = sc.scalar_dtypes.data() + sc.spans[i].begin;
+        if (l.dtype == TPU_F64) l.floats = sc.floats.data() + sc.spans[i].values;
+        else l.ints = sc.ints.data() + sc.spans[i].values;
         break;
-      case TPU_ARG_INT_LIST: l.ints = sc.ints.data() + sc.int_begin[i]; break;
-      case TPU_ARG_FLOAT_LIST: l.floats = sc.floats.data() + sc.float_begin[i]; break;
-      case TPU_ARG_BOOL_LIST: l.bools = reinterpret_cast<const bool*>(sc.bools.data() + sc.bool_begin[i]); break;
+      case TPU_ARG_INT_LIST: l.ints = sc.ints.data() + sc.spans[i].begin; break;
+      case TPU_ARG_FLOAT_LIST: l.floats = sc.floats.data() + sc.spans[i].begin; break;
+      case TPU_ARG_BOOL_LIST: l.bools = reinterpret_cast<const bool*>(sc.bools.data() + sc.spans[i].begin); break;
       default: break;
     }
   }
