@@ -7,6 +7,7 @@
  * Formulas follow PyTorch's CPU kernels where the order of operations changes
  * the rounding. */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "lower/rules.h"
@@ -74,10 +75,12 @@ static tpu_status_t round_decimals(tpu_lower_ctx *c) {
   return done(c, mul(c, un(c, TPU_HLO_ROUND_EVEN, dvd(c, x, k(c, ten))), k(c, ten)));
 }
 
-/* abs computes in the input's type: abs of a complex is real. */
+/* abs computes in the input's type: abs of a complex is real, of an unsigned
+ * integer the value itself; bool is refused, as by the CPU kernel. */
 static tpu_status_t abs_rule(tpu_lower_ctx *c) {
   tpu_dtype_t t = c->args[0].dtype;
-  if (t == TPU_BOOL) return done(c, in(c, 0));
+  if (t == TPU_BOOL) return tpu_lower_error(c, TPU_ERR_NOT_IMPLEMENTED, "\"abs_cpu\" not implemented for 'Bool'");
+  if (tpu_dtype_is_unsigned_int(t)) return done(c, in(c, 0));
   tpu_hlo_type shape = *OUT;
   tpu_hlo_value x = tpu_lower_operand(c, 0, tpu_lower_opmath(t), &shape);
   return done(c, un(c, TPU_HLO_ABS, x));
@@ -273,19 +276,36 @@ static tpu_status_t mul_rule(tpu_lower_ctx *c) {
   return done(c, OUT->dtype == TPU_BOOL ? tpu_hlo_binary(B, TPU_HLO_AND, a, x) : mul(c, a, x));
 }
 
-/* Python floor division of floats, as PyTorch's div_floor_floating. */
+/* |x| (computed in float32) rounded to the output's half type, where
+ * PyTorch's CPU kernels compute in the half type itself, rounding every step
+ * (rounding-mode division); identity for other outputs. reduce_precision,
+ * not a convert pair, which XLA drops as excess precision. */
+static tpu_hlo_value half_step(tpu_lower_ctx *c, tpu_hlo_value x) {
+  int exponent = OUT->dtype == TPU_BF16 ? 8 : 5, mantissa = OUT->dtype == TPU_BF16 ? 7 : 10;
+  if (OUT->dtype != TPU_BF16 && OUT->dtype != TPU_F16) return x;
+  char attrs[80];
+  snprintf(attrs, sizeof attrs, "exponent_bits = %d : i32, mantissa_bits = %d : i32", exponent, mantissa);
+  tpu_hlo_type t = *tpu_hlo_type_of(B, x);
+  tpu_hlo_value out;
+  tpu_hlo_op(B, "stablehlo.reduce_precision", &x, 1, NULL, 0, attrs, &t, 1, &out);
+  return out;
+}
+
+/* Python floor division of floats, as PyTorch's div_floor_floating (in the
+ * half type's steps for half outputs, as its CPU kernel). */
 static tpu_hlo_value div_floor_float(tpu_lower_ctx *c, tpu_hlo_value a, tpu_hlo_value b) {
   tpu_hlo_value zero = k(c, 0.0), one = k(c, 1.0), half = k(c, 0.5);
-  tpu_hlo_value mod = tpu_hlo_binary(B, TPU_HLO_REM, a, b);
-  tpu_hlo_value div = dvd(c, sub(c, a, mod), b);
+  tpu_hlo_value mod = tpu_hlo_binary(B, TPU_HLO_REM, a, b); /* exact */
+  tpu_hlo_value div = half_step(c, dvd(c, half_step(c, sub(c, a, mod)), b));
   tpu_hlo_value fix = tpu_hlo_binary(B, TPU_HLO_AND, cmp(c, TPU_HLO_NE, mod, zero),
                                      cmp(c, TPU_HLO_NE, cmp(c, TPU_HLO_LT, b, zero), cmp(c, TPU_HLO_LT, mod, zero)));
-  div = sel(c, fix, sub(c, div, one), div);
+  div = sel(c, fix, half_step(c, sub(c, div, one)), div);
   tpu_hlo_value fl = un(c, TPU_HLO_FLOOR, div);
-  fl = sel(c, cmp(c, TPU_HLO_GT, sub(c, div, fl), half), add(c, fl, one), fl);
+  fl = sel(c, cmp(c, TPU_HLO_GT, half_step(c, sub(c, div, fl)), half), half_step(c, add(c, fl, one)), fl);
   /* div == 0: copysign(0, a / b) */
-  tpu_hlo_value q = dvd(c, a, b);
-  tpu_hlo_value signed_zero = sel(c, cmp(c, TPU_HLO_LT, q, zero), k(c, -0.0), zero);
+  tpu_hlo_value q = half_step(c, dvd(c, a, b));
+  tpu_hlo_value negative = or_(c, cmp(c, TPU_HLO_LT, q, zero), cmp(c, TPU_HLO_LT, dvd(c, one, q), zero)); /* -0 too */
+  tpu_hlo_value signed_zero = sel(c, negative, k(c, -0.0), zero);
   fl = sel(c, cmp(c, TPU_HLO_EQ, div, zero), signed_zero, fl);
   /* b == 0: plain a / b (inf or nan), as PyTorch */
   return sel(c, cmp(c, TPU_HLO_EQ, b, zero), q, fl);
@@ -307,7 +327,7 @@ static tpu_status_t div_rule(tpu_lower_ctx *c) {
                      : (!tpu_lower_is_none(c, 2) && c->args[2].kind == TPU_ARG_STRING) ? c->args[2].s : NULL;
   bool integral = is_integral_out(c);
   if (mode == NULL) return done(c, dvd(c, a, x));
-  if (strcmp(mode, "trunc") == 0) return done(c, integral ? dvd(c, a, x) : trunc_of(c, dvd(c, a, x)));
+  if (strcmp(mode, "trunc") == 0) return done(c, integral ? dvd(c, a, x) : trunc_of(c, half_step(c, dvd(c, a, x))));
   if (strcmp(mode, "floor") == 0) return done(c, integral ? div_floor_int(c, a, x) : div_floor_float(c, a, x));
   return tpu_lower_error(c, TPU_ERR_RUNTIME,
                          "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '%s'", mode);
@@ -333,8 +353,11 @@ static tpu_status_t binary(tpu_lower_ctx *c) {
                                           [TPU_HLO_SHR_ARITH] = "rshift"};
     TPU_RETURN_IF_ERROR(check_bitwise(c, kernels[op]));
   }
-  tpu_hlo_value a = bitwise ? tpu_lower_operand(c, 0, OUT->dtype, OUT) : in(c, 0);
-  tpu_hlo_value x = bitwise ? tpu_lower_operand(c, 1, OUT->dtype, OUT) : in(c, 1);
+  /* Bitwise ops and nextafter work on the output type's bits (the next half
+   * after x is not the next float32 after it). */
+  bool own_type = bitwise || op == TPU_HLO_NEXTAFTER;
+  tpu_hlo_value a = own_type ? tpu_lower_operand(c, 0, OUT->dtype, OUT) : in(c, 0);
+  tpu_hlo_value x = own_type ? tpu_lower_operand(c, 1, OUT->dtype, OUT) : in(c, 1);
   if (op == TPU_HLO_SHR_ARITH && tpu_dtype_is_unsigned_int(OUT->dtype)) op = TPU_HLO_SHR_LOGIC;
   return done(c, tpu_hlo_binary(B, op, a, x));
 }
@@ -456,19 +479,21 @@ static tpu_status_t masked_fill_rule(tpu_lower_ctx *c) {
 }
 
 /* clamp(self, min?, max?); data: 0 both, 1 min only, 2 max only. NaN in any
- * operand propagates, as in PyTorch. */
+ * operand propagates, as in PyTorch. Computed in the promoted type of all
+ * three: an uint8 clamp_ with an int32 bound of -7 compares in int32. */
 static tpu_status_t clamp_rule(tpu_lower_ctx *c) {
-  tpu_hlo_value x = in(c, 0);
-  bool flt = tpu_dtype_is_float(out_math(c));
+  tpu_dtype_t t = tpu_lower_opmath(c->common_dtype != TPU_INVALID ? c->common_dtype : OUT->dtype);
+  tpu_hlo_value x = tpu_lower_operand(c, 0, t, OUT);
+  bool flt = tpu_dtype_is_float(t);
   int lo_arg = c->data == 2 ? -1 : 1, hi_arg = c->data == 0 ? 2 : c->data == 2 ? 1 : -1;
   if (lo_arg >= 0 && !tpu_lower_is_none(c, lo_arg)) {
-    tpu_hlo_value lo = in(c, lo_arg);
+    tpu_hlo_value lo = tpu_lower_operand(c, lo_arg, t, OUT);
     tpu_hlo_value r = tpu_hlo_binary(B, TPU_HLO_MAX, x, lo);
     if (flt) r = sel(c, cmp(c, TPU_HLO_NE, lo, lo), lo, sel(c, cmp(c, TPU_HLO_NE, x, x), x, r));
     x = r;
   }
   if (hi_arg >= 0 && !tpu_lower_is_none(c, hi_arg)) {
-    tpu_hlo_value hi = in(c, hi_arg);
+    tpu_hlo_value hi = tpu_lower_operand(c, hi_arg, t, OUT);
     tpu_hlo_value r = tpu_hlo_binary(B, TPU_HLO_MIN, x, hi);
     if (flt) r = sel(c, cmp(c, TPU_HLO_NE, hi, hi), hi, sel(c, cmp(c, TPU_HLO_NE, x, x), x, r));
     x = r;

@@ -655,7 +655,8 @@ const std::unordered_map<std::string, std::vector<int>>& hidden_writes() {
 }
 
 // Per argument of |schema|: its type, whether the op writes it and whether
-// it takes part in type promotion.
+// it takes part in type promotion (as TensorIterator promotes: an in-place
+// op's self does, out= tensors do not).
 static void describe_args(const c10::FunctionSchema& schema, OpInfo& info) {
   for (const c10::Argument& arg : schema.arguments()) {
     info.arg_types.push_back(classify(arg));
@@ -663,7 +664,7 @@ static void describe_args(const c10::FunctionSchema& schema, OpInfo& info) {
     bool written = ai != nullptr && ai->isWrite();
     info.mutated.push_back(written);
     if (written && arg.kwarg_only()) info.out_variant = true;
-    info.promotes.push_back(!written && arg.name() != "alpha" && arg.name() != "value");
+    info.promotes.push_back(!(written && arg.kwarg_only()) && arg.name() != "alpha" && arg.name() != "value");
   }
 }
 
