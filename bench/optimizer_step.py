@@ -8,7 +8,7 @@ tensors), gradients given, side by side in one run:
   tpu compiled      torch.compile(opt.step, backend="tpu") of the foreach step
   cpu foreach / per-tensor / fused   PyTorch on the CPU
 
-    python bench/optimizer_step.py [--repeats 15] [--optimizer AdamW|Adam|SGD]
+    python bench/optimizer_step.py [--repeats 15] [--optimizer AdamW|Adam|SGD|Adagrad]
 
 Each system is built and warmed up (its first step, compiles included, is
 reported apart), then --repeats rounds ask every system in turn for one
@@ -27,7 +27,7 @@ import time
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--repeats", type=int, default=15)
-    p.add_argument("--optimizer", default="AdamW", choices=["AdamW", "Adam", "SGD"])
+    p.add_argument("--optimizer", default="AdamW", choices=["AdamW", "Adam", "SGD", "Adagrad"])
     p.add_argument("--disk-cache", action="store_true")
     a = p.parse_args()
     if not a.disk_cache:

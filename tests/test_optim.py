@@ -1,5 +1,5 @@
-"""Optimizers with fused=True: Adam, AdamW and SGD run aten::_fused_adam(w)_
-and _fused_sgd_, lowered item by item (csrc/lower/optim.c) into one program
+"""Optimizers with fused=True: Adam, AdamW, SGD and Adagrad run
+aten::_fused_adam(w)_, _fused_sgd_ and _fused_adagrad_, lowered item by item (csrc/lower/optim.c) into one program
 per step, matching PyTorch's CPU fused kernels, also when the step is
 compiled (PyTorch runs fused steps outside the graph). And every optimizer,
 per tensor and foreach, against the CPU."""
@@ -71,7 +71,39 @@ def test_grad_scale_found_inf_and_half_types(found_inf, dtype):
             torch.testing.assert_close(b.cpu(), a)
 
 
-@pytest.mark.parametrize("opt_cls", [torch.optim.AdamW, torch.optim.SGD], ids=["AdamW", "SGD"])
+ADAGRAD_OPTIONS = [{}, {"weight_decay": 0.1, "lr_decay": 0.01}, {"maximize": True, "initial_accumulator_value": 0.1}]
+
+
+@pytest.mark.parametrize("options", ADAGRAD_OPTIONS, ids=lambda o: ",".join(o) or "defaults")
+def test_fused_adagrad_matches_cpu(options):
+    cpu = train("cpu", torch.optim.Adagrad, False, options)
+    torchtpu.reset_stats()
+    assert_runs_agree(cpu, train("tpu", torch.optim.Adagrad, False, options))
+
+
+@pytest.mark.parametrize("found_inf", [0.0, 1.0])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fused_adagrad_amp_arguments(found_inf, dtype):
+    torch.manual_seed(2)
+    lists = [[torch.randn(4, 6).to(dtype) for _ in range(2)] for _ in range(3)]
+    lists[2] = [t.abs() for t in lists[2]]  # state sums are non-negative
+    steps = [torch.tensor(3.0), torch.tensor(8.0)]
+    kw = dict(lr=0.05, lr_decay=0.01, weight_decay=0.1, eps=1e-10, maximize=False, grad_scale=torch.tensor(4.0),
+              found_inf=torch.tensor(found_inf))
+    cpu = [[t.clone() for t in ts] for ts in lists]
+    tpu = [[t.to("tpu") for t in ts] for ts in lists]
+    torch._fused_adagrad_(*cpu, steps, **kw)
+    torchtpu.reset_stats()
+    torch._fused_adagrad_(*tpu, [s.to("tpu") for s in steps],
+                          **{k: v.to("tpu") if isinstance(v, torch.Tensor) else v for k, v in kw.items()})
+    assert not torchtpu.stats()["fallbacks"]
+    for ts_cpu, ts_tpu in zip(cpu, tpu):
+        for a, b in zip(ts_cpu, ts_tpu):
+            torch.testing.assert_close(b.cpu(), a)
+
+
+@pytest.mark.parametrize("opt_cls", [torch.optim.AdamW, torch.optim.SGD, torch.optim.Adagrad],
+                         ids=["AdamW", "SGD", "Adagrad"])
 @pytest.mark.parametrize("tensor_lr", [False, True], ids=["float_lr", "tensor_lr"])
 def test_fused_step_is_one_program_across_a_schedule(opt_cls, tensor_lr):
     """A fused step over every parameter is one program (AdamW adds one for
@@ -100,7 +132,7 @@ def test_fused_step_is_one_program_across_a_schedule(opt_cls, tensor_lr):
     expected, _, _ = train("cpu")
     got, programs, misses = train("tpu")
     assert not torchtpu.stats()["fallbacks"]
-    assert programs[2:] == [1 if opt_cls is torch.optim.SGD else 2] * 4, programs
+    assert programs[2:] == [1 if opt_cls is torch.optim.SGD else 2] * 4, programs  # + the step counters
     assert sum(misses[2:]) == 0, misses
     for a, b in zip(got, expected):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

@@ -1,5 +1,5 @@
 /* Fused optimizer steps (torch.optim with fused=True): one parameter's update
- * of _fused_adam_, _fused_adamw_ and _fused_sgd_. The eager layer applies a
+ * of _fused_adam_, _fused_adamw_, _fused_sgd_ and _fused_adagrad_. The eager layer applies a
  * rule to every parameter of the call in one program (TPU_RULE_PER_ITEM), so
  * a whole optimizer step is one program.
  *
@@ -165,11 +165,45 @@ static tpu_status_t sgd_rule(tpu_lower_ctx *c) {
   return finish(c, SGD_FOUND_INF, old, values, 3, &t);
 }
 
+enum {
+  ADAGRAD_PARAM, ADAGRAD_GRAD, ADAGRAD_STATE_SUM, ADAGRAD_STEP, ADAGRAD_LR, ADAGRAD_LR_DECAY, ADAGRAD_WEIGHT_DECAY,
+  ADAGRAD_EPS, ADAGRAD_MAXIMIZE, ADAGRAD_GRAD_SCALE, ADAGRAD_FOUND_INF
+};
+
+/* One parameter of _fused_adagrad_. Outputs: param, grad, state_sum, and (in
+ * the float-lr overload, whose schema marks it written) the step, which the
+ * kernel does not change: the optimizer counts steps itself. */
+static tpu_status_t adagrad_rule(tpu_lower_ctx *c) {
+  tpu_hlo_type t = c->out_types[ADAGRAD_PARAM];
+  t.dtype = tpu_lower_opmath(t.dtype);
+  TPU_RETURN_IF_ERROR(check_item(c, ADAGRAD_GRAD, "grads"));
+  TPU_RETURN_IF_ERROR(check_item(c, ADAGRAD_STATE_SUM, "state_sums"));
+  if (tpu_lower_is_none(c, ADAGRAD_STEP))
+    return tpu_lower_error(c, TPU_ERR_RUNTIME, "Expected state_steps.size() == n_tensors to be true, but got false.");
+  tpu_hlo_value old[3] = {tensor_as(c, ADAGRAD_PARAM, t.dtype), tensor_as(c, ADAGRAD_GRAD, t.dtype),
+                          tensor_as(c, ADAGRAD_STATE_SUM, t.dtype)};
+  tpu_hlo_value param = old[0], grad = unscaled_grad(c, ADAGRAD_GRAD, ADAGRAD_GRAD_SCALE, &t);
+  tpu_hlo_value values[3] = {TPU_HLO_NONE, grad, TPU_HLO_NONE};
+  if (tpu_lower_bool(c, ADAGRAD_MAXIMIZE, false)) grad = neg(c, grad);
+  grad = unless_zero(c, ADAGRAD_WEIGHT_DECAY, grad,
+                     add(c, grad, mul(c, param, scalar_arg(c, ADAGRAD_WEIGHT_DECAY, &t))), &t);
+  /* clr = lr / (1 + (step - 1) * lr_decay), in float64 */
+  tpu_hlo_value one = tpu_hlo_scalar_f64(B, TPU_F64, 1.0), step = number(c, ADAGRAD_STEP, TPU_F64);
+  tpu_hlo_value clr = dvd(c, number(c, ADAGRAD_LR, TPU_F64),
+                          add(c, one, mul(c, sub(c, step, one), number(c, ADAGRAD_LR_DECAY, TPU_F64))));
+  values[2] = add(c, old[2], mul(c, grad, grad));
+  tpu_hlo_value std = add(c, un(c, TPU_HLO_SQRT, values[2]), scalar_arg(c, ADAGRAD_EPS, &t));
+  values[0] = sub(c, param, dvd(c, mul(c, spread(c, tpu_hlo_convert(B, clr, t.dtype), &t), grad), std));
+  if (c->num_outputs > ADAGRAD_STEP) tpu_lower_set_output(c, ADAGRAD_STEP, tpu_lower_tensor(c, ADAGRAD_STEP));
+  return finish(c, ADAGRAD_FOUND_INF, old, values, 3, &t);
+}
+
 #define FUSED (TPU_RULE_PER_ITEM | TPU_RULE_RUNTIME_FLOATS)
 
 const tpu_lower_rule tpu_rules_optim[] = {
     {{"_fused_adam_", "_fused_adam_.tensor_lr"}, adam_rule, FUSED, 0},
     {{"_fused_adamw_", "_fused_adamw_.tensor_lr"}, adam_rule, FUSED, 1},
     {{"_fused_sgd_", "_fused_sgd_.tensor_lr"}, sgd_rule, FUSED, 0},
+    {{"_fused_adagrad_", "_fused_adagrad_.tensor_lr"}, adagrad_rule, FUSED, 0},
 };
 TPU_COUNT_RULES(optim);
