@@ -367,12 +367,7 @@ static tpu_status_t minmax_rule(tpu_lower_ctx *c) {
   tpu_hlo_value a = in(c, 0), x = in(c, 1);
   bool is_max = c->data == TPU_HLO_MAX;
   if (OUT->dtype == TPU_BOOL) return done(c, tpu_hlo_binary(B, is_max ? TPU_HLO_OR : TPU_HLO_AND, a, x));
-  tpu_hlo_value r = tpu_hlo_binary(B, is_max ? TPU_HLO_MAX : TPU_HLO_MIN, a, x);
-  if (tpu_dtype_is_float(out_math(c))) { /* make NaN propagation explicit */
-    r = sel(c, cmp(c, TPU_HLO_NE, a, a), a, r);
-    r = sel(c, cmp(c, TPU_HLO_NE, x, x), x, r);
-  }
-  return done(c, r);
+  return done(c, extreme_of(c, is_max ? TPU_HLO_MAX : TPU_HLO_MIN, a, x));
 }
 
 /* fmax/fmin: NaN only when both are NaN. */
@@ -484,34 +479,18 @@ static tpu_status_t masked_fill_rule(tpu_lower_ctx *c) {
 static tpu_status_t clamp_rule(tpu_lower_ctx *c) {
   tpu_dtype_t t = tpu_lower_opmath(c->common_dtype != TPU_INVALID ? c->common_dtype : OUT->dtype);
   tpu_hlo_value x = tpu_lower_operand(c, 0, t, OUT);
-  bool flt = tpu_dtype_is_float(t);
   int lo_arg = c->data == 2 ? -1 : 1, hi_arg = c->data == 0 ? 2 : c->data == 2 ? 1 : -1;
-  if (lo_arg >= 0 && !tpu_lower_is_none(c, lo_arg)) {
-    tpu_hlo_value lo = tpu_lower_operand(c, lo_arg, t, OUT);
-    tpu_hlo_value r = tpu_hlo_binary(B, TPU_HLO_MAX, x, lo);
-    if (flt) r = sel(c, cmp(c, TPU_HLO_NE, lo, lo), lo, sel(c, cmp(c, TPU_HLO_NE, x, x), x, r));
-    x = r;
-  }
-  if (hi_arg >= 0 && !tpu_lower_is_none(c, hi_arg)) {
-    tpu_hlo_value hi = tpu_lower_operand(c, hi_arg, t, OUT);
-    tpu_hlo_value r = tpu_hlo_binary(B, TPU_HLO_MIN, x, hi);
-    if (flt) r = sel(c, cmp(c, TPU_HLO_NE, hi, hi), hi, sel(c, cmp(c, TPU_HLO_NE, x, x), x, r));
-    x = r;
-  }
+  if (lo_arg >= 0 && !tpu_lower_is_none(c, lo_arg))
+    x = extreme_of(c, TPU_HLO_MAX, x, tpu_lower_operand(c, lo_arg, t, OUT));
+  if (hi_arg >= 0 && !tpu_lower_is_none(c, hi_arg))
+    x = extreme_of(c, TPU_HLO_MIN, x, tpu_lower_operand(c, hi_arg, t, OUT));
   if (c->data == 0 && tpu_lower_is_none(c, 1) && tpu_lower_is_none(c, 2))
     return tpu_lower_error(c, TPU_ERR_RUNTIME, "torch.clamp: At least one of 'min' or 'max' must not be None");
   return done(c, x);
 }
 
-/* lerp(self, end, weight): PyTorch's two-sided formula for accuracy. */
-static tpu_status_t lerp_rule(tpu_lower_ctx *c) {
-  tpu_hlo_value a = in(c, 0), e = in(c, 1), w = in(c, 2);
-  tpu_hlo_value diff = sub(c, e, a);
-  tpu_hlo_value small = cmp(c, TPU_HLO_LT, un(c, TPU_HLO_ABS, w), k(c, 0.5));
-  tpu_hlo_value lo = add(c, a, mul(c, w, diff));
-  tpu_hlo_value hi = sub(c, e, mul(c, diff, sub(c, k(c, 1.0), w)));
-  return done(c, sel(c, small, lo, hi));
-}
+/* lerp(self, end, weight) */
+static tpu_status_t lerp_rule(tpu_lower_ctx *c) { return done(c, lerp_of(c, in(c, 0), in(c, 1), in(c, 2))); }
 
 /* addcmul/addcdiv(self, tensor1, tensor2, *, value); data: MUL or DIV. */
 static tpu_status_t addc_rule(tpu_lower_ctx *c) {

@@ -49,9 +49,15 @@ static tpu_hlo_value spread(tpu_lower_ctx *c, tpu_hlo_value v, const tpu_hlo_typ
   return tpu_hlo_broadcast_to(B, v, &to);
 }
 
+/* A rank-0 value (a float64 step size) in the parameter's math type, spread
+ * over |t|. */
+static tpu_hlo_value as_math(tpu_lower_ctx *c, tpu_hlo_value v, const tpu_hlo_type *t) {
+  return spread(c, tpu_hlo_convert(B, v, t->dtype), t);
+}
+
 /* |number| argument |arg| in the parameter's math type, spread over |t|. */
 static tpu_hlo_value scalar_arg(tpu_lower_ctx *c, int arg, const tpu_hlo_type *t) {
-  return spread(c, number(c, arg, t->dtype), t);
+  return as_math(c, number(c, arg, t->dtype), t);
 }
 
 /* |x| where number argument |arg| is 0, else |y|. */
@@ -78,17 +84,6 @@ static tpu_status_t finish(tpu_lower_ctx *c, int found_inf, const tpu_hlo_value 
   return NULL;
 }
 
-/* torch.lerp(a, b, w) with a number w, PyTorch's two-sided formula. */
-static tpu_hlo_value lerp(tpu_lower_ctx *c, tpu_hlo_value a, tpu_hlo_value b, tpu_hlo_value w,
-                          const tpu_hlo_type *t) {
-  tpu_hlo_value diff = sub(c, b, a);
-  tpu_hlo_value small = cmp(c, TPU_HLO_LT, un(c, TPU_HLO_ABS, w), tpu_hlo_scalar_f64(B, t->dtype, 0.5));
-  tpu_hlo_value one_minus = sub(c, tpu_hlo_scalar_f64(B, t->dtype, 1.0), w);
-  tpu_hlo_value lo = add(c, a, mul(c, spread(c, w, t), diff));
-  tpu_hlo_value hi = sub(c, b, mul(c, diff, spread(c, one_minus, t)));
-  return sel(c, spread(c, small, t), lo, hi);
-}
-
 /* One parameter of _fused_adam(w)_; data: 1 for AdamW. Outputs: param,
  * grad, exp_avg, exp_avg_sq, max_exp_avg_sq. */
 static tpu_status_t adam_rule(tpu_lower_ctx *c) {
@@ -112,27 +107,25 @@ static tpu_status_t adam_rule(tpu_lower_ctx *c) {
   tpu_hlo_value lr = number(c, ADAM_LR, TPU_F64), beta1 = number(c, ADAM_BETA1, TPU_F64);
   tpu_hlo_value beta2 = number(c, ADAM_BETA2, TPU_F64), one = tpu_hlo_scalar_f64(B, TPU_F64, 1.0);
   if (adamw) {
-    tpu_hlo_value decay = spread(c, tpu_hlo_convert(B, mul(c, lr, number(c, ADAM_WEIGHT_DECAY, TPU_F64)), t.dtype), &t);
+    tpu_hlo_value decay = as_math(c, mul(c, lr, number(c, ADAM_WEIGHT_DECAY, TPU_F64)), &t);
     param = unless_zero(c, ADAM_WEIGHT_DECAY, param, sub(c, param, mul(c, decay, param)), &t);
   } else {
     grad = unless_zero(c, ADAM_WEIGHT_DECAY, grad, add(c, grad, mul(c, param, scalar_arg(c, ADAM_WEIGHT_DECAY, &t))), &t);
   }
-  tpu_hlo_value m = lerp(c, old[2], grad, tpu_hlo_convert(B, sub(c, one, beta1), t.dtype), &t);
-  tpu_hlo_value one_minus_beta2 = spread(c, tpu_hlo_convert(B, sub(c, one, beta2), t.dtype), &t);
-  tpu_hlo_value v = add(c, mul(c, old[3], spread(c, tpu_hlo_convert(B, beta2, t.dtype), &t)),
-                        mul(c, mul(c, one_minus_beta2, grad), grad));
+  tpu_hlo_value m = lerp_of(c, old[2], grad, as_math(c, sub(c, one, beta1), &t));
+  tpu_hlo_value v = add(c, mul(c, old[3], as_math(c, beta2, &t)),
+                        mul(c, mul(c, as_math(c, sub(c, one, beta2), &t), grad), grad));
   tpu_hlo_value step = number(c, ADAM_STEP, TPU_F64);
   tpu_hlo_value step_size = dvd(c, lr, sub(c, one, tpu_hlo_binary(B, TPU_HLO_POW, beta1, step)));
   tpu_hlo_value bc2_sqrt = un(c, TPU_HLO_SQRT, sub(c, one, tpu_hlo_binary(B, TPU_HLO_POW, beta2, step)));
   tpu_hlo_value v_max = TPU_HLO_NONE, denom_of = v;
   if (amsgrad) { /* torch.maximum: NaN wins */
-    v_max = tpu_hlo_binary(B, TPU_HLO_MAX, old[4], v);
-    v_max = sel(c, cmp(c, TPU_HLO_NE, v, v), v, sel(c, cmp(c, TPU_HLO_NE, old[4], old[4]), old[4], v_max));
+    v_max = extreme_of(c, TPU_HLO_MAX, old[4], v);
     denom_of = v_max;
   }
-  tpu_hlo_value denom = add(c, dvd(c, un(c, TPU_HLO_SQRT, denom_of), spread(c, tpu_hlo_convert(B, bc2_sqrt, t.dtype), &t)),
-                            scalar_arg(c, ADAM_EPS, &t));
-  tpu_hlo_value update = dvd(c, mul(c, spread(c, tpu_hlo_convert(B, step_size, t.dtype), &t), m), denom);
+  tpu_hlo_value denom =
+      add(c, dvd(c, un(c, TPU_HLO_SQRT, denom_of), as_math(c, bc2_sqrt, &t)), scalar_arg(c, ADAM_EPS, &t));
+  tpu_hlo_value update = dvd(c, mul(c, as_math(c, step_size, &t), m), denom);
   tpu_hlo_value values[5] = {sub(c, param, update), scaled, m, v, amsgrad ? v_max : old[4]};
   return finish(c, ADAM_FOUND_INF, old, values, 5, &t);
 }
@@ -153,8 +146,8 @@ static tpu_status_t sgd_rule(tpu_lower_ctx *c) {
   if (has_buffer) {
     tpu_hlo_value momentum = scalar_arg(c, SGD_MOMENTUM, &t), buf = grad;
     if (!tpu_lower_bool(c, SGD_IS_FIRST_STEP, false)) {
-      tpu_hlo_value keep = spread(c, tpu_hlo_convert(B, sub(c, tpu_hlo_scalar_f64(B, TPU_F64, 1.0),
-                                                            number(c, SGD_DAMPENING, TPU_F64)), t.dtype), &t);
+      tpu_hlo_value one = tpu_hlo_scalar_f64(B, TPU_F64, 1.0);
+      tpu_hlo_value keep = as_math(c, sub(c, one, number(c, SGD_DAMPENING, TPU_F64)), &t);
       buf = add(c, mul(c, old[2], momentum), mul(c, grad, keep));
     }
     tpu_hlo_value moved = tpu_lower_bool(c, SGD_NESTEROV, false) ? add(c, grad, mul(c, buf, momentum)) : buf;
@@ -193,7 +186,7 @@ static tpu_status_t adagrad_rule(tpu_lower_ctx *c) {
                           add(c, one, mul(c, sub(c, step, one), number(c, ADAGRAD_LR_DECAY, TPU_F64))));
   values[2] = add(c, old[2], mul(c, grad, grad));
   tpu_hlo_value std = add(c, un(c, TPU_HLO_SQRT, values[2]), scalar_arg(c, ADAGRAD_EPS, &t));
-  values[0] = sub(c, param, dvd(c, mul(c, spread(c, tpu_hlo_convert(B, clr, t.dtype), &t), grad), std));
+  values[0] = sub(c, param, dvd(c, mul(c, as_math(c, clr, &t), grad), std));
   if (c->num_outputs > ADAGRAD_STEP) tpu_lower_set_output(c, ADAGRAD_STEP, tpu_lower_tensor(c, ADAGRAD_STEP));
   return finish(c, ADAGRAD_FOUND_INF, old, values, 3, &t);
 }

@@ -43,6 +43,24 @@ static inline tpu_hlo_value cmp(tpu_lower_ctx *c, tpu_hlo_cmp_t d, tpu_hlo_value
 static inline tpu_hlo_value sel(tpu_lower_ctx *c, tpu_hlo_value p, tpu_hlo_value t, tpu_hlo_value f) { return tpu_hlo_select(B, p, t, f); }
 static inline tpu_hlo_value is_nan(tpu_lower_ctx *c, tpu_hlo_value x) { return cmp(c, TPU_HLO_NE, x, x); }
 
+/* maximum or minimum (|op| MAX or MIN) with NaN propagating, as torch.maximum. */
+static inline tpu_hlo_value extreme_of(tpu_lower_ctx *c, tpu_hlo_binary_t op, tpu_hlo_value a, tpu_hlo_value x) {
+  tpu_hlo_value r = tpu_hlo_binary(B, op, a, x);
+  if (!tpu_dtype_is_float(tpu_hlo_dtype(B, r))) return r;
+  return sel(c, is_nan(c, x), x, sel(c, is_nan(c, a), a, r));
+}
+
+/* torch.lerp(a, b, w) of values of one type: PyTorch's two-sided formula, for
+ * accuracy at both ends. */
+static inline tpu_hlo_value lerp_of(tpu_lower_ctx *c, tpu_hlo_value a, tpu_hlo_value b, tpu_hlo_value w) {
+  tpu_hlo_type t = *tpu_hlo_type_of(B, a);
+  tpu_hlo_value diff = sub(c, b, a);
+  tpu_hlo_value small = cmp(c, TPU_HLO_LT, un(c, TPU_HLO_ABS, w), tpu_hlo_const_f64(B, &t, 0.5));
+  tpu_hlo_value lo = add(c, a, mul(c, w, diff));
+  tpu_hlo_value hi = sub(c, b, mul(c, diff, sub(c, tpu_hlo_const_f64(B, &t, 1.0), w)));
+  return sel(c, small, lo, hi);
+}
+
 /* Tensor argument |i| as |dtype|. */
 static inline tpu_hlo_value tensor_as(tpu_lower_ctx *c, int i, tpu_dtype_t dtype) {
   return tpu_hlo_convert(B, tpu_lower_tensor(c, i), dtype);
