@@ -261,8 +261,8 @@ void describe_call(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs, CallScrat
 }
 
 // PyTorch's promoted dtype of the inputs (TensorIterator's rules) that
-// |promotes| marks.
-tpu_dtype_t common_dtype(const std::vector<bool>& promotes, c10::ArrayRef<c10::IValue> ivs) {
+// |promotes| marks; Undefined when there are none.
+at::ScalarType promoted_type(const std::vector<bool>& promotes, c10::ArrayRef<c10::IValue> ivs) {
   at::native::ResultTypeState state;
   bool any = false;
   for (size_t i = 0; i < ivs.size(); i++) {
@@ -276,7 +276,12 @@ tpu_dtype_t common_dtype(const std::vector<bool>& promotes, c10::ArrayRef<c10::I
       any = true;
     }
   }
-  return any ? to_tpu(at::native::result_type(state)) : TPU_INVALID;
+  return any ? at::native::result_type(state) : at::ScalarType::Undefined;
+}
+
+tpu_dtype_t common_dtype(const std::vector<bool>& promotes, c10::ArrayRef<c10::IValue> ivs) {
+  at::ScalarType t = promoted_type(promotes, ivs);
+  return t == at::ScalarType::Undefined ? TPU_INVALID : to_tpu(t);
 }
 
 // A meta tensor with |t|'s geometry, sharing one meta storage per tpu
@@ -339,20 +344,15 @@ void fill_meta(const at::Tensor& t, tpu_eager_out_meta& m) {
 
 // Checks PyTorch 2.13's meta functions (Python references) make differently
 // from its CPU kernels, or not at all; made here with the kernels' exception
-// and message before the meta function runs.
-void check_before_meta(const c10::OperatorHandle& handle, c10::ArrayRef<c10::IValue> ivs) {
+// and message before the meta function runs. |promotes| marks the arguments
+// that take part in type promotion.
+void check_before_meta(const c10::OperatorHandle& handle, const std::vector<bool>& promotes,
+                       c10::ArrayRef<c10::IValue> ivs) {
   const std::string& name = handle.schema().name();
   if (name == "aten::mul_" || name == "aten::multiply_" || name == "aten::addcmul_" || name == "aten::addcdiv_") {
     // The promoted result must be castable to self: an int tensor times 2.5
     // raises, it does not truncate.
-    at::native::ResultTypeState state;
-    const auto& args = handle.schema().arguments();
-    for (size_t i = 0; i < ivs.size(); i++) {
-      if (args[i].name() == "value") continue;  // addcmul's multiplier does not promote
-      if (ivs[i].isTensor()) state = at::native::update_result_type_state(ivs[i].toTensor(), state);
-      else if (ivs[i].isScalar()) state = at::native::update_result_type_state(ivs[i].toScalar(), state);
-    }
-    at::ScalarType result = at::native::result_type(state), self = ivs[0].toTensor().scalar_type();
+    at::ScalarType result = promoted_type(promotes, ivs), self = ivs[0].toTensor().scalar_type();
     TORCH_CHECK(c10::canCast(result, self), "result type ", result, " can't be cast to the desired output type ",
                 self);
   } else if (name == "aten::cat") {
@@ -377,8 +377,9 @@ void check_before_meta(const c10::OperatorHandle& handle, c10::ArrayRef<c10::IVa
 
 // Runs |handle|'s meta function: output metadata of new returns, and the
 // shapes out= arguments must be resized to.
-std::vector<at::Tensor> run_meta(const c10::OperatorHandle& handle, c10::ArrayRef<c10::IValue> ivs, MetaMap& mm) {
-  check_before_meta(handle, ivs);
+std::vector<at::Tensor> run_meta(const c10::OperatorHandle& handle, const std::vector<bool>& promotes,
+                                 c10::ArrayRef<c10::IValue> ivs, MetaMap& mm) {
+  check_before_meta(handle, promotes, ivs);
   torch::jit::Stack stack;
   stack.reserve(ivs.size());
   for (const c10::IValue& v : ivs) stack.push_back(mm.convert(v));
@@ -390,7 +391,7 @@ std::vector<at::Tensor> run_meta(const c10::OperatorHandle& handle, c10::ArrayRe
 
 std::vector<at::Tensor> run_meta(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs) {
   MetaMap mm;
-  return run_meta(*info.handle, ivs, mm);
+  return run_meta(*info.handle, info.promotes, ivs, mm);
 }
 
 // The arguments of a _foreach_ op's per-tensor op for item |k|.
@@ -398,7 +399,7 @@ torch::jit::Stack item_stack(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs,
   torch::jit::Stack stack;
   for (size_t j = 0; j < info.item_source.size(); j++) {
     int src = info.item_source[j];
-    if (src < 0) stack.push_back(info.item_default[j]);
+    if (src < 0) stack.push_back(*info.item_handle->schema().arguments()[j].default_value());
     else if (ivs[src].isList()) stack.push_back(ivs[src].toListRef()[k]);
     else stack.push_back(ivs[src]);
   }
@@ -435,10 +436,6 @@ std::vector<at::Tensor> run_items_in_turn(const OpInfo& info, c10::ArrayRef<c10:
   }
   return outs;
 }
-
-}  // namespace
-
-namespace {
 
 // TPU_RULE_CHECKED_SCALARS: every Python number converts to the first
 // tensor's dtype with c10's overflow check, as the CPU kernels convert it.
@@ -519,7 +516,7 @@ std::vector<at::Tensor> run_rule(const OpInfo& info, c10::ArrayRef<c10::IValue> 
       MetaMap mm;
       for (int k = 0; k < items; k++) {
         torch::jit::Stack stack = item_stack(info, ivs, k);
-        std::vector<at::Tensor> metas = run_meta(*info.item_handle, stack, mm);
+        std::vector<at::Tensor> metas = run_meta(*info.item_handle, info.item_promotes, stack, mm);
         for (int r = 0; r < op->num_outputs; r++)
           if (op->output_alias[r] < 0) fill_meta(metas[r], meta[k * op->num_outputs + r]);
         item_common.push_back(common_dtype(info.item_promotes, stack));
@@ -834,7 +831,6 @@ std::optional<OpInfo> make_foreach_info(const c10::OperatorHandle& handle) {
     if (src < 0) {
       if (!item_args[j].default_value() || !default_arg(*item_args[j].default_value(), want, &sources[j].fixed))
         return std::nullopt;
-      info.item_default.push_back(*item_args[j].default_value());
       continue;
     }
     ArgType have = info.arg_types[src];
@@ -842,7 +838,6 @@ std::optional<OpInfo> make_foreach_info(const c10::OperatorHandle& handle) {
                 (have == ArgType::kScalarList && want == ArgType::kScalar);
     if (!fits) return std::nullopt;
     used[src] = true;
-    info.item_default.emplace_back();
   }
   for (bool u : used)
     if (!u) return std::nullopt;
@@ -905,10 +900,6 @@ void register_rules(torch::Library& m, const char* ns) {
     }
   }
 }
-
-}  // namespace torchtpu
-
-namespace torchtpu {
 
 // Every _foreach_ overload whose per-tensor op has a rule: one program per
 // call instead of one per item.

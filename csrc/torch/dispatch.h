@@ -29,11 +29,10 @@ struct OpInfo {
   // program. A _foreach_ op names the per-tensor op that computes one item
   // (its meta function gives the item's output; it also runs the items in
   // turn when one program cannot), where each of that op's arguments comes
-  // from (-1: item_default), and which of them take part in promotion.
+  // from (-1: its default), and which of them take part in promotion.
   bool per_item = false;
   std::optional<c10::OperatorHandle> item_handle;
   std::vector<int> item_source;
-  std::vector<c10::IValue> item_default;
   std::vector<bool> item_promotes;
 };
 
