@@ -286,6 +286,55 @@ def test_op_without_rule_splits_the_graph():
     assert any("eig" in name for name in torchtpu.stats()["fallbacks"])
 
 
+def _steps_away(x):
+    y = (x * 2).cpu()  # used on the host: the rest runs on the CPU, as in eager
+    return y + 1, x.sum().cpu(), (x + 1).sum()
+
+
+def _steps_in(c, t):
+    return c.to("tpu") * t, torch.arange(4.0).to("tpu") + t
+
+
+def _kaiser():
+    return torch.signal.windows.kaiser(6, beta=12.0, device="cpu")
+
+
+def _cpu_only(c):
+    return c * torch.tensor(3.0) + 1
+
+
+def _linspace_of_tpu_ends(s, e):
+    return torch.linspace(s, e, 7, device="cpu"), torch.logspace(s, e, 5, device="tpu")
+
+
+@pytest.mark.parametrize("fn, args", [
+    (_steps_away, lambda: (torch.arange(4.0, device="tpu"),)),
+    (_steps_in, lambda: (torch.arange(4.0), torch.ones(4, device="tpu"))),
+    (_kaiser, lambda: ()),
+    (_cpu_only, lambda: (torch.arange(4.0),)),
+    (_linspace_of_tpu_ends, lambda: (torch.tensor(1.0, device="tpu"), torch.tensor(-3, device="tpu"))),
+])
+def test_tensors_keep_their_devices(fn, args):
+    """A compiled function's CPU tensors stay CPU tensors: CPU work runs as
+    PyTorch runs it, a .cpu() inside the graph returns a CPU tensor, CPU
+    inputs may move to tpu inside it (before: wrong values for a CPU-only
+    window, tpu tensors where .cpu() was asked, "a compiled tpu graph got an
+    input on cpu")."""
+    want = fn(*args())
+    got = torch.compile(fn, backend="tpu")(*args())
+    want, got = (want,) if isinstance(want, torch.Tensor) else want, (got,) if isinstance(got, torch.Tensor) else got
+    for g, w in zip(got, want, strict=True):
+        assert g.device == w.device
+        torch.testing.assert_close(g.cpu(), w.cpu())
+
+
+def test_complex_results_as_real_in_a_graph():
+    x = torch.randn(100)
+    f = lambda x: torch.stft(x, 10, hop_length=2, window=torch.hann_window(10, device=x.device),  # noqa: E731
+                             return_complex=True).abs() + torch.view_as_real(torch.fft.rfft(x)).sum(-1)[:6, None]
+    torch.testing.assert_close(torch.compile(f, backend="tpu")(x.to("tpu")).cpu(), f(x), rtol=1e-4, atol=1e-4)
+
+
 def test_errors_inside_a_compiled_graph():
     def f(a, b):
         return a @ b

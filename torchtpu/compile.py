@@ -70,10 +70,41 @@ def _writes_input(node):
     return node.target is torch.ops.aten.copy_.default and node.args[0].op == "placeholder"
 
 
+def _values(v):
+    """The tensors in a node's meta value or arguments."""
+    if isinstance(v, torch.fx.Node):
+        v = v.meta.get("val")
+    if isinstance(v, torch.Tensor):
+        yield v
+    elif isinstance(v, (list, tuple)):
+        for x in v:
+            yield from _values(x)
+    elif isinstance(v, dict):
+        for x in v.values():
+            yield from _values(x)
+
+
+def _placeable(t):
+    """A tensor a program can hold: one on tpu, or a 0-dim one on the CPU,
+    which ops take as a number (as eager does) and a program hands back."""
+    return t.device.type == "tpu" or (t.device.type == "cpu" and t.dim() == 0)
+
+
+def _on_tpu(gm):
+    return any(t.device.type == "tpu" for n in gm.graph.nodes for t in _values(n))
+
+
 class _Support(OperatorSupport):
+    """Nodes a program computes: those with a rule whose tensors are on tpu.
+    Work on the CPU (a .cpu() result used on the host, a CPU factory before
+    its .to("tpu")) runs as PyTorch runs it."""
+
     def is_node_supported(self, submodules, node):
-        return node.op == "call_function" and (rule_name(node.target) is not None or _host_side(node)
-                                               or _writes_input(node))
+        if node.op != "call_function":
+            return False
+        if not (rule_name(node.target) is not None or _host_side(node) or _writes_input(node)):
+            return False
+        return all(_placeable(t) for t in (*_values(node), *_values(list(node.args)), *_values(node.kwargs)))
 
 
 # foreach overload -> the per-tensor overloads that take one element's args
@@ -128,7 +159,23 @@ def _decompositions():
             fn = _foreach_decomposition(op)
             if fn is not None:
                 decomps[op] = fn
+    for packet in (torch.ops.aten.linspace, torch.ops.aten.logspace):
+        for overload in ("Tensor_Tensor", "Tensor_Scalar", "Scalar_Tensor"):
+            op = getattr(packet, overload)
+            if op in decomps:
+                decomps[op] = _ends_on_result_device(decomps[op])
     return decomps
+
+
+def _ends_on_result_device(ref):
+    """linspace/logspace with tensor ends: PyTorch's decomposition computes
+    with the ends where they lie, which fails for tpu ends of a CPU result
+    (eager reads them as numbers); the ends go to the result's device first."""
+    def decomposed(start, end, *args, device=None, **kwargs):
+        if device is not None:
+            start, end = (v.to(device) if isinstance(v, torch.Tensor) else v for v in (start, end))
+        return ref(start, end, *args, device=device, **kwargs)
+    return decomposed
 
 
 def _meta_specs(val):
@@ -225,7 +272,7 @@ class _Program:
             elif isinstance(out, torch.fx.Node) and isinstance(out.meta.get("val"), torch.Tensor):
                 val = out.meta["val"]
                 b.output(k, env[out], val.dtype, [int(s) for s in val.shape], _dense_strides(val))
-                self.outputs.append(("new", k))
+                self.outputs.append(("new" if val.device.type == "tpu" else "host", k))
                 made.setdefault(out, k)
             else:
                 self.outputs.append(("value", env.get(out, out) if isinstance(out, torch.fx.Node) else out))
@@ -314,7 +361,8 @@ class _Program:
                 base = outs[j] if base_kind == "new" else inputs[j]
                 result.append(torch.as_strided(base, sizes, strides, offset))
             else:
-                result.append(outs[v] if kind == "new" else inputs[v] if kind == "input" else v)
+                result.append(outs[v] if kind == "new" else outs[v].cpu() if kind == "host"
+                              else inputs[v] if kind == "input" else v)
         return result[0] if self.single else result
 
 
@@ -332,7 +380,7 @@ def _alias_bases(gm, results, written, index, inputs):
     bases = {}
     for out in results:
         val = out.meta.get("val") if isinstance(out, torch.fx.Node) else None
-        if not isinstance(val, torch.Tensor) or out in index or out in bases:
+        if not isinstance(val, torch.Tensor) or val.device.type != "tpu" or out in index or out in bases:
             continue
         base = owner.get(val.untyped_storage()._cdata)
         if base is None or base is out or base.meta["val"].dtype != val.dtype:
@@ -487,16 +535,18 @@ def _compile_graph(gm, example_inputs):
     _counter[0] += 1
     name = f"graph{_counter[0]}"
     supported = all(_Support().is_node_supported(None, n) for n in gm.graph.nodes if n.op == "call_function")
-    if supported:
+    if supported and _on_tpu(gm):
         runner = _Runner(gm, name)
 
         def run(args):
             return runner.run(args)
     else:
-        partitioner = CapabilityBasedPartitioner(gm, _Support(), allows_single_node_partition=True)
-        fused = partitioner.fuse_partitions(partitioner.propose_partitions())
-        for sub_name, sub in list(fused.named_children()):
-            setattr(fused, sub_name, _Fused(_Runner(sub, f"{name}_{sub_name}")))
+        fused = gm  # a graph of CPU tensors is PyTorch's to run
+        if _on_tpu(gm):
+            partitioner = CapabilityBasedPartitioner(gm, _Support(), allows_single_node_partition=True)
+            fused = partitioner.fuse_partitions(partitioner.propose_partitions())
+            for sub_name, sub in list(fused.named_children()):
+                setattr(fused, sub_name, _Fused(_Runner(sub, f"{name}_{sub_name}")))
 
         def run(args):
             out = fused(*args)

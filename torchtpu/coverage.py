@@ -319,8 +319,7 @@ def _run_task(ops, name, dtype_name, mode, grad, send):
     want_grad = grad and dtype == torch.float32 and op.supports_autograd and not compiled
     try:
         samples = list(op.sample_inputs("cpu", dtype, requires_grad=want_grad))
-        # compiled graphs take CPU tensors only as 0-dim scalars: those samples move whole
-        pinned = [set()] * len(samples) if compiled else _pinned_to_cpu(op, dtype, len(samples))
+        pinned = _pinned_to_cpu(op, dtype, len(samples))
     except Exception as e:  # noqa: BLE001
         return {"status": "n/a", "reason": f"no samples: {type(e).__name__}"}
     result = {"status": "pass", "samples": 0, "grad": "pass" if want_grad else "n/a"}

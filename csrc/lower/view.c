@@ -176,7 +176,7 @@ static tpu_status_t view_as_real_rule(tpu_lower_ctx *c) {
   part.dims[part.rank - 1] = 1;
   tpu_hlo_value parts[2] = {tpu_hlo_reshape(B, tpu_hlo_unary(B, TPU_HLO_REAL, x), part.rank, part.dims),
                             tpu_hlo_reshape(B, tpu_hlo_unary(B, TPU_HLO_IMAG, x), part.rank, part.dims)};
-  return done(c, tpu_hlo_concatenate(B, parts, 2, OUT->rank));
+  return done(c, tpu_hlo_concatenate(B, parts, 2, OUT->rank - 1));
 }
 
 static tpu_status_t view_as_complex_rule(tpu_lower_ctx *c) {
