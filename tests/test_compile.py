@@ -328,6 +328,30 @@ def test_tensors_keep_their_devices(fn, args):
         torch.testing.assert_close(g.cpu(), w.cpu())
 
 
+class _ScaledByAConstant(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(16, 16)
+
+    def forward(self, x):  # DeBERTa's attention scale: a tensor made in forward, a graph constant
+        return self.lin(x) / torch.sqrt(torch.tensor(x.size(-1), dtype=torch.float) * 2)
+
+
+def test_tensor_constants_of_a_training_graph():
+    """AOTAutograd compiles a training graph with its fake mode active: the
+    graph's tensor constants were copied to tpu as fake tensors, read as
+    zeros (DeBERTa's logits were NaN)."""
+    torch.manual_seed(0)
+    model, x = _ScaledByAConstant(), torch.randn(4, 16)
+    on_tpu = copy.deepcopy(model).to("tpu")
+    want = model(x)
+    got = torch.compile(on_tpu, backend="tpu")(x.to("tpu"))
+    torch.testing.assert_close(got.cpu(), want)
+    want.sum().backward()
+    got.sum().backward()
+    torch.testing.assert_close(on_tpu.lin.weight.grad.cpu(), model.lin.weight.grad)
+
+
 def test_complex_results_as_real_in_a_graph():
     x = torch.randn(100)
     f = lambda x: torch.stft(x, 10, hop_length=2, window=torch.hann_window(10, device=x.device),  # noqa: E731

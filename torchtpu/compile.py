@@ -18,6 +18,7 @@ import torch.fx
 from torch._dynamo.backends.common import aot_autograd
 from torch._prims_common import (ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes,
                                  is_non_overlapping_and_dense_or_false)
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupport
 
@@ -491,14 +492,17 @@ class _Runner:
         self.gm = gm
         self.name = name
         self.programs = {}
-        # The graph's tensor constants, on tpu once: they join each call's inputs.
+        # The graph's tensor constants, on tpu once: they join each call's
+        # inputs. AOTAutograd may call its compilers with its fake mode
+        # active, which would make these copies fake tensors (no data).
         self.constants = []
-        for node in gm.graph.nodes:
-            if node.op == "get_attr":
-                value = gm
-                for part in node.target.split("."):
-                    value = getattr(value, part)
-                self.constants.append(value.to("tpu") if isinstance(value, torch.Tensor) else value)
+        with unset_fake_temporarily():
+            for node in gm.graph.nodes:
+                if node.op == "get_attr":
+                    value = gm
+                    for part in node.target.split("."):
+                        value = getattr(value, part)
+                    self.constants.append(value.to("tpu") if isinstance(value, torch.Tensor) else value)
 
     def run(self, inputs):
         inputs = list(inputs) + self.constants

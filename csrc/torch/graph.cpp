@@ -58,6 +58,8 @@ struct InputCall {
       } else {
         if (device < 0) device = t.device().index();
         a.tensor = tensor_ref(t);
+        TORCH_CHECK(a.tensor.storage != nullptr || t.numel() == 0,
+                    "a compiled tpu graph got an input without data (a fake tensor?)");
       }
       a.lower.kind = TPU_ARG_TENSOR;
       a.lower.dtype = a.tensor.view.dtype;
