@@ -370,6 +370,19 @@ def test_errors_inside_a_compiled_graph():
                                torch.full((2, 5), 3.0))
 
 
+def test_assertions_inside_a_compiled_graph():
+    """one_hot's decomposition asserts its classes (_assert_async): the check
+    runs in the program, and a failing one raises PyTorch's message."""
+    f = torch.compile(lambda x: F.one_hot(x, 4).float().sum(0), backend="tpu")
+    torchtpu.reset_stats()
+    torch.testing.assert_close(f(torch.tensor([0, 3, 3], device="tpu")).cpu(), torch.tensor([1.0, 0, 0, 2]))
+    assert not torchtpu.stats()["fallbacks"]
+    with pytest.raises(RuntimeError, match="Class values must be non-negative"):
+        f(torch.tensor([0, -1, 3], device="tpu"))
+    with pytest.raises(RuntimeError, match="Expected Tensor with single nonzero value"):
+        torch._assert_async(torch.tensor(0.0, device="tpu"))
+
+
 def test_graph_with_many_index_checks():
     """Index checks of many ops in one graph share one flag per error; an
     index out of range still raises PyTorch's error, and nothing is written."""

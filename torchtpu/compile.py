@@ -345,8 +345,11 @@ class _Program:
         alias = _ALIASES.get(f"{base}.{schema.overload_name}" if schema.overload_name else base)
         if alias is not None and alias[1] is not None:
             del args[alias[1]]
-        vals = b.apply(rule_name(target), args, _meta_specs(node.meta.get("val")), _common_dtype(promote))
-        return vals if isinstance(node.meta.get("val"), (list, tuple)) else vals[0]
+        val = node.meta.get("val")
+        vals = b.apply(rule_name(target), args, _meta_specs(val), _common_dtype(promote))
+        if isinstance(val, (list, tuple)):
+            return vals
+        return vals[0] if vals else None  # an op without results: a runtime check
 
     def __call__(self, inputs):
         outs = self.program.run([t if isinstance(t, torch.Tensor) else None for t in inputs],

@@ -1,6 +1,7 @@
-/* Growable buffer and the project's byte hash. */
+/* Growable buffer, the project's byte hash, interned strings. */
 #include "base/strbuf.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,4 +105,29 @@ uint64_t tpu_hash64(const void *bytes, size_t n, uint64_t seed) {
   memcpy(&tail, p, n);
   h = (h ^ mix(tail ^ n)) * 0x9e3779b97f4a7c15ULL;
   return mix(h);
+}
+
+typedef struct interned {
+  struct interned *next;
+  char text[];
+} interned;
+
+static pthread_mutex_t intern_lock = PTHREAD_MUTEX_INITIALIZER;
+static interned *intern_list;
+
+const char *tpu_str_intern(const char *s) {
+  pthread_mutex_lock(&intern_lock);
+  interned *e = intern_list;
+  while (e != NULL && strcmp(e->text, s) != 0) e = e->next;
+  if (e == NULL) {
+    size_t n = strlen(s) + 1;
+    e = malloc(sizeof *e + n);
+    if (e != NULL) {
+      memcpy(e->text, s, n);
+      e->next = intern_list;
+      intern_list = e;
+    }
+  }
+  pthread_mutex_unlock(&intern_lock);
+  return e != NULL ? e->text : NULL;
 }

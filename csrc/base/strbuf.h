@@ -35,6 +35,11 @@ void tpu_strbuf_release(tpu_strbuf *sb);
 char *tpu_strbuf_take(tpu_strbuf *sb);
 tpu_status_t tpu_strbuf_status(const tpu_strbuf *sb) TPU_MUST_USE;
 
+/* A copy of |s| that lives as long as the process, one per distinct text:
+ * for messages that outlive the call that names them (an assertion's text
+ * in a cached program). NULL if out of memory. */
+const char *tpu_str_intern(const char *s);
+
 /* 64-bit hash of |n| bytes with |seed|; two seeds make a 128-bit key. */
 uint64_t tpu_hash64(const void *bytes, size_t n, uint64_t seed);
 

@@ -170,6 +170,83 @@ static tpu_status_t add_product_rule(tpu_lower_ctx *c) {
   return NULL;
 }
 
+/* Which of |n| positions (rows, columns or the contraction, by the case)
+ * each of the G groups of _grouped_mm owns: [G, n], true where group g's
+ * offsets hold the position, offs[g - 1] <= i < offs[g] (offs[-1] = 0). */
+static tpu_hlo_value group_mask(tpu_lower_ctx *c, int64_t n) {
+  const int64_t g = c->args[2].sizes[0], dims[2] = {g, n}, groups_dim = 0;
+  const int64_t shift = 1, drop_last = -1, interior = 0;
+  tpu_hlo_value ends = tpu_hlo_convert(B, tpu_lower_tensor(c, 2), TPU_S64);
+  tpu_hlo_value starts = tpu_hlo_pad(B, ends, tpu_hlo_scalar_i64(B, TPU_S64, 0), &shift, &drop_last, &interior);
+  const tpu_hlo_type t = tpu_hlo_make_type(TPU_S64, 2, dims);
+  tpu_hlo_value at = tpu_hlo_iota(B, &t, 1);
+  return and_(c, cmp(c, TPU_HLO_GE, at, tpu_hlo_broadcast_in_dim(B, starts, &t, &groups_dim)),
+              cmp(c, TPU_HLO_LT, at, tpu_hlo_broadcast_in_dim(B, ends, &t, &groups_dim)));
+}
+
+/* Where |mask| ([G, n], put at dims |mdims| of |t|'s shape) holds, |x|;
+ * zero elsewhere. A select: a NaN or inf that belongs to another group does
+ * not reach this one. */
+static tpu_hlo_value keep_group(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value mask, const int64_t *mdims) {
+  tpu_hlo_type t = *tpu_hlo_type_of(B, x);
+  const tpu_dtype_t dtype = t.dtype;
+  t.dtype = TPU_BOOL;
+  tpu_hlo_value keep = tpu_hlo_broadcast_in_dim(B, mask, &t, mdims);
+  t.dtype = dtype;
+  return sel(c, keep, x, tpu_hlo_const_f64(B, &t, 0.0));
+}
+
+/* 2d |x| [n, m] spread over the G groups as [G, n, m], kept where |mask|
+ * (over dim |dim| of the result) gives the position to the group. */
+static tpu_hlo_value spread_groups(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value mask, int dim) {
+  const tpu_hlo_type *xt = tpu_hlo_type_of(B, x);
+  const int64_t dims[3] = {tpu_hlo_type_of(B, mask)->dims[0], xt->dims[0], xt->dims[1]}, xdims[2] = {1, 2},
+                mdims[2] = {0, dim};
+  const tpu_hlo_type t = tpu_hlo_make_type(xt->dtype, 3, dims);
+  return keep_group(c, tpu_hlo_broadcast_in_dim(B, x, &t, xdims), mask, mdims);
+}
+
+/* _grouped_mm(self, mat2, offs, bias, out_dtype): a product per group, the
+ * groups delimited at run time by the int32 offsets (where each group's rows,
+ * columns or contraction slice ends), as MoE layers route tokens to experts:
+ *   2d x 3d: rows of self by group, times mat2[g]          -> [M, N]
+ *   3d x 2d: self[g] times columns of mat2 by group        -> [M, N]
+ *   2d x 2d: the contraction by group, one product each    -> [G, M, N]
+ *   3d x 3d: bmm (no offsets).
+ * Static shapes: every group's product is made and each position keeps its
+ * own group's (2d x 2d: both operands are spread over the groups, zero
+ * outside each group's slice), so it costs G times the multiply-adds of the
+ * plain product, and values of one group never meet another's. Positions
+ * past the last offset are zero (CPU leaves them unwritten). The checks
+ * (dtypes, dims, offsets) are the meta function's (torchtpu/_meta.py), as in
+ * PyTorch's kernels. */
+static tpu_status_t grouped_mm_rule(tpu_lower_ctx *c) {
+  const tpu_lower_arg *x = &c->args[0], *y = &c->args[1];
+  /* Half operands are widened first (their products are exact in float32):
+   * XLA's CPU dots refuse some half layouts with a float32 result. */
+  const tpu_dtype_t acc = tpu_lower_opmath(OUT->dtype);
+  tpu_hlo_value a = tensor_as(c, 0, acc), b = tensor_as(c, 1, acc);
+  if (x->rank == 3 && y->rank == 3) return done(c, tpu_hlo_dot_general(B, a, b, &dims_of[BMM], acc, c->precision));
+  if (x->rank == 2 && y->rank == 2) /* the contraction by group */
+    return done(c, tpu_hlo_dot_general(B, spread_groups(c, a, group_mask(c, x->sizes[1]), 2),
+                                       spread_groups(c, b, group_mask(c, y->sizes[0]), 1), &dims_of[BMM], acc,
+                                       c->precision));
+  int64_t groups;
+  tpu_hlo_value kept;
+  if (x->rank == 2) { /* rows of self: [M, G, N] */
+    static const tpu_hlo_dot_dims d = {.num_contract = 1, .lhs_contract = {1}, .rhs_contract = {1}};
+    static const int64_t rows[2] = {1, 0};
+    groups = 1;
+    kept = keep_group(c, tpu_hlo_dot_general(B, a, b, &d, acc, c->precision), group_mask(c, x->sizes[0]), rows);
+  } else { /* columns of mat2: [G, M, N] */
+    static const tpu_hlo_dot_dims d = {.num_contract = 1, .lhs_contract = {2}, .rhs_contract = {0}};
+    static const int64_t cols[2] = {0, 2};
+    groups = 0;
+    kept = keep_group(c, tpu_hlo_dot_general(B, a, b, &d, acc, c->precision), group_mask(c, y->sizes[1]), cols);
+  }
+  return done(c, tpu_lower_reduce(B, kept, TPU_HLO_ADD, &groups, 1));
+}
+
 /* _conj_physical(self), conj_physical_ and conj_physical.out (conj_physical
  * itself is a composite that returns a real tensor unchanged) */
 static tpu_status_t conj_physical_rule(tpu_lower_ctx *c) {
@@ -266,5 +343,6 @@ const tpu_lower_rule tpu_rules_linalg[] = {
     {{"angle", "angle.out"}, angle_rule, 0, 0},
     {{"_cdist_forward", "_cdist_forward.out"}, cdist_rule, 0, 0},
     {{"_cdist_backward", "_cdist_backward.out"}, cdist_backward_rule, 0, 0},
+    {{"_grouped_mm"}, grouped_mm_rule, 0, 0},
 };
 TPU_COUNT_RULES(linalg);

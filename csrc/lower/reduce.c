@@ -1,7 +1,8 @@
 /* Reductions: sum, mean, prod, amax/amin, max/min with indices, argmax/argmin,
  * var/std, logsumexp, vector norms, all/any, count_nonzero, hash_tensor,
  * segment reductions, softmax and log_softmax with their backwards,
- * cumulative sums, products and logcumsumexp.
+ * cumulative sums, products and logcumsumexp; _assert_async, the runtime
+ * assertion PyTorch's decompositions (one_hot's class check) put in graphs.
  *
  * Sums accumulate in the output's opmath type (float32 for half types) and
  * round once, as PyTorch's CPU kernels do; integer and bool sums accumulate
@@ -10,6 +11,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "base/strbuf.h"
 #include "lower/rules.h"
 
 /* A constant shaped and typed like |like|. */
@@ -570,9 +572,30 @@ static tpu_status_t logcumsumexp_rule(tpu_lower_ctx *c) {
   return done(c, x);
 }
 
+/* _assert_async(self) and _assert_async.msg(self, assert_msg): a runtime
+ * check that the one-element tensor is nonzero, raising RuntimeError with the
+ * message (PyTorch's for the plain form); the program waits for it, as
+ * PyTorch's CPU kernel reads the value. The message outlives the call in the
+ * cached program, so it is interned. */
+static tpu_status_t assert_async_rule(tpu_lower_ctx *c) {
+  const tpu_lower_arg *x = &c->args[0];
+  int64_t n = 1;
+  for (int d = 0; d < x->rank; d++) n *= x->sizes[d];
+  if (n != 1)
+    return tpu_lower_error(c, TPU_ERR_RUNTIME, "Boolean value of Tensor with %s is ambiguous",
+                           n == 0 ? "no values" : "more than one value");
+  const char *message = tpu_lower_is_none(c, 1) ? "Expected Tensor with single nonzero value, but got zero"
+                                                : tpu_str_intern(c->args[1].s);
+  if (message == NULL) return tpu_lower_error(c, TPU_ERR_RUNTIME, "out of memory");
+  tpu_hlo_value v = tpu_hlo_reshape(B, tpu_lower_tensor(c, 0), 0, NULL);
+  tpu_lower_require(c, tpu_hlo_convert(B, v, TPU_BOOL), TPU_ERR_RUNTIME, message);
+  return NULL;
+}
+
 /* --- the table ------------------------------------------------------------------------ */
 
 const tpu_lower_rule tpu_rules_reduce[] = {
+    {{"_assert_async", "_assert_async.msg"}, assert_async_rule, 0, 0},
     {{"sum", "sum.out"}, sum_rule, 0, SUM},
     {{"sum.dim_IntList", "sum.IntList_out"}, sum_rule, 0, SUM},
     {{"nansum", "nansum.out"}, sum_rule, 0, NANSUM},
