@@ -720,3 +720,22 @@ def test_embedding_bag_per_sample_weights_and_errors(no_fallbacks):
         F.embedding_bag(torch.tensor([1, 10]), w, torch.tensor([0]))
     with pytest.raises(RuntimeError, match="not in the valid range"):
         F.embedding_bag(torch.tensor([1, 10]).to("tpu"), w.to("tpu"), torch.tensor([0]).to("tpu"))
+
+
+@pytest.mark.parametrize("dim", [0, -1])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_weight_norm_backward(no_fallbacks, dim, dtype):
+    """torch._weight_norm's fused pair: the backward (wav2vec2's and HuBERT's
+    positional convolution) fell back to the CPU."""
+    g = torch.Generator().manual_seed(0)
+    v = torch.randn(6, 4, 5, generator=g).to(dtype).requires_grad_()
+    gain = (torch.rand(6, 1, 1, generator=g) + 0.5 if dim == 0 else torch.rand(1, 1, 5, generator=g) + 0.5)
+    gain = gain.to(dtype).requires_grad_()
+    tol = {} if dtype == torch.float32 else {"rtol": 1.6e-2, "atol": 1e-2}
+    grads = []
+    for device in ("cpu", "tpu"):
+        x, s = v.detach().to(device).requires_grad_(), gain.detach().to(device).requires_grad_()
+        w = torch._weight_norm(x, s, dim)
+        (w.float() * torch.arange(w.numel(), device=device).view(w.shape).cos()).sum().backward()
+        grads.append((w.detach().cpu(), x.grad.cpu(), s.grad.cpu()))
+    torch.testing.assert_close(grads[1], grads[0], **tol)

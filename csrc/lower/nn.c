@@ -1,7 +1,8 @@
 /* Normalization and loss rules: layer, batch and group norm with their
  * backwards; nll_loss (1-d and 2-d), mse, smooth L1, Huber and binary cross
  * entropy with theirs; the margin losses; pdist; embedding_bag (forward) and
- * embedding_renorm; the shrink activations' backwards.
+ * embedding_renorm; weight norm's backward; the shrink activations'
+ * backwards.
  *
  * Statistics and losses are computed in the input's opmath type (float32 for
  * half types) and rounded once, as PyTorch's CPU kernels accumulate. Outputs
@@ -900,6 +901,32 @@ static tpu_status_t embedding_renorm_rule(tpu_lower_ctx *c) {
   return done(c, mul(c, w, expand(c, scale, &wt, &cols, 1)));
 }
 
+/* --- weight norm ------------------------------------------------------------------ */
+
+/* _weight_norm_interface_backward(grad_w, saved_v, saved_g, saved_norms, dim)
+ * -> (grad_v, grad_g), w = v * g / |v| with the norm over every dim but dim
+ * (the first or the last; the saved norms and g are shaped to broadcast):
+ * per slice, sum = <grad_w, v>, grad_g = sum / norm, and with a = g / norm,
+ * b = a * grad_g / norm, grad_v = a * grad_w - b * v: PyTorch's CPU kernel,
+ * in the opmath type (its norms are float32 for half types). */
+static tpu_status_t weight_norm_backward_rule(tpu_lower_ctx *c) {
+  const tpu_lower_arg *v = &c->args[1], *norms = &c->args[3];
+  const int dim = tpu_lower_wrap_dim(tpu_lower_int(c, 4, 0), v->rank);
+  const tpu_dtype_t acc = tpu_lower_opmath(v->dtype);
+  int64_t others[MAXR];
+  int n = 0;
+  for (int d = 0; d < v->rank; d++)
+    if (d != dim) others[n++] = d;
+  const tpu_hlo_type t = arg_type(c, 1, acc), slices = arg_type(c, 3, acc);
+  tpu_hlo_value gw = tensor_as(c, 0, acc), x = tensor_as(c, 1, acc), norm = tensor_as(c, 3, acc);
+  tpu_hlo_value per = tpu_hlo_reshape(B, sum(c, mul(c, gw, x), others, n), norms->rank, norms->sizes);
+  tpu_hlo_value grad_g = dvd(c, per, norm);
+  tpu_hlo_value a = dvd(c, tpu_lower_operand(c, 2, acc, &slices), norm), b = dvd(c, mul(c, a, grad_g), norm);
+  tpu_lower_set_output(c, 0, sub(c, mul(c, tpu_hlo_broadcast_to(B, a, &t), gw), mul(c, tpu_hlo_broadcast_to(B, b, &t), x)));
+  tpu_lower_set_output(c, 1, grad_g);
+  return NULL;
+}
+
 /* --- embedding bags --------------------------------------------------------------- */
 
 enum { BAG_SUM, BAG_MEAN, BAG_MAX };
@@ -1033,6 +1060,7 @@ const tpu_lower_rule tpu_rules_nn[] = {
     {{"_embedding_bag", "_embedding_bag.out", "_embedding_bag_forward_only", "_embedding_bag_forward_only.out"},
      embedding_bag_rule, 0, 0},
     {{"embedding_renorm", "embedding_renorm_", "embedding_renorm.out"}, embedding_renorm_rule, 0, 0},
+    {{"_weight_norm_interface_backward", "_weight_norm_interface_backward.out"}, weight_norm_backward_rule, 0, 0},
     {{"_pdist_backward"}, pdist_backward_rule, 0, 0},
     {{"hardshrink_backward", "hardshrink_backward.grad_input"}, shrink_backward_rule, 0, 0},
     {{"softshrink_backward", "softshrink_backward.grad_input"}, shrink_backward_rule, 0, 0},
