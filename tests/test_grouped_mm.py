@@ -7,6 +7,10 @@ import pytest
 import torch
 
 import torchtpu
+from conftest import dumped_programs
+
+KERNEL = "matmul" in torchtpu._C._info()["kernels"]
+BF16_KERNEL = KERNEL and "BF16" in torchtpu._C._info()["kernels"]
 
 OFFS = torch.tensor([2, 2, 7], dtype=torch.int32)  # an empty group, and rows past the last offset
 
@@ -44,6 +48,49 @@ def test_matches_cpu_in_one_program(dtype, case):
     past = torch.ones(want.shape, dtype=torch.bool)
     past[defined] = False
     assert (got.cpu()[past] == 0).all()  # CPU leaves them unwritten; tpu writes zeros
+
+
+def large_cases(dtype):
+    """Products big enough for the matmul kernel's grouped product (where it
+    runs): groups of rows with mat2 as it lies and transposed, groups of the
+    contraction with self transposed (a weight gradient) and as it lies;
+    an empty group, rows and a contraction slice past the last offset."""
+    g = torch.Generator().manual_seed(2)
+    r = lambda *s: torch.randn(*s, generator=g).to(dtype)  # noqa: E731
+    offs = torch.tensor([40, 40, 150, 300, 310], dtype=torch.int32)
+    return {
+        "rows": (r(320, 96), r(5, 96, 80), offs, (slice(0, 310),)),
+        "rows, mat2 transposed": (r(320, 96), r(5, 80, 96).transpose(1, 2), offs, (slice(0, 310),)),
+        "contraction, self transposed": (r(320, 96).t(), r(320, 80), offs, (slice(None),)),
+        "contraction": (r(96, 320), r(320, 80), offs, (slice(None),)),
+    }
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("case", list(large_cases(torch.float32)))
+def test_large_products_match_cpu(dtype, case):
+    a, b, offs, defined = large_cases(dtype)[case]
+    want = torch._grouped_mm(a, b, offs=offs)
+    got = torch._grouped_mm(*on_tpu(a, b), offs=offs.to("tpu")).cpu()
+    tol = {"rtol": 1e-4, "atol": 1e-4} if dtype == torch.float32 else {"rtol": 1.6e-2, "atol": 1e-2}
+    torch.testing.assert_close(got[defined], want[defined], **tol)
+    past = torch.ones(want.shape, dtype=torch.bool)
+    past[defined] = False
+    assert (got[past] == 0).all()
+
+
+@pytest.mark.skipif(not KERNEL, reason="the matmul kernel needs AVX2 or AVX-512")
+def test_large_products_reach_the_kernel(tmp_path):
+    code = """
+import torch, torchtpu
+a, w, o = torch.randn(320, 96, device="tpu"), torch.randn(5, 96, 80, device="tpu"), torch.tensor([40, 300], dtype=torch.int32)
+torch._grouped_mm(a, w[:2], offs=o.to("tpu")).cpu()
+torch._grouped_mm(a.t(), torch.randn(320, 80, device="tpu"), offs=o.to("tpu")).cpu()
+torch._grouped_mm(a[:8], w[:2], offs=torch.tensor([4, 8], dtype=torch.int32).to("tpu")).cpu()  # small: XLA's dots
+"""
+    programs = [t for name, t in dumped_programs(tmp_path, code).items() if "grouped_mm" in name]
+    assert sum("torchtpu_grouped_matmul" in t for t in programs) == 2
+    assert sum("stablehlo.dot_general" in t and "torchtpu_grouped_matmul" not in t for t in programs) == 1
 
 
 def test_a_nan_stays_in_its_group():

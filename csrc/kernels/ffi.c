@@ -222,6 +222,58 @@ static XLA_FFI_Error *matmul(XLA_FFI_CallFrame *f) {
   return NULL;
 }
 
+/* torchtpu_grouped_matmul(a, b, offs) -> c: torch._grouped_mm's product per
+ * group, each group's slice bounded by the int32 offsets (as PyTorch's CPU
+ * kernel slices: group g runs from the previous offset to its own, clamped
+ * to the sizes, a later group overwriting an earlier one), one tpu_matmul
+ * per group with exactly its multiply-adds. With i32 attribute rows set, the
+ * groups own rows: a [M, K], b [G, K, N] (rhs_t: [G, N, K]), c [M, N];
+ * otherwise the contraction: a [K, M] (A transposed, as a weight gradient
+ * has it), b [K, N], c [G, M, N]. What no group owns is zero. */
+static XLA_FFI_Error *grouped_matmul(XLA_FFI_CallFrame *f) {
+  if (answered_probe(f) || f->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
+  const XLA_FFI_Buffer *a = arg_buffer(f, 0), *b = arg_buffer(f, 1), *offs = arg_buffer(f, 2), *c = ret_buffer(f, 0);
+  const bool rows = attr(f, "rows") != 0, rt = rows && attr(f, "rhs_t") != 0;
+  bool ok = f->args.size == 3 && f->rets.size == 1 && a != NULL && b != NULL && offs != NULL && c != NULL &&
+            (a->dtype == XLA_FFI_DataType_F32 || a->dtype == XLA_FFI_DataType_BF16) && b->dtype == a->dtype &&
+            offs->dtype == XLA_FFI_DataType_S32 && offs->rank == 1 && c->dtype == XLA_FFI_DataType_F32 &&
+            a->rank == 2 && b->rank == 3 - !rows && c->rank == 2 + !rows;
+  const int64_t g = ok ? offs->dims[0] : 0;
+  int64_t m = 0, n = 0, k = 0, span = 0;
+  if (ok && rows) {
+    m = a->dims[0], k = a->dims[1], n = b->dims[rt ? 1 : 2], span = m;
+    ok = b->dims[0] == g && b->dims[rt ? 2 : 1] == k && c->dims[0] == m && c->dims[1] == n;
+  } else if (ok) {
+    k = a->dims[0], m = a->dims[1], n = b->dims[1], span = k;
+    ok = b->dims[0] == k && c->dims[0] == g && c->dims[1] == m && c->dims[2] == n;
+  }
+  if (!ok) return ffi_error(f, XLA_FFI_Error_Code_INVALID_ARGUMENT, TPU_KERNEL_GROUPED_MATMUL_CALL ": bad operands");
+  const bool bf16 = a->dtype == XLA_FFI_DataType_BF16;
+  const size_t esize = bf16 ? 2 : 4;
+  const int32_t *ends = offs->data;
+  const char *pa = a->data, *pb = b->data;
+  float *pc = c->data;
+  memset(pc, 0, (size_t)(rows ? m * n : g * m * n) * sizeof(float));
+  xla_pool pool = pool_of(f);
+  tpu_parallel par = {.run = pool_run, .ctx = &pool};
+  int64_t start = 0;
+  for (int64_t i = 0; i < g; i++) {
+    const int64_t end = ends[i];
+    const int64_t lo = start < 0 ? 0 : start > span ? span : start, hi = end < lo ? lo : end > span ? span : end;
+    start = end;
+    if (hi == lo) continue;
+    tpu_matmul_shape s = {.batch = 1, .m = rows ? hi - lo : m, .n = n, .k = rows ? k : hi - lo,
+                          .lhs_t = !rows, .rhs_t = rt, .bf16 = bf16};
+    const void *ga = pa + (size_t)(lo * (rows ? k : m)) * esize;
+    const void *gb = pb + (size_t)(rows ? i * k * n : lo * n) * esize;
+    float *gc = pc + (rows ? lo * n : i * m * n);
+    if (!tpu_matmul(&s, ga, gb, NULL, gc, &par))
+      return ffi_error(f, XLA_FFI_Error_Code_RESOURCE_EXHAUSTED,
+                       TPU_KERNEL_GROUPED_MATMUL_CALL ": out of memory, or no bfloat16 kernel on this CPU");
+  }
+  return NULL;
+}
+
 static unsigned matmul_variants(void) { return tpu_matmul_bf16_available() ? TPU_KERNEL_MATMUL_BF16 : 0; }
 
 /* Every kernel: its name in TORCHTPU_KERNELS, its bit, its custom calls and
@@ -233,14 +285,15 @@ static const struct kernel {
   const char *name;
   unsigned bit;
   int calls;
-  const char *targets[2];
-  handler_fn *handlers[2];
+  const char *targets[3];
+  handler_fn *handlers[3];
   const char *(*isa)(void);
   unsigned (*variants)(void); /* bits of what more the kernel takes on this CPU (NULL: none) */
 } kernels[] = {
     {"attention", TPU_KERNEL_ATTENTION, 2, {TPU_KERNEL_ATTENTION_FWD, TPU_KERNEL_ATTENTION_BWD},
      {attention_fwd, attention_bwd}, NULL, NULL},
-    {"matmul", TPU_KERNEL_MATMUL, 1, {TPU_KERNEL_MATMUL_CALL}, {matmul}, tpu_matmul_isa, matmul_variants},
+    {"matmul", TPU_KERNEL_MATMUL, 2, {TPU_KERNEL_MATMUL_CALL, TPU_KERNEL_GROUPED_MATMUL_CALL},
+     {matmul, grouped_matmul}, tpu_matmul_isa, matmul_variants},
 };
 enum { NUM_KERNELS = sizeof kernels / sizeof *kernels };
 

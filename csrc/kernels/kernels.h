@@ -2,7 +2,7 @@
  * runtime registers with the plugin, emitted by the lowering rules where a
  * benchmark shows they beat XLA's composite on that platform. Today, on the
  * CPU plugin: scaled dot-product attention (forward and gradients), and
- * float32 matrix products on CPUs with AVX2 or AVX-512.
+ * float32 matrix products on CPUs with AVX2 or AVX-512 (plain and grouped).
  *
  * Custom call contracts (all buffers float32, dense row-major; attributes
  * are a dictionary on the op):
@@ -12,7 +12,10 @@
  * semantics as kernels/attention.h says.
  *   torchtpu_matmul(a, b[, bias]) -> c
  * with i32 attributes lhs_t, rhs_t and has_bias: operands of rank 2, or 3
- * with one batch dim, bias [N], as kernels/matmul.h says. */
+ * with one batch dim, bias [N], as kernels/matmul.h says.
+ *   torchtpu_grouped_matmul(a, b, offs) -> c
+ * (part of the matmul kernel) with i32 attributes rows and rhs_t, offs int32:
+ * torch._grouped_mm's products, one per group, as ffi.c says. */
 #ifndef TPU_KERNELS_KERNELS_H_
 #define TPU_KERNELS_KERNELS_H_
 
@@ -32,6 +35,7 @@ enum { TPU_KERNEL_ATTENTION = 1u << 0, TPU_KERNEL_MATMUL = 1u << 1, TPU_KERNEL_M
 #define TPU_KERNEL_ATTENTION_FWD "torchtpu_attention_fwd"
 #define TPU_KERNEL_ATTENTION_BWD "torchtpu_attention_bwd"
 #define TPU_KERNEL_MATMUL_CALL "torchtpu_matmul"
+#define TPU_KERNEL_GROUPED_MATMUL_CALL "torchtpu_grouped_matmul"
 
 /* The TPU_KERNEL_* bits a TORCHTPU_KERNELS setting names: "1", "on" or
  * "all" every kernel, "0", "off" or "none" none, else a comma-separated list

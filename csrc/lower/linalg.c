@@ -206,6 +206,36 @@ static tpu_hlo_value spread_groups(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_va
   return keep_group(c, tpu_hlo_broadcast_in_dim(B, x, &t, xdims), mask, mdims);
 }
 
+/* The matmul kernel's grouped product (kernels.h) for the 2d x 3d and 2d x 2d
+ * cases of _grouped_mm, in float32, or TPU_HLO_NONE where the kernel is not
+ * registered, lacks the dtype, or the product is small. It does each group's
+ * multiply-adds only; A reaches it row-major for groups of rows, and
+ * transposed (as a weight gradient has it) for groups of the contraction. */
+static tpu_hlo_value grouped_kernel(tpu_lower_ctx *c, tpu_hlo_value a, tpu_hlo_value b) {
+  const tpu_lower_arg *x = &c->args[0], *y = &c->args[1];
+  const bool bf16 = x->dtype == TPU_BF16 && (c->kernels & TPU_KERNEL_MATMUL_BF16) != 0;
+  const bool rows = y->rank == 3;
+  if ((c->kernels & TPU_KERNEL_MATMUL) == 0 || (x->dtype != TPU_F32 && !bf16) || y->dtype != x->dtype ||
+      x->rank != 2 || (double)x->sizes[0] * (double)x->sizes[1] * (double)y->sizes[y->rank - 1] < KERNEL_MIN_WORK)
+    return TPU_HLO_NONE;
+  bool rt = false;
+  if (rows) {
+    rt = tpu_hlo_is_transpose(B, b, swap3);
+    if (rt) b = tpu_hlo_transpose(B, b, swap3);
+  } else {
+    a = tpu_hlo_transpose(B, a, swap2);
+  }
+  tpu_hlo_value ops[3] = {a, b, tpu_lower_tensor(c, 2)}, res;
+  tpu_hlo_type t = *OUT;
+  t.dtype = TPU_F32;
+  char attrs[160];
+  snprintf(attrs, sizeof attrs,
+           "call_target_name = \"%s\", api_version = 4 : i32, backend_config = {rhs_t = %d : i32, rows = %d : i32}",
+           TPU_KERNEL_GROUPED_MATMUL_CALL, rt, rows);
+  tpu_hlo_op(B, "stablehlo.custom_call", ops, 3, NULL, 0, attrs, &t, 1, &res);
+  return res;
+}
+
 /* _grouped_mm(self, mat2, offs, bias, out_dtype): a product per group, the
  * groups delimited at run time by the int32 offsets (where each group's rows,
  * columns or contraction slice ends), as MoE layers route tokens to experts:
@@ -213,17 +243,21 @@ static tpu_hlo_value spread_groups(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_va
  *   3d x 2d: self[g] times columns of mat2 by group        -> [M, N]
  *   2d x 2d: the contraction by group, one product each    -> [G, M, N]
  *   3d x 3d: bmm (no offsets).
- * Static shapes: every group's product is made and each position keeps its
- * own group's (2d x 2d: both operands are spread over the groups, zero
- * outside each group's slice), so it costs G times the multiply-adds of the
- * plain product, and values of one group never meet another's. Positions
- * past the last offset are zero (CPU leaves them unwritten). The checks
+ * Where the matmul kernel serves the case (2d x 3d, 2d x 2d), it computes
+ * each group's product alone. Otherwise, in static shapes: every group's
+ * product is made and each position keeps its own group's (2d x 2d: both
+ * operands are spread over the groups, zero outside each group's slice), so
+ * it costs G times the multiply-adds of the plain product, and values of one
+ * group never meet another's. Positions past the last offset are zero (CPU
+ * leaves them unwritten). The checks
  * (dtypes, dims, offsets) are the meta function's (torchtpu/_meta.py), as in
  * PyTorch's kernels. */
 static tpu_status_t grouped_mm_rule(tpu_lower_ctx *c) {
   const tpu_lower_arg *x = &c->args[0], *y = &c->args[1];
   /* Half operands are widened first (their products are exact in float32):
    * XLA's CPU dots refuse some half layouts with a float32 result. */
+  tpu_hlo_value k = grouped_kernel(c, tpu_lower_tensor(c, 0), tpu_lower_tensor(c, 1));
+  if (k != TPU_HLO_NONE) return done(c, k);
   const tpu_dtype_t acc = tpu_lower_opmath(OUT->dtype);
   tpu_hlo_value a = tensor_as(c, 0, acc), b = tensor_as(c, 1, acc);
   if (x->rank == 3 && y->rank == 3) return done(c, tpu_hlo_dot_general(B, a, b, &dims_of[BMM], acc, c->precision));

@@ -43,7 +43,7 @@ typedef struct XLA_FFI_Error_Create_Args {
   int errc;
 } XLA_FFI_Error_Create_Args;
 
-enum { XLA_FFI_DataType_F32 = 11, XLA_FFI_DataType_BF16 = 16 }; /* xla::PrimitiveType numbering */
+enum { XLA_FFI_DataType_S32 = 4, XLA_FFI_DataType_F32 = 11, XLA_FFI_DataType_BF16 = 16 }; /* xla::PrimitiveType numbering */
 
 typedef struct XLA_FFI_Buffer {
   size_t struct_size;
