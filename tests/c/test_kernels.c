@@ -179,6 +179,67 @@ static void test_matmul_custom_call(void) {
   tpu_executable_destroy(rt, exe);
 }
 
+/* torchtpu_grouped_matmul: groups of rows (a [7, 4], b [3, 5, 4] transposed,
+ * offsets 2, 2, 9 over 7 rows: an empty group, a group clamped at the end)
+ * and groups of the contraction (a [7, 3] transposed, b [7, 5], offsets
+ * 3, 6, 6: an empty group, a step past the last offset), against sums here;
+ * what no group owns is zero. */
+static void test_grouped_matmul_custom_call(void) {
+  if (!tpu_matmul_available()) return;
+  static const char program[] =
+      "module @m {\n"
+      "  func.func public @main(%a: tensor<7x4xf32>, %b: tensor<3x5x4xf32>, %o: tensor<3xi32>,\n"
+      "      %x: tensor<7x3xf32>, %y: tensor<7x5xf32>, %p: tensor<3xi32>) -> (tensor<7x5xf32>, tensor<3x3x5xf32>) {\n"
+      "    %c = \"stablehlo.custom_call\"(%a, %b, %o) {call_target_name = \"torchtpu_grouped_matmul\",\n"
+      "        api_version = 4 : i32, backend_config = {rhs_t = 1 : i32, rows = 1 : i32}}\n"
+      "        : (tensor<7x4xf32>, tensor<3x5x4xf32>, tensor<3xi32>) -> tensor<7x5xf32>\n"
+      "    %d = \"stablehlo.custom_call\"(%x, %y, %p) {call_target_name = \"torchtpu_grouped_matmul\",\n"
+      "        api_version = 4 : i32, backend_config = {rhs_t = 0 : i32, rows = 0 : i32}}\n"
+      "        : (tensor<7x3xf32>, tensor<7x5xf32>, tensor<3xi32>) -> tensor<3x3x5xf32>\n"
+      "    \"func.return\"(%c, %d) : (tensor<7x5xf32>, tensor<3x3x5xf32>) -> ()\n"
+      "  }\n"
+      "}\n";
+  float a[7 * 4], b[3 * 5 * 4], x[7 * 3], y[7 * 5], c[7 * 5], d[3 * 3 * 5];
+  const int32_t o[3] = {2, 2, 9}, p[3] = {3, 6, 6};
+  for (int i = 0; i < 28; i++) a[i] = sinf(0.3f * (float)i);
+  for (int i = 0; i < 60; i++) b[i] = cosf(0.7f * (float)i);
+  for (int i = 0; i < 21; i++) x[i] = sinf(0.9f * (float)i + 0.5f);
+  for (int i = 0; i < 35; i++) y[i] = cosf(0.2f * (float)i);
+  tpu_executable *exe = NULL;
+  CHECK_OK(tpu_executable_compile(rt, program, strlen(program), &exe));
+  int64_t ad[2] = {7, 4}, bd[3] = {3, 5, 4}, od[1] = {3}, xd[2] = {7, 3}, yd[2] = {7, 5};
+  tpu_buffer *in[6] = {NULL}, *res[2] = {NULL};
+  CHECK_OK(tpu_buffer_from_host(rt, 0, a, TPU_F32, ad, 2, &in[0]));
+  CHECK_OK(tpu_buffer_from_host(rt, 0, b, TPU_F32, bd, 3, &in[1]));
+  CHECK_OK(tpu_buffer_from_host(rt, 0, o, TPU_S32, od, 1, &in[2]));
+  CHECK_OK(tpu_buffer_from_host(rt, 0, x, TPU_F32, xd, 2, &in[3]));
+  CHECK_OK(tpu_buffer_from_host(rt, 0, y, TPU_F32, yd, 2, &in[4]));
+  CHECK_OK(tpu_buffer_from_host(rt, 0, p, TPU_S32, od, 1, &in[5]));
+  CHECK_OK(tpu_executable_execute(rt, exe, 0, in, 6, NULL, true, res));
+  CHECK_OK(tpu_buffer_to_host(rt, res[0], c, sizeof c));
+  CHECK_OK(tpu_buffer_to_host(rt, res[1], d, sizeof d));
+  double worst = 0;
+  for (int i = 0; i < 7; i++) { /* row i: group 0 (rows 0, 1) or 2 (rows 2..6) */
+    const int g = i < 2 ? 0 : 2;
+    for (int j = 0; j < 5; j++) {
+      double r = 0;
+      for (int k = 0; k < 4; k++) r += (double)a[i * 4 + k] * b[(g * 5 + j) * 4 + k];
+      worst = fmax(worst, fabs(c[i * 5 + j] - r));
+    }
+  }
+  for (int g = 0; g < 3; g++) /* steps 0..2, 3..5, none; step 6 in no group */
+    for (int i = 0; i < 3; i++)
+      for (int j = 0; j < 5; j++) {
+        double r = 0;
+        for (int k = g == 0 ? 0 : 3; g < 2 && k < (g == 0 ? 3 : 6); k++) r += (double)x[k * 3 + i] * y[k * 5 + j];
+        worst = fmax(worst, fabs(d[(g * 3 + i) * 5 + j] - r));
+      }
+  CHECK(worst < 1e-5);
+  for (int i = 0; i < 6; i++) tpu_buffer_destroy(rt, in[i]);
+  for (int i = 0; i < 2; i++) tpu_buffer_destroy(rt, res[i]);
+  tpu_executable_destroy(rt, exe);
+}
+
 int main(void) {
   rt = test_runtime_create();
   if (rt == NULL) return 1;
@@ -187,6 +248,7 @@ int main(void) {
   RUN(test_description);
   RUN(test_attention_forward_custom_call);
   RUN(test_matmul_custom_call);
+  RUN(test_grouped_matmul_custom_call);
   RUN(test_refused_operands_are_a_status);
   tpu_runtime_destroy(rt);
   return check_failures ? 1 : 0;
