@@ -11,6 +11,7 @@ TORCHTPU_CACHE_MAX_MB (its size cap, default 2048), TORCHTPU_KERNELS (which
 hand-written kernels programs call: 1 all, 0 none, or names such as
 "attention,matmul"; XLA's composites do the rest, for A/B comparisons).
 """
+import atexit
 import os
 
 # XLA logs an INFO line per client at start-up; keep stderr for warnings.
@@ -48,6 +49,31 @@ from . import _meta  # noqa: E402,F401
 _C._set_decomposer(_decomp.run)
 if os.environ.get("TORCHTPU_DUMP_DIR"):
     _C._set_dump_dir(os.environ["TORCHTPU_DUMP_DIR"])
+
+
+def _settle_autograd_threads():
+    """At exit: one empty backward through each device's autograd thread.
+    PyTorch 2.13 stashes a Python object (a copy of the contextvars) in the
+    state every backward's graph task carries, and a tpu backward's task can
+    be released by the device's autograd thread after backward() returned;
+    when that release falls in interpreter shutdown it needs the GIL, the
+    thread is made to exit inside a destructor, and the process aborts
+    ("terminate called without an active exception", exit code 134). The
+    thread takes this backward only after releasing the last one, and this
+    one carries no Python object."""
+    if not _C._started():
+        return
+    engine = torch.autograd.Variable._execution_engine
+    try:
+        for index in range(_C._device_count()):
+            leaf = torch.tensor(0.0).to(f"tpu:{index}").requires_grad_()
+            engine.run_backward((leaf.view(()),), (torch.tensor(1.0).to(f"tpu:{index}"),), False, False, (),
+                                allow_unreachable=True, accumulate_grad=True)
+    except Exception:  # noqa: BLE001 - at exit (a device gone bad, say) there is nothing left to report to
+        pass
+
+
+atexit.register(_settle_autograd_threads)
 
 
 def stats():

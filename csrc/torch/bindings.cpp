@@ -78,6 +78,7 @@ PYBIND11_MODULE(_C, m) {
     return std::string(tpu_compile_cache_dir());
   });
   m.def("_start", []() { runtime(); });
+  m.def("_started", []() { return runtime_started(); });
   m.def("_device_count", []() { return device_count_or_zero(); });
   m.def("_current_device", []() { return static_cast<int>(current_device()); });
   m.def("_set_device", [](int index) { set_current_device(static_cast<c10::DeviceIndex>(index)); });

@@ -98,6 +98,11 @@ tpu_runtime* runtime() {
   return rt;
 }
 
+bool runtime_started() noexcept {
+  std::lock_guard<std::mutex> lock(g_runtime_mutex);
+  return g_runtime != nullptr;
+}
+
 int device_count_or_zero() noexcept {
   try {
     return tpu_runtime_device_count(runtime());

@@ -39,6 +39,8 @@ void configure(const std::string& plugin_path, const std::string& platform, int 
 tpu_runtime* runtime();
 // The device count, or 0 when the runtime cannot start (never throws).
 int device_count_or_zero() noexcept;
+// Whether the runtime has started (a tpu tensor or query made it).
+bool runtime_started() noexcept;
 // The thread's current device index.
 c10::DeviceIndex current_device();
 void set_current_device(c10::DeviceIndex index);
