@@ -739,3 +739,42 @@ def test_weight_norm_backward(no_fallbacks, dim, dtype):
         (w.float() * torch.arange(w.numel(), device=device).view(w.shape).cos()).sum().backward()
         grads.append((w.detach().cpu(), x.grad.cpu(), s.grad.cpu()))
     torch.testing.assert_close(grads[1], grads[0], **tol)
+
+
+BAG_INDICES = torch.tensor([1, 2, 4, 5, 4, 3, 2, 9, 0, 0, 7])
+BAG_OFFSETS = torch.tensor([0, 2, 2, 6, 9])  # an empty bag
+
+
+def bag_grads(device, mode, psw=None, **kw):
+    w = torch.randn(10, 5, generator=torch.Generator().manual_seed(0)).to(device).requires_grad_()
+    p = None if psw is None else psw.clone().to(device).requires_grad_()
+    offsets = torch.cat([BAG_OFFSETS, torch.tensor([11])]) if kw.get("include_last_offset") else BAG_OFFSETS
+    out = F.embedding_bag(BAG_INDICES.to(device), w, offsets.to(device), mode=mode, per_sample_weights=p, **kw)
+    (out * torch.arange(out.numel(), device=device).view(out.shape).float().cos()).sum().backward()
+    return [t.cpu() for t in (out.detach(), w.grad) + (() if p is None else (p.grad,))]
+
+
+BAG_CASES = [(mode, kw) for mode in ("sum", "mean", "max")
+             for kw in ({}, {"padding_idx": 4}, {"include_last_offset": True})] + [("sum", {"weights": True})]
+
+
+@pytest.mark.parametrize("mode, kw", BAG_CASES, ids=[f"{m}-{'-'.join(k) or 'plain'}" for m, k in BAG_CASES])
+def test_embedding_bag_backward(no_fallbacks, mode, kw):
+    """The weight's (and per-sample weights', mode sum) gradients of
+    embedding_bag on tpu, not the CPU fallback."""
+    kw = dict(kw)
+    psw = torch.rand(len(BAG_INDICES), generator=torch.Generator().manual_seed(1)) if kw.pop("weights", False) else None
+    torch.testing.assert_close(bag_grads("tpu", mode, psw, **kw), bag_grads("cpu", mode, psw, **kw))
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean"])
+def test_embedding_bag_backward_scaled_by_frequency(no_fallbacks, mode):
+    """scale_grad_by_freq divides each index's gradient by how often the
+    index occurs, as documented and as CUDA does. PyTorch's CPU kernel divides
+    by the count of another index (the i-th of the sorted indices for the
+    i-th distinct one), so the reference is the unscaled CPU gradient over
+    the counts."""
+    _, plain = bag_grads("cpu", mode)
+    counts = torch.bincount(BAG_INDICES, minlength=10).clamp(min=1).unsqueeze(1).float()
+    _, got = bag_grads("tpu", mode, scale_grad_by_freq=True)
+    torch.testing.assert_close(got, plain / counts)

@@ -1,8 +1,8 @@
 /* Normalization and loss rules: layer, batch and group norm with their
  * backwards; nll_loss (1-d and 2-d), mse, smooth L1, Huber and binary cross
- * entropy with theirs; the margin losses; pdist; embedding_bag (forward) and
- * embedding_renorm; weight norm's backward; the shrink activations'
- * backwards.
+ * entropy with theirs; the margin losses; pdist; embedding_bag with its
+ * backwards and embedding_renorm; weight norm's backward; the shrink
+ * activations' backwards.
  *
  * Statistics and losses are computed in the input's opmath type (float32 for
  * half types) and rounded once, as PyTorch's CPU kernels accumulate. Outputs
@@ -931,6 +931,20 @@ static tpu_status_t weight_norm_backward_rule(tpu_lower_ctx *c) {
 
 enum { BAG_SUM, BAG_MEAN, BAG_MAX };
 
+/* Each of |n| indices' bag (S64 [n]): how many of the first |bags| offsets
+ * are <= its position, less 1 (-1 before the first offset). */
+static tpu_hlo_value bag_of(tpu_lower_ctx *c, tpu_hlo_value offsets, int64_t n, int64_t bags) {
+  static const int64_t entry = 1, first_dim = 0;
+  tpu_hlo_type it = tpu_hlo_make_type(TPU_S64, 1, &n);
+  if (bags == 0 || n == 0) return tpu_hlo_const_i64(B, &it, -1);
+  int64_t pdims[2] = {n, bags};
+  tpu_hlo_type pt = tpu_hlo_make_type(TPU_S64, 2, pdims);
+  tpu_hlo_value pos = tpu_hlo_iota(B, &it, 0);
+  tpu_hlo_value starts = tpu_hlo_broadcast_in_dim(B, tpu_hlo_slice_dim(B, offsets, 0, 0, bags, 1), &pt, &entry);
+  tpu_hlo_value le = cmp(c, TPU_HLO_LE, starts, tpu_hlo_broadcast_in_dim(B, pos, &pt, &first_dim));
+  return sub(c, sum(c, tpu_hlo_convert(B, le, TPU_S64), &entry, 1), k(c, pos, 1.0));
+}
+
 /* _embedding_bag / _embedding_bag_forward_only(weight, indices, offsets,
  *     scale_grad_by_freq, mode, sparse, per_sample_weights?, include_last_offset,
  *     padding_idx) -> (output, offset2bag, bag_size, max_indices): bag b sums
@@ -940,7 +954,7 @@ enum { BAG_SUM, BAG_MEAN, BAG_MAX };
  * meta function gives a non-CPU device: each index's bag, each bag's count,
  * and each maximum's first row (-1 for none). */
 static tpu_status_t embedding_bag_rule(tpu_lower_ctx *c) {
-  static const int64_t entry = 1, first_dim = 0;
+  static const int64_t first_dim = 0;
   int64_t mode = tpu_lower_int(c, 4, BAG_SUM), pad = tpu_lower_int(c, 8, -1);
   int64_t n = c->args[1].sizes[0], num_offsets = c->args[2].sizes[0], bags = OUT->dims[0];
   tpu_dtype_t dt = tpu_lower_opmath(c->args[0].dtype);
@@ -950,15 +964,7 @@ static tpu_status_t embedding_bag_rule(tpu_lower_ctx *c) {
                                 cmp(c, TPU_HLO_LT, idx, k(c, idx, (double)c->args[0].sizes[0])));
   /* (CPU's message names the index and its value) */
   tpu_lower_require(c, all(c, in_range), TPU_ERR_RUNTIME, "embedding_bag: an index is not in the valid range");
-  /* an index's bag: how many bag offsets are <= its position, less 1 */
-  tpu_hlo_value pos = tpu_hlo_iota(B, &it, 0), bag = tpu_hlo_const_i64(B, &it, -1);
-  if (bags > 0 && n > 0) {
-    int64_t pdims[2] = {n, bags};
-    tpu_hlo_type pt = tpu_hlo_make_type(TPU_S64, 2, pdims);
-    tpu_hlo_value starts = tpu_hlo_broadcast_in_dim(B, tpu_hlo_slice_dim(B, offsets, 0, 0, bags, 1), &pt, &entry);
-    tpu_hlo_value le = cmp(c, TPU_HLO_LE, starts, tpu_hlo_broadcast_in_dim(B, pos, &pt, &first_dim));
-    bag = sub(c, sum(c, tpu_hlo_convert(B, le, TPU_S64), &entry, 1), k(c, pos, 1.0));
-  }
+  tpu_hlo_value pos = tpu_hlo_iota(B, &it, 0), bag = bag_of(c, offsets, n, bags);
   tpu_lower_set_output(c, 1, bag);
   tpu_hlo_value valid = and_(c, cmp(c, TPU_HLO_GE, bag, k(c, bag, 0.0)), in_range);
   if (bags < num_offsets && n > 0) { /* include_last_offset: the last offset ends the last bag */
@@ -1008,6 +1014,105 @@ static tpu_status_t embedding_bag_rule(tpu_lower_ctx *c) {
   tpu_hlo_value sizes = tpu_hlo_reshape(B, count, 1, &bags);
   tpu_lower_set_output(c, 2, tpu_hlo_pad(B, sizes, tpu_hlo_scalar_i64(B, TPU_S64, 0), &lo, &hi, &interior));
   return NULL;
+}
+
+/* The offset2bag a backward was given, or (where the forward left it empty,
+ * as PyTorch's CPU forward does for some modes) one made from the offsets
+ * (argument |offsets|, -1 for none): S64 [n]. */
+static tpu_hlo_value given_bags(tpu_lower_ctx *c, int arg, int offsets, int64_t n, int64_t bags) {
+  if (c->args[arg].sizes[0] == n || n == 0) return tensor_as(c, arg, TPU_S64);
+  if (offsets < 0) return tpu_hlo_fail(B, TPU_ERR_RUNTIME, "%s: offset2bag has %lld entries for %lld indices", c->op,
+                                       (long long)c->args[arg].sizes[0], (long long)n);
+  return bag_of(c, tensor_as(c, offsets, TPU_S64), n, bags);
+}
+
+/* Argument positions of the two dense backwards (c->data). */
+typedef struct bag_backward_args {
+  int offsets, offset2bag, bag_size, max_indices, num_weights, by_freq, mode, sparse, weights, pad;
+} bag_backward_args;
+static const bag_backward_args bag_backward[] = {
+    /* _embedding_bag_backward(grad, indices, offsets, offset2bag, bag_size, maximum_indices, num_weights,
+     *     scale_grad_by_freq, mode, sparse, per_sample_weights, padding_idx) */
+    {2, 3, 4, 5, 6, 7, 8, 9, 10, 11},
+    /* _embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, maximum_indices, num_weights,
+     *     scale_grad_by_freq, mode, per_sample_weights, padding_idx) */
+    {-1, 2, 3, 4, 5, 6, 7, -1, 8, 9},
+};
+
+/* The weight's gradient of embedding_bag, [num_weights, D]: PyTorch's CPU
+ * kernel. sum/mean: each index's row gets its bag's gradient, times its
+ * per-sample weight, over its bag's size (mean) and over how often the index
+ * occurs (scale_grad_by_freq); padding_idx gets nothing. max: each bag's
+ * gradient goes, column by column, to the row that held the maximum. */
+static tpu_status_t embedding_bag_backward_rule(tpu_lower_ctx *c) {
+  static const int64_t first_dim = 0;
+  const bag_backward_args *a = &bag_backward[c->data];
+  if (a->sparse >= 0 && tpu_lower_bool(c, a->sparse, false))
+    return tpu_lower_error(c, TPU_ERR_NOT_IMPLEMENTED, "sparse gradients (sparse=True) are not supported on tpu");
+  const int64_t mode = tpu_lower_int(c, a->mode, BAG_SUM), pad = tpu_lower_int(c, a->pad, -1);
+  const int64_t n = c->args[1].sizes[0], bags = c->args[0].sizes[0], d = c->args[0].sizes[1];
+  const int64_t rows_n = OUT->dims[0];
+  const tpu_dtype_t dt = tpu_lower_opmath(OUT->dtype);
+  tpu_hlo_type gt = *OUT;
+  gt.dtype = dt;
+  tpu_hlo_value zero = tpu_hlo_const_f64(B, &gt, 0.0), grad = tensor_as(c, 0, dt);
+  if (mode == BAG_MAX) { /* element (b, j) of grad to (max_indices[b, j], j), in a flat view */
+    const int64_t flat = bags * d, f2[2] = {flat, 1}, bd[2] = {bags, d}, all2[2] = {rows_n * d, 1};
+    tpu_hlo_type ft = tpu_hlo_make_type(TPU_S64, 1, &flat), bt = tpu_hlo_make_type(TPU_S64, 2, bd);
+    tpu_hlo_value at = tpu_hlo_reshape(B, tensor_as(c, a->max_indices, TPU_S64), 1, &flat);
+    tpu_hlo_value col = tpu_hlo_reshape(B, tpu_hlo_iota(B, &bt, 1), 1, &flat);
+    tpu_hlo_value has = cmp(c, TPU_HLO_GE, at, tpu_hlo_const_i64(B, &ft, 0));
+    tpu_hlo_value to = sel(c, has, add(c, mul(c, at, tpu_hlo_const_i64(B, &ft, d)), col), tpu_hlo_const_i64(B, &ft, 0));
+    tpu_hlo_value u = tpu_hlo_reshape(B, grad, 2, f2);
+    u = sel(c, tpu_hlo_reshape(B, has, 2, f2), u, k(c, u, 0.0));
+    return done(c, tpu_hlo_reshape(B, rows_into(c, tpu_hlo_reshape(B, zero, 2, all2), to, u, TPU_HLO_ADD), 2, gt.dims));
+  }
+  tpu_hlo_value idx = tensor_as(c, 1, TPU_S64);
+  tpu_hlo_value bag = given_bags(c, a->offset2bag, a->offsets, n, bags);
+  tpu_hlo_type it = tpu_hlo_make_type(TPU_S64, 1, &n), st = tpu_hlo_make_type(dt, 1, &n);
+  tpu_hlo_value valid = cmp(c, TPU_HLO_GE, bag, tpu_hlo_const_i64(B, &it, 0));
+  if (pad >= 0) valid = and_(c, valid, cmp(c, TPU_HLO_NE, idx, tpu_hlo_const_i64(B, &it, pad)));
+  bag = sel(c, valid, bag, tpu_hlo_const_i64(B, &it, 0));
+  tpu_hlo_value scale = sel(c, valid, tpu_hlo_const_f64(B, &st, 1.0), tpu_hlo_const_f64(B, &st, 0.0));
+  if (!tpu_lower_is_none(c, a->weights)) scale = mul(c, scale, tensor_as(c, a->weights, dt));
+  if (mode == BAG_MEAN) { /* over the bag's size (an empty bag has no indices) */
+    tpu_hlo_value size = tpu_hlo_convert(B, tensor_as(c, a->bag_size, TPU_S64), dt);
+    const int64_t s1[2] = {c->args[a->bag_size].sizes[0], 1};
+    tpu_hlo_value per = tpu_hlo_reshape(B, rows_at(c, tpu_hlo_reshape(B, size, 2, s1), bag), 1, &n);
+    scale = dvd(c, scale, tpu_hlo_binary(B, TPU_HLO_MAX, per, tpu_hlo_const_f64(B, &st, 1.0)));
+  }
+  if (tpu_lower_bool(c, a->by_freq, false)) { /* over the index's count among all indices */
+    int64_t r1[2] = {rows_n, 1}, n1[2] = {n, 1};
+    tpu_hlo_type ct = tpu_hlo_make_type(dt, 2, r1);
+    tpu_hlo_value safe = sel(c, cmp(c, TPU_HLO_GE, idx, tpu_hlo_const_i64(B, &it, 0)), idx,
+                             tpu_hlo_const_i64(B, &it, rows_n));
+    tpu_hlo_value counts = rows_into(c, tpu_hlo_const_f64(B, &ct, 0.0), safe,
+                                     tpu_hlo_reshape(B, tpu_hlo_const_f64(B, &st, 1.0), 2, n1), TPU_HLO_ADD);
+    tpu_hlo_value per = tpu_hlo_reshape(B, rows_at(c, counts, sel(c, valid, idx, tpu_hlo_const_i64(B, &it, 0))), 1, &n);
+    scale = dvd(c, scale, tpu_hlo_binary(B, TPU_HLO_MAX, per, tpu_hlo_const_f64(B, &st, 1.0)));
+  }
+  tpu_hlo_value rows = rows_at(c, grad, bag);
+  rows = mul(c, rows, tpu_hlo_broadcast_in_dim(B, scale, tpu_hlo_type_of(B, rows), &first_dim));
+  return done(c, rows_into(c, zero, sel(c, valid, idx, tpu_hlo_const_i64(B, &it, 0)), rows, TPU_HLO_ADD));
+}
+
+/* _embedding_bag_per_sample_weights_backward(grad, weight, indices, offsets,
+ * offset2bag, mode, padding_idx) -> [n]: each index's dot of its bag's
+ * gradient with its weight row (0 for padding_idx); mode sum only, as on CPU. */
+static tpu_status_t embedding_bag_weights_backward_rule(tpu_lower_ctx *c) {
+  static const int64_t cols = 1;
+  if (tpu_lower_int(c, 5, BAG_SUM) != BAG_SUM)
+    return tpu_lower_error(c, TPU_ERR_RUNTIME, "embedding_bag_backward: per_sample_weights only supported for mode='sum'");
+  const int64_t pad = tpu_lower_int(c, 6, -1), n = c->args[2].sizes[0], bags = c->args[0].sizes[0];
+  const tpu_dtype_t dt = tpu_lower_opmath(OUT->dtype);
+  tpu_hlo_type it = tpu_hlo_make_type(TPU_S64, 1, &n), st = tpu_hlo_make_type(dt, 1, &n);
+  tpu_hlo_value idx = tensor_as(c, 2, TPU_S64), bag = given_bags(c, 4, 3, n, bags);
+  tpu_hlo_value valid = cmp(c, TPU_HLO_GE, bag, tpu_hlo_const_i64(B, &it, 0));
+  if (pad >= 0) valid = and_(c, valid, cmp(c, TPU_HLO_NE, idx, tpu_hlo_const_i64(B, &it, pad)));
+  tpu_hlo_value zeros = tpu_hlo_const_i64(B, &it, 0);
+  tpu_hlo_value dots = sum(c, mul(c, rows_at(c, tensor_as(c, 0, dt), sel(c, valid, bag, zeros)),
+                                  rows_at(c, tensor_as(c, 1, dt), sel(c, valid, idx, zeros))), &cols, 1);
+  return done(c, sel(c, valid, dots, tpu_hlo_const_f64(B, &st, 0.0)));
 }
 
 /* --- activations ------------------------------------------------------------------ */
@@ -1060,6 +1165,10 @@ const tpu_lower_rule tpu_rules_nn[] = {
     {{"_embedding_bag", "_embedding_bag.out", "_embedding_bag_forward_only", "_embedding_bag_forward_only.out"},
      embedding_bag_rule, 0, 0},
     {{"embedding_renorm", "embedding_renorm_", "embedding_renorm.out"}, embedding_renorm_rule, 0, 0},
+    {{"_embedding_bag_backward"}, embedding_bag_backward_rule, 0, 0},
+    {{"_embedding_bag_dense_backward", "_embedding_bag_dense_backward.out"}, embedding_bag_backward_rule, 0, 1},
+    {{"_embedding_bag_per_sample_weights_backward", "_embedding_bag_per_sample_weights_backward.out"},
+     embedding_bag_weights_backward_rule, 0, 0},
     {{"_weight_norm_interface_backward", "_weight_norm_interface_backward.out"}, weight_norm_backward_rule, 0, 0},
     {{"_pdist_backward"}, pdist_backward_rule, 0, 0},
     {{"hardshrink_backward", "hardshrink_backward.grad_input"}, shrink_backward_rule, 0, 0},
