@@ -778,3 +778,14 @@ def test_embedding_bag_backward_scaled_by_frequency(no_fallbacks, mode):
     counts = torch.bincount(BAG_INDICES, minlength=10).clamp(min=1).unsqueeze(1).float()
     _, got = bag_grads("tpu", mode, scale_grad_by_freq=True)
     torch.testing.assert_close(got, plain / counts)
+
+
+def test_embedding_bag_backward_without_offset2bag(no_fallbacks):
+    """A backward given no offset2bag (the CPU forward leaves it empty for
+    some modes) finds each index's bag from the offsets, as CPU's does."""
+    grad = torch.randn(len(BAG_OFFSETS), 5, generator=torch.Generator().manual_seed(2))
+    sizes = torch.diff(BAG_OFFSETS, append=torch.tensor([len(BAG_INDICES)]))
+    for mode in (0, 1):
+        args = (grad, BAG_INDICES, BAG_OFFSETS, torch.empty(0, dtype=torch.long), sizes,
+                torch.empty(0, dtype=torch.long), 10, False, mode, False, None, -1)
+        compare(torch.ops.aten._embedding_bag_backward, *args)
