@@ -352,6 +352,30 @@ def test_tensor_constants_of_a_training_graph():
     torch.testing.assert_close(on_tpu.lin.weight.grad.cpu(), model.lin.weight.grad)
 
 
+def _overlapping_chunks(x, w):
+    """Longformer's _chunk: overlapping windows of a transposed projection,
+    made with as_strided from the view's own strides."""
+    h = (x @ w).transpose(0, 1)  # [heads*batch, seq, d] as a view of [seq, heads*batch, d]
+    h = h.reshape(h.size(0), h.size(1) // 4, 4, h.size(2))
+    size, stride = list(h.size()), list(h.stride())
+    size[1], stride[1] = size[1] * 2 - 1, stride[1] // 2
+    return h.as_strided(size=size, stride=stride).sum(2).pow(2).sum()
+
+
+def test_as_strided_reads_the_storage_of_a_view():
+    """as_strided in a graph reads its input's storage, not its values read
+    densely (LED's compiled attention gradients were off by 100%)."""
+    torch.manual_seed(0)
+    x, w = torch.randn(16, 6, 8), torch.randn(8, 8)
+    want = _overlapping_chunks(x.requires_grad_(), w)
+    want.backward()
+    xt = x.detach().to("tpu").requires_grad_()
+    got = torch.compile(_overlapping_chunks, backend="tpu")(xt, w.to("tpu"))
+    got.backward()
+    torch.testing.assert_close(got.cpu(), want.detach(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(xt.grad.cpu(), x.grad, rtol=1e-5, atol=1e-5)
+
+
 def test_complex_results_as_real_in_a_graph():
     x = torch.randn(100)
     f = lambda x: torch.stft(x, 10, hop_length=2, window=torch.hann_window(10, device=x.device),  # noqa: E731

@@ -227,6 +227,7 @@ class _Program:
         for i in writes.values():
             mutated[i] = on_device[i]
         host_values = []  # (input index, new value, its meta value)
+        owners = _storage_owners(gm)
         b = _C.GraphBuilder(name, [t if isinstance(t, torch.Tensor) else None for t in inputs], mutated)
         env = {}
         for node, value in zip(placeholders, inputs):
@@ -238,6 +239,14 @@ class _Program:
                 env[node] = env[node.args[0]][node.args[1]]
             elif _host_side(node):
                 env[node] = node.meta["val"]
+            elif node.target in _AS_STRIDED and _storage_of(b, node.args[0], env, owners) is not None:
+                # as_strided reads its input's storage, not its values
+                x = node.args[0].meta["val"]
+                offset = node.args[3] if len(node.args) > 3 and node.args[3] is not None else x.storage_offset()
+                env[node] = b.apply("as_strided", [("t", _storage_of(b, node.args[0], env, owners)),
+                                                   ("il", [int(v) for v in node.args[1]]),
+                                                   ("il", [int(v) for v in node.args[2]]), ("i", int(offset))],
+                                    _meta_specs(node.meta["val"]), None)[0]
             elif node in writes:  # an input mutation: the value goes back into the input's storage
                 dst = node.args[0]
                 value = b.apply("copy", [("t", env[dst]), ("t", env[node.args[1]])], _meta_specs(dst.meta["val"]),
@@ -370,17 +379,60 @@ class _Program:
         return result[0] if self.single else result
 
 
+_AS_STRIDED = (torch.ops.aten.as_strided.default, torch.ops.aten.as_strided_copy.default)
+
+
+def _storage_owners(gm):
+    """{storage: the first node whose fake value has it} (an input, or the op
+    that made it)."""
+    owner = {}
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            owner.setdefault(val.untyped_storage()._cdata, node)
+    return owner
+
+
+def _storage_of(b, x, env, owners):
+    """The storage |x| views, as a 1-D value of its base's dtype, where it is
+    not |x| itself read densely (x a view with other strides, an offset, or
+    inside a larger base: Longformer's chunks are an as_strided of a
+    transposed view); None where the dense reading is right, or the base's
+    layout is not dense (the rule then reads x densely, as before). The base's
+    value is put in memory order (dims by decreasing stride) and padded out to
+    the storage's size."""
+    val = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+    if not isinstance(val, torch.Tensor):
+        return None
+    base = owners.get(val.untyped_storage()._cdata)
+    bval = base.meta["val"] if base is not None else None
+    size = val.untyped_storage().nbytes() // max(val.element_size(), 1)
+    if (bval is None or bval.dtype != val.dtype or not is_non_overlapping_and_dense_or_false(bval)
+            or base not in env or any(isinstance(s, torch.SymInt) for s in (*bval.shape, *bval.stride()))):
+        return None
+    if val.is_contiguous() and val.storage_offset() == 0 and val.numel() == size:
+        return None
+    order = sorted(range(bval.dim()), key=lambda d: (-int(bval.stride(d)), d))
+    value = env[base]
+    if order != list(range(bval.dim())):
+        value = b.apply("permute", [("t", value), ("il", order)],
+                        [(bval.dtype, [int(bval.shape[d]) for d in order])], None)[0]
+    n = bval.numel()
+    value = b.apply("view", [("t", value), ("il", [n])], [(bval.dtype, [n])], None)[0]
+    start = int(bval.storage_offset())
+    if start or size != start + n:
+        value = b.apply("constant_pad_nd", [("t", value), ("il", [start, size - start - n]), ("scalar", 0)],
+                        [(bval.dtype, [size])], None)[0]
+    return value
+
+
 def _alias_bases(gm, results, written, index, inputs):
     """{graph output: the node whose storage it views}, for outputs that are
     views (of the same dtype) of an input the graph does not write, or of a
     value computed in the graph with a dense layout from offset 0 (the
     layout its output then gets). The base is the first node whose fake
     value has the storage: an input, or the op that made it."""
-    owner = {}
-    for node in gm.graph.nodes:
-        val = node.meta.get("val")
-        if isinstance(val, torch.Tensor):
-            owner.setdefault(val.untyped_storage()._cdata, node)
+    owner = _storage_owners(gm)
     bases = {}
     for out in results:
         val = out.meta.get("val") if isinstance(out, torch.fx.Node) else None

@@ -5,7 +5,9 @@
  * functional FX graph they are ordinary nodes on values, lowered here to
  * reshape/transpose/slice/broadcast. A value is logically contiguous, so
  * ops defined on strides (as_strided, diagonal, unfold) read it as a dense
- * 1-D storage with the view code eager uses. These rules are internal: they
+ * 1-D storage with the view code eager uses; where an as_strided's input is
+ * a view laid out otherwise, the compile path hands it the storage itself
+ * (torchtpu/compile.py, _storage_of). These rules are internal: they
  * are looked up by the compile path and never registered with the
  * dispatcher. */
 #include "hlo/view.h"
