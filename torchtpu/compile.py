@@ -239,12 +239,12 @@ class _Program:
                 env[node] = env[node.args[0]][node.args[1]]
             elif _host_side(node):
                 env[node] = node.meta["val"]
-            elif node.target in _AS_STRIDED and _storage_of(b, node.args[0], env, owners) is not None:
+            elif node.target in _AS_STRIDED and (storage := _storage_of(b, node.args[0], env, owners)) is not None:
                 # as_strided reads its input's storage, not its values
-                x = node.args[0].meta["val"]
-                offset = node.args[3] if len(node.args) > 3 and node.args[3] is not None else x.storage_offset()
-                env[node] = b.apply("as_strided", [("t", _storage_of(b, node.args[0], env, owners)),
-                                                   ("il", [int(v) for v in node.args[1]]),
+                offset = node.args[3] if len(node.args) > 3 else node.kwargs.get("storage_offset")
+                if offset is None:
+                    offset = node.args[0].meta["val"].storage_offset()
+                env[node] = b.apply("as_strided", [("t", storage), ("il", [int(v) for v in node.args[1]]),
                                                    ("il", [int(v) for v in node.args[2]]), ("i", int(offset))],
                                     _meta_specs(node.meta["val"]), None)[0]
             elif node in writes:  # an input mutation: the value goes back into the input's storage
