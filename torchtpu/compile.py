@@ -593,15 +593,16 @@ def _compile_graph(gm, example_inputs):
                       "program (once per shape, then cached)")
     _counter[0] += 1
     name = f"graph{_counter[0]}"
+    on_tpu = _on_tpu(gm)
     supported = all(_Support().is_node_supported(None, n) for n in gm.graph.nodes if n.op == "call_function")
-    if supported and _on_tpu(gm):
+    if supported and on_tpu:
         runner = _Runner(gm, name)
 
         def run(args):
             return runner.run(args)
     else:
         fused = gm  # a graph of CPU tensors is PyTorch's to run
-        if _on_tpu(gm):
+        if on_tpu:
             partitioner = CapabilityBasedPartitioner(gm, _Support(), allows_single_node_partition=True)
             fused = partitioner.fuse_partitions(partitioner.propose_partitions())
             for sub_name, sub in list(fused.named_children()):

@@ -88,6 +88,13 @@ enum { KERNEL_MIN_WORK = 1 << 21 };
 
 static const int64_t swap2[2] = {1, 0}, swap3[3] = {0, 2, 1};
 
+/* Whether the matmul kernel is registered and takes operands |x| and |y|:
+ * both float32, or both bfloat16 where the CPU has the bfloat16 kernel. */
+static bool kernel_takes(const tpu_lower_ctx *c, const tpu_lower_arg *x, const tpu_lower_arg *y) {
+  const bool bf16 = x->dtype == TPU_BF16 && (c->kernels & TPU_KERNEL_MATMUL_BF16) != 0;
+  return (c->kernels & TPU_KERNEL_MATMUL) != 0 && (x->dtype == TPU_F32 || bf16) && y->dtype == x->dtype;
+}
+
 /* The matmul kernel's product of |a| and |b| (arguments |lhs| and |lhs| +
  * 1), in float32, plus argument |bias| ([N], added to every row; -1 for
  * none), or TPU_HLO_NONE where XLA's dot is as fast: other dtypes and kinds,
@@ -97,10 +104,8 @@ static const int64_t swap2[2] = {1, 0}, swap3[3] = {0, 2, 1};
  * rhs_t). */
 static tpu_hlo_value kernel_product(tpu_lower_ctx *c, int lhs, tpu_hlo_value a, tpu_hlo_value b, int bias) {
   const tpu_lower_arg *x = &c->args[lhs], *y = &c->args[lhs + 1];
-  const bool bf16 = x->dtype == TPU_BF16 && (c->kernels & TPU_KERNEL_MATMUL_BF16) != 0;
-  if ((c->kernels & TPU_KERNEL_MATMUL) == 0 || (c->data != MM && c->data != BMM) ||
-      (x->dtype != TPU_F32 && !bf16) || y->dtype != x->dtype)
-    return TPU_HLO_NONE;
+  const bool bf16 = x->dtype == TPU_BF16;
+  if (!kernel_takes(c, x, y) || (c->data != MM && c->data != BMM)) return TPU_HLO_NONE;
   const int r = x->rank;
   const int64_t *swap = r == 2 ? swap2 : swap3;
   const bool lt = tpu_hlo_is_transpose(B, a, swap), rt = tpu_hlo_is_transpose(B, b, swap);
@@ -213,10 +218,9 @@ static tpu_hlo_value spread_groups(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_va
  * transposed (as a weight gradient has it) for groups of the contraction. */
 static tpu_hlo_value grouped_kernel(tpu_lower_ctx *c, tpu_hlo_value a, tpu_hlo_value b) {
   const tpu_lower_arg *x = &c->args[0], *y = &c->args[1];
-  const bool bf16 = x->dtype == TPU_BF16 && (c->kernels & TPU_KERNEL_MATMUL_BF16) != 0;
   const bool rows = y->rank == 3;
-  if ((c->kernels & TPU_KERNEL_MATMUL) == 0 || (x->dtype != TPU_F32 && !bf16) || y->dtype != x->dtype ||
-      x->rank != 2 || (double)x->sizes[0] * (double)x->sizes[1] * (double)y->sizes[y->rank - 1] < KERNEL_MIN_WORK)
+  if (!kernel_takes(c, x, y) || x->rank != 2 ||
+      (double)x->sizes[0] * (double)x->sizes[1] * (double)y->sizes[y->rank - 1] < KERNEL_MIN_WORK)
     return TPU_HLO_NONE;
   bool rt = false;
   if (rows) {
@@ -249,22 +253,22 @@ static tpu_hlo_value grouped_kernel(tpu_lower_ctx *c, tpu_hlo_value a, tpu_hlo_v
  * operands are spread over the groups, zero outside each group's slice), so
  * it costs G times the multiply-adds of the plain product, and values of one
  * group never meet another's. Positions past the last offset are zero (CPU
- * leaves them unwritten). The checks
- * (dtypes, dims, offsets) are the meta function's (torchtpu/_meta.py), as in
- * PyTorch's kernels. */
+ * leaves them unwritten). The checks (dtypes, dims, offsets) are the meta
+ * function's (torchtpu/_meta.py), as in PyTorch's kernels. */
 static tpu_status_t grouped_mm_rule(tpu_lower_ctx *c) {
   const tpu_lower_arg *x = &c->args[0], *y = &c->args[1];
-  /* Half operands are widened first (their products are exact in float32):
-   * XLA's CPU dots refuse some half layouts with a float32 result. */
   tpu_hlo_value k = grouped_kernel(c, tpu_lower_tensor(c, 0), tpu_lower_tensor(c, 1));
   if (k != TPU_HLO_NONE) return done(c, k);
+  /* Half operands are widened first (their products are exact in float32):
+   * XLA's CPU dots refuse some half layouts with a float32 result. */
   const tpu_dtype_t acc = tpu_lower_opmath(OUT->dtype);
   tpu_hlo_value a = tensor_as(c, 0, acc), b = tensor_as(c, 1, acc);
   if (x->rank == 3 && y->rank == 3) return done(c, tpu_hlo_dot_general(B, a, b, &dims_of[BMM], acc, c->precision));
-  if (x->rank == 2 && y->rank == 2) /* the contraction by group */
-    return done(c, tpu_hlo_dot_general(B, spread_groups(c, a, group_mask(c, x->sizes[1]), 2),
-                                       spread_groups(c, b, group_mask(c, y->sizes[0]), 1), &dims_of[BMM], acc,
-                                       c->precision));
+  if (x->rank == 2 && y->rank == 2) { /* the contraction by group (its length checked equal by the meta) */
+    tpu_hlo_value steps = group_mask(c, x->sizes[1]);
+    return done(c, tpu_hlo_dot_general(B, spread_groups(c, a, steps, 2), spread_groups(c, b, steps, 1),
+                                       &dims_of[BMM], acc, c->precision));
+  }
   int64_t groups;
   tpu_hlo_value kept;
   if (x->rank == 2) { /* rows of self: [M, G, N] */

@@ -922,7 +922,8 @@ static tpu_status_t weight_norm_backward_rule(tpu_lower_ctx *c) {
   tpu_hlo_value per = tpu_hlo_reshape(B, sum(c, mul(c, gw, x), others, n), norms->rank, norms->sizes);
   tpu_hlo_value grad_g = dvd(c, per, norm);
   tpu_hlo_value a = dvd(c, tpu_lower_operand(c, 2, acc, &slices), norm), b = dvd(c, mul(c, a, grad_g), norm);
-  tpu_lower_set_output(c, 0, sub(c, mul(c, tpu_hlo_broadcast_to(B, a, &t), gw), mul(c, tpu_hlo_broadcast_to(B, b, &t), x)));
+  tpu_hlo_value grad_v = sub(c, mul(c, tpu_hlo_broadcast_to(B, a, &t), gw), mul(c, tpu_hlo_broadcast_to(B, b, &t), x));
+  tpu_lower_set_output(c, 0, grad_v);
   tpu_lower_set_output(c, 1, grad_g);
   return NULL;
 }
@@ -1026,17 +1027,24 @@ static tpu_hlo_value given_bags(tpu_lower_ctx *c, int arg, int offsets, int64_t 
   return bag_of(c, tensor_as(c, offsets, TPU_S64), n, bags);
 }
 
-/* Argument positions of the two dense backwards (c->data). */
+/* Where index i (of S64 |idx| [n], in bag |bag|) counts for a backward: in
+ * a bag, and not padding_idx |pad| (-1: none). */
+static tpu_hlo_value counted(tpu_lower_ctx *c, tpu_hlo_value idx, tpu_hlo_value bag, int64_t pad) {
+  tpu_hlo_value valid = cmp(c, TPU_HLO_GE, bag, k(c, bag, 0.0));
+  return pad < 0 ? valid : and_(c, valid, cmp(c, TPU_HLO_NE, idx, k(c, idx, (double)pad)));
+}
+
+/* Argument positions of the two dense backwards (c->data; -1: absent). */
 typedef struct bag_backward_args {
-  int offsets, offset2bag, bag_size, max_indices, num_weights, by_freq, mode, sparse, weights, pad;
+  int offsets, offset2bag, bag_size, max_indices, by_freq, mode, sparse, weights, pad;
 } bag_backward_args;
 static const bag_backward_args bag_backward[] = {
     /* _embedding_bag_backward(grad, indices, offsets, offset2bag, bag_size, maximum_indices, num_weights,
      *     scale_grad_by_freq, mode, sparse, per_sample_weights, padding_idx) */
-    {2, 3, 4, 5, 6, 7, 8, 9, 10, 11},
+    {2, 3, 4, 5, 7, 8, 9, 10, 11},
     /* _embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, maximum_indices, num_weights,
      *     scale_grad_by_freq, mode, per_sample_weights, padding_idx) */
-    {-1, 2, 3, 4, 5, 6, 7, -1, 8, 9},
+    {-1, 2, 3, 4, 6, 7, -1, 8, 9},
 };
 
 /* The weight's gradient of embedding_bag, [num_weights, D]: PyTorch's CPU
@@ -1070,9 +1078,9 @@ static tpu_status_t embedding_bag_backward_rule(tpu_lower_ctx *c) {
   tpu_hlo_value idx = tensor_as(c, 1, TPU_S64);
   tpu_hlo_value bag = given_bags(c, a->offset2bag, a->offsets, n, bags);
   tpu_hlo_type it = tpu_hlo_make_type(TPU_S64, 1, &n), st = tpu_hlo_make_type(dt, 1, &n);
-  tpu_hlo_value valid = cmp(c, TPU_HLO_GE, bag, tpu_hlo_const_i64(B, &it, 0));
-  if (pad >= 0) valid = and_(c, valid, cmp(c, TPU_HLO_NE, idx, tpu_hlo_const_i64(B, &it, pad)));
-  bag = sel(c, valid, bag, tpu_hlo_const_i64(B, &it, 0));
+  tpu_hlo_value valid = counted(c, idx, bag, pad), none = tpu_hlo_const_i64(B, &it, 0);
+  bag = sel(c, valid, bag, none);
+  tpu_hlo_value row = sel(c, valid, idx, none); /* the weight row each index's gradient goes to */
   tpu_hlo_value scale = sel(c, valid, tpu_hlo_const_f64(B, &st, 1.0), tpu_hlo_const_f64(B, &st, 0.0));
   if (!tpu_lower_is_none(c, a->weights)) scale = mul(c, scale, tensor_as(c, a->weights, dt));
   if (mode == BAG_MEAN) { /* over the bag's size (an empty bag has no indices) */
@@ -1088,12 +1096,12 @@ static tpu_status_t embedding_bag_backward_rule(tpu_lower_ctx *c) {
                              tpu_hlo_const_i64(B, &it, rows_n));
     tpu_hlo_value counts = rows_into(c, tpu_hlo_const_f64(B, &ct, 0.0), safe,
                                      tpu_hlo_reshape(B, tpu_hlo_const_f64(B, &st, 1.0), 2, n1), TPU_HLO_ADD);
-    tpu_hlo_value per = tpu_hlo_reshape(B, rows_at(c, counts, sel(c, valid, idx, tpu_hlo_const_i64(B, &it, 0))), 1, &n);
+    tpu_hlo_value per = tpu_hlo_reshape(B, rows_at(c, counts, row), 1, &n);
     scale = dvd(c, scale, tpu_hlo_binary(B, TPU_HLO_MAX, per, tpu_hlo_const_f64(B, &st, 1.0)));
   }
   tpu_hlo_value rows = rows_at(c, grad, bag);
   rows = mul(c, rows, tpu_hlo_broadcast_in_dim(B, scale, tpu_hlo_type_of(B, rows), &first_dim));
-  return done(c, rows_into(c, zero, sel(c, valid, idx, tpu_hlo_const_i64(B, &it, 0)), rows, TPU_HLO_ADD));
+  return done(c, rows_into(c, zero, row, rows, TPU_HLO_ADD));
 }
 
 /* _embedding_bag_per_sample_weights_backward(grad, weight, indices, offsets,
@@ -1102,14 +1110,13 @@ static tpu_status_t embedding_bag_backward_rule(tpu_lower_ctx *c) {
 static tpu_status_t embedding_bag_weights_backward_rule(tpu_lower_ctx *c) {
   static const int64_t cols = 1;
   if (tpu_lower_int(c, 5, BAG_SUM) != BAG_SUM)
-    return tpu_lower_error(c, TPU_ERR_RUNTIME, "embedding_bag_backward: per_sample_weights only supported for mode='sum'");
+    return tpu_lower_error(c, TPU_ERR_RUNTIME,
+                           "embedding_bag_backward: per_sample_weights only supported for mode='sum'");
   const int64_t pad = tpu_lower_int(c, 6, -1), n = c->args[2].sizes[0], bags = c->args[0].sizes[0];
   const tpu_dtype_t dt = tpu_lower_opmath(OUT->dtype);
   tpu_hlo_type it = tpu_hlo_make_type(TPU_S64, 1, &n), st = tpu_hlo_make_type(dt, 1, &n);
   tpu_hlo_value idx = tensor_as(c, 2, TPU_S64), bag = given_bags(c, 4, 3, n, bags);
-  tpu_hlo_value valid = cmp(c, TPU_HLO_GE, bag, tpu_hlo_const_i64(B, &it, 0));
-  if (pad >= 0) valid = and_(c, valid, cmp(c, TPU_HLO_NE, idx, tpu_hlo_const_i64(B, &it, pad)));
-  tpu_hlo_value zeros = tpu_hlo_const_i64(B, &it, 0);
+  tpu_hlo_value valid = counted(c, idx, bag, pad), zeros = tpu_hlo_const_i64(B, &it, 0);
   tpu_hlo_value dots = sum(c, mul(c, rows_at(c, tensor_as(c, 0, dt), sel(c, valid, bag, zeros)),
                                   rows_at(c, tensor_as(c, 1, dt), sel(c, valid, idx, zeros))), &cols, 1);
   return done(c, sel(c, valid, dots, tpu_hlo_const_f64(B, &st, 0.0)));

@@ -578,17 +578,15 @@ static tpu_status_t logcumsumexp_rule(tpu_lower_ctx *c) {
  * PyTorch's CPU kernel reads the value. The message outlives the call in the
  * cached program, so it is interned. */
 static tpu_status_t assert_async_rule(tpu_lower_ctx *c) {
-  const tpu_lower_arg *x = &c->args[0];
-  int64_t n = 1;
-  for (int d = 0; d < x->rank; d++) n *= x->sizes[d];
+  tpu_hlo_value x = tpu_lower_tensor(c, 0);
+  const int64_t n = tpu_hlo_type_numel(tpu_hlo_type_of(B, x));
   if (n != 1)
     return tpu_lower_error(c, TPU_ERR_RUNTIME, "Boolean value of Tensor with %s is ambiguous",
                            n == 0 ? "no values" : "more than one value");
   const char *message = tpu_lower_is_none(c, 1) ? "Expected Tensor with single nonzero value, but got zero"
                                                 : tpu_str_intern(c->args[1].s);
   if (message == NULL) return tpu_lower_error(c, TPU_ERR_RUNTIME, "out of memory");
-  tpu_hlo_value v = tpu_hlo_reshape(B, tpu_lower_tensor(c, 0), 0, NULL);
-  tpu_lower_require(c, tpu_hlo_convert(B, v, TPU_BOOL), TPU_ERR_RUNTIME, message);
+  tpu_lower_require(c, tpu_hlo_convert(B, tpu_hlo_reshape(B, x, 0, NULL), TPU_BOOL), TPU_ERR_RUNTIME, message);
   return NULL;
 }
 
