@@ -383,6 +383,28 @@ def test_complex_results_as_real_in_a_graph():
     torch.testing.assert_close(torch.compile(f, backend="tpu")(x.to("tpu")).cpu(), f(x), rtol=1e-4, atol=1e-4)
 
 
+def _ctc_head(x, w, targets):
+    log_probs = (x @ w).log_softmax(-1).transpose(0, 1)  # [T, N, C]
+    return F.ctc_loss(log_probs, targets, [10, 8, 9], [4, 2, 3])
+
+
+def test_ctc_loss_in_a_compiled_training_step():
+    """Dynamo breaks the graph at the CTC loss (its output shape depends on
+    the lengths); the loss and its gradient run on tpu between the graphs,
+    nothing on the CPU."""
+    torch.manual_seed(0)
+    x, w, targets = torch.randn(3, 10, 8), torch.randn(8, 6, requires_grad=True), torch.randint(1, 6, (3, 4))
+    want = _ctc_head(x, w, targets)
+    want.backward()
+    wt = w.detach().to("tpu").requires_grad_()
+    torchtpu.reset_stats()
+    got = torch.compile(_ctc_head, backend="tpu")(x.to("tpu"), wt, targets.to("tpu"))
+    got.backward()
+    torch.testing.assert_close(got.cpu(), want.detach())
+    torch.testing.assert_close(wt.grad.cpu(), w.grad)
+    assert not torchtpu.stats()["fallbacks"]
+
+
 def test_errors_inside_a_compiled_graph():
     def f(a, b):
         return a @ b

@@ -642,6 +642,79 @@ def test_out_variants(no_fallbacks, case):
         torch.testing.assert_close(outs[n].cpu(), w_)
 
 
+# --- CTC loss ---------------------------------------------------------------------------------
+
+def ctc_batch(T=12, N=4, C=6, S=5, seed=0):
+    """log_probs [T, N, C], padded targets [N, S] and lengths: the first
+    sample's labels repeat (its alignment needs the blanks between them)."""
+    g = torch.Generator().manual_seed(seed)
+    log_probs = torch.randn(T, N, C, generator=g).log_softmax(2).requires_grad_()
+    targets = torch.randint(1, C, (N, S), generator=g)
+    targets[0, :3] = 2
+    input_lengths = torch.randint(T // 2, T + 1, (N,), generator=g)
+    input_lengths[0] = T
+    target_lengths = torch.randint(0, S + 1, (N,), generator=g)
+    target_lengths[0] = S
+    return log_probs, targets, input_lengths, target_lengths
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("concatenated", [False, True])
+@pytest.mark.parametrize("lengths_as", ["lists", "tensors"])
+def test_ctc_loss(no_fallbacks, reduction, concatenated, lengths_as):
+    log_probs, targets, il, tl = ctc_batch()
+    if concatenated:
+        targets = torch.cat([targets[i, :tl[i]] for i in range(len(tl))])
+    if lengths_as == "lists":
+        il, tl = il.tolist(), tl.tolist()
+    compare_grad(lambda lp, tg, il, tl: F.ctc_loss(lp, tg, il, tl, reduction=reduction), log_probs, targets, il, tl)
+
+
+@pytest.mark.parametrize("zero_infinity", [False, True])
+def test_ctc_loss_impossible_and_empty(no_fallbacks, zero_infinity):
+    """A target longer than its input allows (infinite loss; NaN gradient
+    unless zero_infinity), an empty input, an empty target, float64."""
+    log_probs = torch.randn(4, 4, 5, dtype=torch.float64).log_softmax(2).requires_grad_()
+    targets = torch.tensor([[1, 1, 1], [2, 3, 4], [1, 2, 1], [3, 3, 1]])
+    il, tl = [4, 4, 0, 3], [3, 3, 2, 0]
+    compare_grad(lambda lp: F.ctc_loss(lp, targets, il, tl, reduction="none", zero_infinity=zero_infinity),
+                 log_probs)
+
+
+def test_ctc_loss_one_program_per_shape():
+    """Eager compiles one program per padded shape, whatever the lengths."""
+    log_probs, targets, _, _ = ctc_batch()
+    lp = log_probs.detach().to("tpu").requires_grad_()
+    tg = targets.to("tpu")
+    torch.autograd.grad(F.ctc_loss(lp, tg, [12, 9, 8, 10], [5, 2, 3, 0]), lp)
+    torchtpu.reset_stats()
+    for il, tl in (([12, 10, 7, 6], [5, 4, 1, 1]), ([11, 12, 12, 9], [5, 0, 2, 3])):
+        loss = F.ctc_loss(lp, tg, il, tl)
+        grad, = torch.autograd.grad(loss, lp)
+        expected = F.ctc_loss(log_probs, targets, il, tl)
+        torch.testing.assert_close(loss.detach().cpu(), expected.detach())
+        torch.testing.assert_close(grad.cpu(), torch.autograd.grad(expected, log_probs)[0])
+    stats = torchtpu.stats()
+    assert stats["cache_misses"] == 0 and stats["cache_loads"] == 0, stats
+
+
+def test_ctc_loss_errors():
+    """PyTorch's messages for bad lengths, types and blanks."""
+    log_probs, targets, il, tl = ctc_batch()
+    cases = [(log_probs, targets, [12, 13, 12, 12], [5, 1, 1, 1], {}),
+             (log_probs, targets, [12, 12, 12, 12], [6, 1, 1, 1], {}),
+             (log_probs, targets, [12, 12, 12], [5, 1, 1], {}),
+             (log_probs, targets, il.tolist(), tl.tolist(), {"blank": 6}),
+             (log_probs.bfloat16(), targets, il.tolist(), tl.tolist(), {}),
+             (log_probs[:0], targets, [0] * 4, [0] * 4, {}),
+             (log_probs, targets, il, tl.float(), {})]
+    for lp, tg, il, tl, kw in cases:
+        with pytest.raises(Exception) as cpu_err:
+            F.ctc_loss(lp, tg, il, tl, **kw)
+        with pytest.raises(type(cpu_err.value), match=re.escape(str(cpu_err.value))):
+            F.ctc_loss(lp.to("tpu"), tg.to("tpu"), *to_tpu([il, tl]), **kw)
+
+
 # --- activations ------------------------------------------------------------------------------
 
 

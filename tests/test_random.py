@@ -70,6 +70,7 @@ FACTORIES = {
     "log_normal_": lambda: torch.empty(64, device="tpu").log_normal_(),
     "cauchy_": lambda: torch.empty(64, device="tpu").cauchy_(),
     "random_": lambda: torch.empty(64, device="tpu").random_(0, 1000),
+    "rrelu": lambda: torch.nn.functional.rrelu(-torch.ones(64, device="tpu"), training=True),
 }
 
 
@@ -221,6 +222,36 @@ def test_randperm():
 
 # --- shapes, views, out= ----------------------------------------------------------------
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rrelu(dtype):
+    """In training, negative inputs are scaled by slopes uniform on [lower,
+    upper] that noise records (1 for the rest), the gradient is the slope;
+    in eval, leaky_relu with the mean slope, noise untouched; rrelu_ writes
+    its input."""
+    lower, upper = 0.1, 0.4
+    x = torch.cat([-torch.rand(N) - 0.5, torch.rand(8) + 0.5]).to(dtype).to("tpu").requires_grad_()
+    noise = torch.empty_like(x.detach())
+    y = torch.ops.aten.rrelu_with_noise(x, noise, lower, upper, True)
+    slopes = noise.cpu().float()
+    assert (slopes[N:] == 1).all()
+    u = (slopes[:N].double() - lower) / (upper - lower)
+    assert ks_distance(u, lambda v: v.clamp(0, 1)) <= KS_BOUND + (0.01 if dtype == torch.bfloat16 else 0)
+    torch.testing.assert_close(y.detach().cpu(), (x.detach().cpu() * noise.cpu()))
+    y.sum().backward()
+    torch.testing.assert_close(x.grad.cpu(), noise.cpu())
+    before = noise.clone()
+    x_cpu = x.detach().cpu()
+    want = torch.nn.functional.rrelu(x_cpu, lower, upper, training=False)
+    torch.testing.assert_close(torch.ops.aten.rrelu_with_noise(x.detach(), noise, lower, upper, False).cpu(), want)
+    assert torch.equal(noise.cpu(), before.cpu())
+    z = x.detach().clone()
+    torch.nn.functional.rrelu_(z, lower, upper, training=False)
+    torch.testing.assert_close(z.cpu(), want)
+    # bounds the wrong way round matter only where a slope is drawn, as on CPU
+    positive = torch.ones(3, device="tpu")
+    torch.ops.aten.rrelu_with_noise(positive, torch.empty_like(positive), upper, lower, True)
+
+
 def test_shapes_and_views():
     assert torch.rand(0, 3, device="tpu").shape == (0, 3)
     assert torch.randn((), device="tpu").shape == ()
@@ -262,6 +293,14 @@ BAD = {
     "multinomial zero row": lambda d: torch.multinomial(torch.tensor([[1.0, 1.0], [0.0, 0.0]], device=d), 1, True),
     "multinomial integers": lambda d: torch.multinomial(torch.ones(3, dtype=torch.long, device=d), 1),
     "multinomial 3-d": lambda d: torch.multinomial(torch.ones(2, 2, 2, device=d), 1),
+    "rrelu noise shape": lambda d: torch.ops.aten.rrelu_with_noise(torch.ones(3, 4, device=d),
+                                                                   torch.ones(2, device=d), 0.1, 0.3, True),
+    "rrelu noise dtype": lambda d: torch.ops.aten.rrelu_with_noise(torch.ones(3, device=d),
+                                                                   torch.ones(3, device=d).double(), 0.1, 0.3, True),
+    "rrelu lower > upper": lambda d: torch.ops.aten.rrelu_with_noise(torch.tensor([1.0, -1.0], device=d),
+                                                                     torch.ones(2, device=d), 0.5, 0.3, True),
+    "rrelu of integers": lambda d: torch.ops.aten.rrelu_with_noise(torch.ones(3, device=d).int(),
+                                                                   torch.ones(3, device=d).int(), 0.1, 0.3, True),
 }
 
 

@@ -123,41 +123,9 @@ static tpu_status_t triangular_solve_rule(tpu_lower_ctx *c) {
 }
 
 /* --- loops ---------------------------------------------------------------------
- * A factorization is a stablehlo.while whose body is one step (a column, a
- * rotation). State vectors keep size-1 dims (pivots [batch, 1, k], info
+ * A factorization is a loop (tpu_lower_loop) whose body is one step (a
+ * column, a rotation). State vectors keep size-1 dims (pivots [batch, 1, k], info
  * [batch, 1, 1]) so that they broadcast against the matrices by NumPy rules. */
-
-#define LOOP_MAX_STATE 4
-typedef void (*loop_step_fn)(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *state);
-
-/* Runs |step| for k = 0 .. count - 1 (|count| a rank-0 s64 value) over the
- * |n| values of |state| (replaced by the final ones). The body sees only k
- * and the state. */
-static void loop_to(tpu_lower_ctx *c, tpu_hlo_value count, int n, tpu_hlo_value *state, loop_step_fn step) {
-  if (tpu_hlo_failed(B)) return;
-  tpu_hlo_type types[LOOP_MAX_STATE + 2];
-  tpu_hlo_value init[LOOP_MAX_STATE + 2], args[LOOP_MAX_STATE + 2], out[LOOP_MAX_STATE + 2];
-  init[0] = tpu_hlo_scalar_i64(B, TPU_S64, 0);
-  init[1] = count;
-  for (int i = 0; i < n; i++) init[i + 2] = state[i];
-  for (int i = 0; i < n + 2; i++) types[i] = *tpu_hlo_type_of(B, init[i]);
-  tpu_hlo_region regions[2];
-  tpu_hlo_region_begin(B, n + 2, types, args);
-  tpu_hlo_value go = cmp(c, TPU_HLO_LT, args[0], args[1]);
-  tpu_hlo_region_end(B, &go, 1, &regions[0]);
-  tpu_hlo_region_begin(B, n + 2, types, args);
-  step(c, args[0], args + 2);
-  args[0] = add(c, args[0], tpu_hlo_scalar_i64(B, TPU_S64, 1));
-  tpu_hlo_region_end(B, args, n + 2, &regions[1]);
-  tpu_hlo_op(B, "stablehlo.while", init, n + 2, regions, 2, NULL, types, n + 2, out);
-  for (int i = 0; i < n; i++) state[i] = out[i + 2];
-}
-
-/* loop_to a known count. No iterations: no loop, whose body might not even
- * compile (slices of empty matrices). */
-static void loop(tpu_lower_ctx *c, int64_t count, int n, tpu_hlo_value *state, loop_step_fn step) {
-  if (count > 0) loop_to(c, tpu_hlo_scalar_i64(B, TPU_S64, count), n, state, step);
-}
 
 /* |x| (rank 0 or NumPy-broadcastable) spread to |t|'s shape, keeping its dtype. */
 static tpu_hlo_value spread(tpu_lower_ctx *c, tpu_hlo_value x, const tpu_hlo_type *t) {
@@ -252,7 +220,7 @@ static tpu_status_t cholesky_rule(tpu_lower_ctx *c) {
   it.dtype = TPU_S64;
   it.dims[r - 2] = it.dims[r - 1] = 1;
   tpu_hlo_value s[2] = {a, tpu_hlo_const_i64(B, &it, 0)};
-  loop(c, n, 2, s, cholesky_step);
+  tpu_lower_loop(c, n, 2, s, cholesky_step);
   tpu_hlo_value l = keep_triangle(c, s[0], false);
   bool ex = c->num_outputs > 1;
   check_info(c, ex ? 2 : -1, s[1],
@@ -320,7 +288,7 @@ static void lu_factor(tpu_lower_ctx *c, tpu_hlo_value a, tpu_hlo_value *out_lu, 
   tpu_hlo_type it = pt;
   it.dims[r - 1] = 1;
   tpu_hlo_value s[3] = {a, tpu_hlo_const_i64(B, &pt, 0), tpu_hlo_const_i64(B, &it, 0)};
-  loop(c, k, 3, s, lu_step);
+  tpu_lower_loop(c, k, 3, s, lu_step);
   *out_lu = s[0];
   *out_piv = s[1];
   *out_info = s[2];
@@ -347,7 +315,7 @@ static tpu_hlo_value permutation(tpu_lower_ctx *c, tpu_hlo_value piv, int64_t m,
   int64_t k = t.dims[r - 1];
   t.dims[r - 1] = m;
   tpu_hlo_value s[2] = {tpu_hlo_iota(B, &t, r - 1), piv};
-  loop(c, k, 2, s, perm_step);
+  tpu_lower_loop(c, k, 2, s, perm_step);
   tpu_hlo_type pt = t;
   pt.dims[r - 2] = m;
   pt.dtype = dtype;
@@ -609,7 +577,7 @@ static tpu_status_t matrix_exp_rule(tpu_lower_ctx *c) {
   tpu_hlo_value state[2] = {e, tpu_hlo_convert(B, sq, TPU_S64)};
   int64_t all[TPU_HLO_MAX_RANK];
   for (int d = 0; d < r; d++) all[d] = d;
-  loop_to(c, tpu_lower_reduce(B, state[1], TPU_HLO_MAX, all, r), 2, state, square_step);
+  tpu_lower_loop_to(c, tpu_lower_reduce(B, state[1], TPU_HLO_MAX, all, r), 2, state, square_step);
   return done(c, state[0]);
 }
 
@@ -778,7 +746,7 @@ static tpu_status_t svd_rule(tpu_lower_ctx *c) {
   vt.dims[r - 2] = n;
   tpu_hlo_value state[2] = {a, identity(c, &vt)};
   int sweeps = tpu_dtype_real(dtype) == TPU_F64 ? 16 : 12;
-  loop(c, sweeps * n * n, 2, state, jacobi_step);
+  tpu_lower_loop(c, sweeps * n * n, 2, state, jacobi_step);
   tpu_hlo_value s2 = column_norm2(c, state[0]), sv = un(c, TPU_HLO_SQRT, s2);
   tpu_hlo_value sorted[3] = {sv, state[0], state[1]};
   sort_by(c, sv, sorted, 3, true);
@@ -809,7 +777,7 @@ static tpu_status_t svd_rule(tpu_lower_ctx *c) {
     miss = tpu_hlo_pad(B, miss, tpu_hlo_scalar_i64(B, TPU_S64, 1), lo, hi, in);
   }
   tpu_hlo_value fill[2] = {u, miss};
-  loop(c, m > 0 ? cols : 0, 2, fill, complete_step);
+  tpu_lower_loop(c, m > 0 ? cols : 0, 2, fill, complete_step);
   u = fill[0];
   tpu_hlo_value v = sorted[2];
   /* A = U S V^H; for a wide A those came from A^H = V S U^H */
@@ -835,7 +803,7 @@ static tpu_status_t eigh_rule(tpu_lower_ctx *c) {
   h = sel(c, eye, as_type_of(c, un(c, TPU_HLO_REAL, h), h), h);
   tpu_hlo_value state[2] = {h, identity(c, &t)};
   int sweeps = tpu_dtype_real(dtype) == TPU_F64 ? 16 : 12;
-  loop(c, sweeps * n * n, 2, state, eigh_step);
+  tpu_lower_loop(c, sweeps * n * n, 2, state, eigh_step);
   tpu_hlo_value w = un(c, TPU_HLO_REAL, row_where(c, state[0], eye, r - 2));
   tpu_hlo_value sorted[2] = {w, state[1]};
   sort_by(c, w, sorted, 2, false);
@@ -896,7 +864,7 @@ static void qr_factor(tpu_lower_ctx *c, tpu_hlo_value a, tpu_hlo_value *out_a, t
   t.dims[r - 2] = 1;
   t.dims[r - 1] = k;
   tpu_hlo_value s[2] = {a, tpu_hlo_const_f64(B, &t, 0.0)};
-  loop(c, k, 2, s, qr_step);
+  tpu_lower_loop(c, k, 2, s, qr_step);
   *out_a = s[0];
   *out_tau = s[1];
 }
@@ -934,10 +902,10 @@ static void reflect_right_adjoint(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_val
 /* Q x (or Q^H x, x Q, x Q^H) for the reflectors |a|, |tau| ([batch, 1, k]). */
 static tpu_hlo_value apply_q(tpu_lower_ctx *c, tpu_hlo_value a, tpu_hlo_value tau, tpu_hlo_value x, bool left,
                              bool adjoint) {
-  static const loop_step_fn steps[2][2] = {{reflect_right, reflect_right_adjoint}, {reflect_left, reflect_left_adjoint}};
+  static const tpu_lower_step_fn steps[2][2] = {{reflect_right, reflect_right_adjoint}, {reflect_left, reflect_left_adjoint}};
   int r = tpu_hlo_rank(B, tau);
   tpu_hlo_value s[3] = {x, a, tau};
-  loop(c, tpu_hlo_type_of(B, tau)->dims[r - 1], 3, s, steps[left][adjoint]);
+  tpu_lower_loop(c, tpu_hlo_type_of(B, tau)->dims[r - 1], 3, s, steps[left][adjoint]);
   return s[0];
 }
 

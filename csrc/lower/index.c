@@ -458,12 +458,6 @@ static tpu_status_t index_fill_rule(tpu_lower_ctx *c) {
 
 /* --- advanced indexing: index, index_put ------------------------------------------ */
 
-static void shape_str(char *buf, size_t cap, int rank, const int64_t *dims) {
-  size_t n = (size_t)snprintf(buf, cap, "[");
-  for (int i = 0; i < rank && n < cap; i++) n += (size_t)snprintf(buf + n, cap - n, "%s%lld", i ? ", " : "", (long long)dims[i]);
-  if (n < cap) snprintf(buf + n, cap - n, "]");
-}
-
 /* "[2], [3]": the shapes of the index tensors in list |l|. */
 static void index_shapes(const tpu_lower_arg *l, char *buf, size_t cap) {
   buf[0] = '\0';
@@ -471,7 +465,7 @@ static void index_shapes(const tpu_lower_arg *l, char *buf, size_t cap) {
     if (l->item_dtypes[i] == TPU_INVALID) continue;
     size_t n = strlen(buf);
     if (n > 0) n += (size_t)snprintf(buf + n, cap - n, ", ");
-    if (n < cap) shape_str(buf + n, cap - n, l->item_ranks[i], l->item_sizes[i]);
+    if (n < cap) tpu_lower_shape_str(buf + n, cap - n, l->item_ranks[i], l->item_sizes[i]);
   }
 }
 
@@ -589,8 +583,8 @@ static bool broadcasts(int vr, const int64_t *v, int tr, const int64_t *to) {
 
 static tpu_status_t value_shape_error(tpu_lower_ctx *c, int rank, const int64_t *dims) {
   char v[256], r[256];
-  shape_str(v, sizeof v, c->args[2].rank, c->args[2].sizes);
-  shape_str(r, sizeof r, rank, dims);
+  tpu_lower_shape_str(v, sizeof v, c->args[2].rank, c->args[2].sizes);
+  tpu_lower_shape_str(r, sizeof r, rank, dims);
   return tpu_lower_error(c, TPU_ERR_RUNTIME, "shape mismatch: value tensor of shape %s cannot be broadcast to indexing result of shape %s", v, r);
 }
 
@@ -607,8 +601,8 @@ static tpu_status_t mask_put(tpu_lower_ctx *c, int pos, bool accumulate) {
   for (int j = 0; j < k; j++) {
     if (ms[j] == xa->sizes[p + j]) continue;
     char m[256], s[256];
-    shape_str(m, sizeof m, k, ms);
-    shape_str(s, sizeof s, xa->rank, xa->sizes);
+    tpu_lower_shape_str(m, sizeof m, k, ms);
+    tpu_lower_shape_str(s, sizeof s, xa->rank, xa->sizes);
     return tpu_lower_error(c, TPU_ERR_INDEX, "The shape of the mask %s at index %d does not match the shape of the indexed tensor %s at index %d", m, j, s, p + j);
   }
   /* The indexing result with n unknown: P + [n] + Q. */

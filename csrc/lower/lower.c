@@ -29,6 +29,7 @@ static const rule_table tables[] = {
     {tpu_rules_factor, &tpu_rules_factor_count},
     {tpu_rules_attention, &tpu_rules_attention_count},
     {tpu_rules_rnn, &tpu_rules_rnn_count},
+    {tpu_rules_ctc, &tpu_rules_ctc_count},
     {tpu_rules_optim, &tpu_rules_optim_count},
 };
 
@@ -242,6 +243,12 @@ tpu_hlo_value tpu_lower_keepdim(tpu_hlo_builder *b, tpu_hlo_value x, int rank, c
   return tpu_hlo_reshape(b, x, rank, shape);
 }
 
+void tpu_lower_shape_str(char *buf, size_t cap, int rank, const int64_t *dims) {
+  size_t n = (size_t)snprintf(buf, cap, "[");
+  for (int i = 0; i < rank && n < cap; i++) n += (size_t)snprintf(buf + n, cap - n, "%s%lld", i ? ", " : "", (long long)dims[i]);
+  if (n < cap) snprintf(buf + n, cap - n, "]");
+}
+
 void tpu_lower_set_output(tpu_lower_ctx *c, int i, tpu_hlo_value v) {
   if (i >= c->num_outputs) {
     tpu_hlo_fail(c->b, TPU_ERR_RUNTIME, "%s: internal: output %d out of range", c->op, i);
@@ -258,4 +265,34 @@ void tpu_lower_set_output(tpu_lower_ctx *c, int i, tpu_hlo_value v) {
     else v = tpu_hlo_broadcast_to(c->b, v, want);
   }
   c->outputs[i] = v;
+}
+
+void tpu_lower_loop_to(tpu_lower_ctx *c, tpu_hlo_value count, int n, tpu_hlo_value *state, tpu_lower_step_fn step) {
+  if (tpu_hlo_failed(B)) return;
+  if (n > TPU_LOWER_LOOP_MAX_STATE) {
+    tpu_hlo_fail(B, TPU_ERR_RUNTIME, "%s: internal: a loop of %d state values", c->op, n);
+    return;
+  }
+  tpu_hlo_type types[TPU_LOWER_LOOP_MAX_STATE + 2];
+  tpu_hlo_value init[TPU_LOWER_LOOP_MAX_STATE + 2], args[TPU_LOWER_LOOP_MAX_STATE + 2],
+      out[TPU_LOWER_LOOP_MAX_STATE + 2];
+  init[0] = tpu_hlo_scalar_i64(B, TPU_S64, 0);
+  init[1] = count;
+  for (int i = 0; i < n; i++) init[i + 2] = state[i];
+  /* Copies: the builder's type table moves as it grows. */
+  for (int i = 0; i < n + 2; i++) types[i] = *tpu_hlo_type_of(B, init[i]);
+  tpu_hlo_region regions[2];
+  tpu_hlo_region_begin(B, n + 2, types, args);
+  tpu_hlo_value go = cmp(c, TPU_HLO_LT, args[0], args[1]);
+  tpu_hlo_region_end(B, &go, 1, &regions[0]);
+  tpu_hlo_region_begin(B, n + 2, types, args);
+  step(c, args[0], args + 2);
+  args[0] = add(c, args[0], tpu_hlo_scalar_i64(B, TPU_S64, 1));
+  tpu_hlo_region_end(B, args, n + 2, &regions[1]);
+  tpu_hlo_op(B, "stablehlo.while", init, n + 2, regions, 2, NULL, types, n + 2, out);
+  for (int i = 0; i < n; i++) state[i] = out[i + 2];
+}
+
+void tpu_lower_loop(tpu_lower_ctx *c, int64_t count, int n, tpu_hlo_value *state, tpu_lower_step_fn step) {
+  if (count > 0) tpu_lower_loop_to(c, tpu_hlo_scalar_i64(B, TPU_S64, count), n, state, step);
 }

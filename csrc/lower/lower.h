@@ -188,10 +188,27 @@ tpu_hlo_value tpu_lower_scan(tpu_hlo_builder *b, tpu_hlo_value x, int dim, tpu_h
  * so XLA may associate the reduction as it likes. */
 void tpu_lower_extreme_body(tpu_lower_ctx *c, tpu_dtype_t t, bool is_max, bool later_wins, tpu_hlo_region *out);
 
+/* --- loops ------------------------------------------------------------------
+ * A stablehlo.while whose body is one step of a recurrence (a column of a
+ * factorization, a time step). The step sees the counter |k| (rank-0 s64)
+ * and the state, which it updates in place; values the body reads that do
+ * not change belong in the state too. */
+#define TPU_LOWER_LOOP_MAX_STATE 8
+typedef void (*tpu_lower_step_fn)(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *state);
+/* Runs |step| for k = 0 .. count - 1 (|count| a rank-0 s64 value) over the
+ * |n| values of |state|, replaced by the final ones. */
+void tpu_lower_loop_to(tpu_lower_ctx *c, tpu_hlo_value count, int n, tpu_hlo_value *state, tpu_lower_step_fn step);
+/* tpu_lower_loop_to a known count. No iterations: no loop, whose body might
+ * not even compile (slices of empty matrices). */
+void tpu_lower_loop(tpu_lower_ctx *c, int64_t count, int n, tpu_hlo_value *state, tpu_lower_step_fn step);
+
 /* Adds a runtime check (see tpu_lower_check): data-dependent errors such as
  * an index out of range. Eager waits for the flag and raises PyTorch's
  * error; the op's writes are dropped when a check fails. */
 void tpu_lower_require(tpu_lower_ctx *c, tpu_hlo_value ok, tpu_code_t code, const char *message);
+/* "[2, 3]": a shape as PyTorch prints sizes in messages, into |buf| (|cap|
+ * bytes). */
+void tpu_lower_shape_str(char *buf, size_t cap, int rank, const int64_t *dims);
 /* A rule's error: a user-facing status of |code| ("aten::x: message"). */
 tpu_status_t tpu_lower_error(tpu_lower_ctx *c, tpu_code_t code, const char *fmt, ...) TPU_PRINTF(3, 4);
 

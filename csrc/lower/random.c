@@ -1,4 +1,4 @@
-/* Random ops on the device generator: uniform, normal, bernoulli, dropout,
+/* Random ops on the device generator: uniform, normal, bernoulli, dropout, rrelu,
  * random integers, exponential and friends, randperm.
  *
  * Each op draws bits with rng_bit_generator from c->rng_state, a ui64[2]
@@ -7,6 +7,7 @@
  * streams differ from PyTorch's CPU generator (as CUDA's do): tests check
  * distributions, not bits. */
 #include <math.h>
+#include <string.h>
 
 #include "lower/rules.h"
 
@@ -252,6 +253,56 @@ static tpu_status_t native_dropout_rule(tpu_lower_ctx *c) {
   return NULL;
 }
 
+/* rrelu_with_noise(self, noise!, lower, upper, training, generator) ->
+ * (result, noise): in training each element at or below zero is scaled by a
+ * slope drawn from U(lower, upper), which noise records (1 elsewhere);
+ * otherwise leaky_relu with the mean slope, noise left as it is. */
+static tpu_status_t rrelu_rule(tpu_lower_ctx *c) {
+  if (!tpu_dtype_is_float(OUT->dtype))
+    return tpu_lower_error(c, TPU_ERR_NOT_IMPLEMENTED, "\"rrelu_with_noise_out_cpu\" not implemented for '%s'",
+                           tpu_dtype_scalar_type(OUT->dtype));
+  const tpu_lower_arg *self = &c->args[0], *noise = &c->args[1];
+  bool same = self->rank == noise->rank &&
+              (self->rank == 0 || memcmp(self->sizes, noise->sizes, sizeof(int64_t) * (size_t)self->rank) == 0);
+  if (!same) {
+    char a[128], b[128];
+    tpu_lower_shape_str(a, sizeof a, self->rank, self->sizes);
+    tpu_lower_shape_str(b, sizeof b, noise->rank, noise->sizes);
+    return tpu_lower_error(c, TPU_ERR_RUNTIME, "noise tensor shape must match self tensor shape. Got self.shape = %s "
+                           "noise.shape = %s", a, b);
+  }
+  if (c->args[1].dtype != OUT->dtype)
+    return tpu_lower_error(c, TPU_ERR_RUNTIME, "expected scalar type %s but found %s",
+                           tpu_dtype_scalar_type(OUT->dtype), tpu_dtype_scalar_type(c->args[1].dtype));
+  double lower = tpu_lower_float(c, 2, 0.125), upper = tpu_lower_float(c, 3, 1.0 / 3.0);
+  tpu_dtype_t t = tpu_lower_opmath(OUT->dtype);
+  tpu_hlo_value x = tpu_lower_operand(c, 0, t, OUT);
+  tpu_hlo_type xt = *OUT;
+  xt.dtype = t;
+  tpu_hlo_value scaled = tpu_hlo_compare(B, TPU_HLO_LE, x, tpu_hlo_const_f64(B, &xt, 0.0));
+  if (!tpu_lower_bool(c, 4, false)) {
+    tpu_hlo_value slope = tpu_hlo_const_f64(B, &xt, (lower + upper) / 2);
+    tpu_lower_set_output(c, 0, tpu_hlo_select(B, scaled, tpu_hlo_binary(B, TPU_HLO_MUL, x, slope), x));
+    tpu_lower_set_output(c, 1, tpu_lower_tensor(c, 1));
+    return NULL;
+  }
+  /* The CPU kernel checks the bounds when it first draws a slope. */
+  if (lower > upper) {
+    int64_t all[TPU_HLO_MAX_RANK];
+    for (int i = 0; i < xt.rank; i++) all[i] = i;
+    tpu_hlo_value none = tpu_hlo_unary(B, TPU_HLO_NOT, tpu_lower_reduce(B, scaled, TPU_HLO_OR, all, xt.rank));
+    tpu_lower_require(c, none, TPU_ERR_RUNTIME, "Expected from <= to to be true, but got false.  (Could this error "
+                      "message be improved?  If so, please report an enhancement request to PyTorch.)");
+  }
+  tpu_hlo_value u = tpu_hlo_convert(B, uniform01(c, OUT, float_math(t)), t);
+  tpu_hlo_value r = tpu_hlo_binary(B, TPU_HLO_ADD, tpu_hlo_const_f64(B, &xt, lower),
+                                   tpu_hlo_binary(B, TPU_HLO_MUL, u, tpu_hlo_const_f64(B, &xt, upper - lower)));
+  tpu_hlo_value slope = tpu_hlo_select(B, scaled, r, tpu_hlo_const_f64(B, &xt, 1.0));
+  tpu_lower_set_output(c, 0, tpu_hlo_binary(B, TPU_HLO_MUL, x, slope));
+  tpu_lower_set_output(c, 1, slope);
+  return NULL;
+}
+
 /* native_dropout_backward(grad_output, mask, scale) */
 static tpu_status_t native_dropout_backward_rule(tpu_lower_ctx *c) {
   tpu_dtype_t t = tpu_lower_opmath(OUT->dtype);
@@ -356,6 +407,8 @@ const tpu_lower_rule tpu_rules_random[] = {
     {{"random_.from", "random.from"}, random_rule, TPU_RULE_RNG, 2},
     {{"native_dropout", "native_dropout.out"}, native_dropout_rule, TPU_RULE_RNG, 0},
     {{"native_dropout_backward", "native_dropout_backward.out"}, native_dropout_backward_rule, 0, 0},
+    {{"rrelu_with_noise", "rrelu_with_noise_", "rrelu_with_noise.out"}, rrelu_rule,
+     TPU_RULE_RNG | TPU_RULE_CONST_SCALARS, 0},
     {{"randperm.generator_out"}, randperm_rule, TPU_RULE_RNG, 0},
     {{"multinomial", "multinomial.out"}, multinomial_rule, TPU_RULE_RNG, 0},
 };

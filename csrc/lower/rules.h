@@ -24,6 +24,7 @@ TPU_RULE_TABLE(special);
 TPU_RULE_TABLE(factor);
 TPU_RULE_TABLE(attention);
 TPU_RULE_TABLE(rnn);
+TPU_RULE_TABLE(ctc);
 TPU_RULE_TABLE(optim);
 
 /* Shorthands every family uses: the builder, the first output's type, and

@@ -13,7 +13,6 @@
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
-#include "torch/dispatch.h"
 
 namespace torchtpu {
 namespace {
@@ -68,15 +67,7 @@ std::tuple<at::Tensor, at::Tensor> attention_meta(const at::Tensor& q, const at:
 }  // namespace
 }  // namespace torchtpu
 
-TORCH_LIBRARY(torchtpu, m) {
-  m.def("attention(Tensor query, Tensor key, Tensor value, Tensor? attn_bias=None, float dropout_p=0., "
-        "bool is_causal=False, bool return_debug_mask=False, *, float? scale=None) "
-        "-> (Tensor output, Tensor logsumexp)");
-}
-
 TORCH_LIBRARY_IMPL(torchtpu, Meta, m) { m.impl("attention", &torchtpu::attention_meta); }
-
-TORCH_LIBRARY_IMPL(torchtpu, PrivateUse1, m) { torchtpu::register_rules(m, "torchtpu"); }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_fused_sdp_choice", &torchtpu::fused_sdp_choice);
