@@ -292,6 +292,56 @@ def test_adaptive_max_pool_ties_nan_dims_dtypes(no_fallbacks):
     assert_same_error(lambda x: F.adaptive_max_pool3d(x, 2), make((1, 2, 4, 4, 4), torch.int64))
 
 
+FRACTIONAL = [
+    ((2, 3, 9, 9), (2, 2), (4, 4)),
+    ((2, 3, 10, 7), (3, 2), (5, 4)),
+    ((3, 11, 8), (2, 3), (6, 5)),  # unbatched
+    ((2, 3, 9, 9), (2, 2), (8, 8)),  # windows overlap: gradients add up
+    ((2, 2, 7, 8, 9), (2, 2, 3), (4, 5, 3)),
+    ((2, 7, 8, 9), (2, 3, 2), (3, 4, 5)),  # unbatched 3-d
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("shape,kernel,out", FRACTIONAL, ids=str)
+def test_fractional_max_pool(no_fallbacks, shape, kernel, out, dtype):
+    """Windows start where PyTorch's CPU kernel puts them, computed from the
+    samples in the input's dtype (bfloat16's rounding moves windows), with
+    the same argmax; the gradient goes to the argmaxes."""
+    n = len(kernel)
+    fn = F.fractional_max_pool2d if n == 2 else F.fractional_max_pool3d
+    x = make(shape, dtype)
+    samples = torch.rand(shape[0] if len(shape) == n + 2 else 1, shape[-n - 1], n,
+                         generator=torch.Generator().manual_seed(1)).to(dtype)
+
+    def pool(x, samples):
+        return fn(x, kernel, output_size=out, return_indices=True, _random_samples=samples)
+
+    compare(pool, x, samples)
+    tol = BF16 if dtype == torch.bfloat16 else {}  # CPU rounds each bfloat16 sum, we round once
+    compare(lambda x, s: grads(lambda x: pool(x, s)[0], x), x, samples, **tol)
+
+
+def test_fractional_max_pool_ties_nan_and_errors(no_fallbacks):
+    x = torch.randn(1, 1, 6, 6, generator=torch.Generator().manual_seed(2))
+    x[0, 0, 1, 1] = x[0, 0, 2, 2] = float("nan")
+    x[0, 0, 4, :] = 5.0
+    samples = torch.tensor([[[0.3, 0.8]]])
+    compare(lambda x, s: F.fractional_max_pool2d(x, 2, output_size=3, return_indices=True, _random_samples=s),
+            x, samples)
+    # a sample batch larger than the input's: the first ones serve
+    compare(lambda x, s: F.fractional_max_pool2d(x, 2, output_size=3, _random_samples=s), make((2, 3, 7, 7)),
+            torch.rand(4, 3, 2, generator=torch.Generator().manual_seed(3)))
+    ints = make((1, 2, 6, 6)).long()
+    assert_same_error(lambda x: torch.ops.aten.fractional_max_pool2d(x, [2, 2], [3, 3], torch.ones_like(x[:, :, 0, :2])),
+                      ints)
+    assert_same_error(lambda x, s: F.fractional_max_pool2d(x, 4, output_size=5, _random_samples=s),
+                      make((1, 2, 6, 6)), torch.rand(1, 2, 2))
+    for samples in (torch.rand(1, 2, 2), torch.rand(1, 3, 3), torch.rand(2), torch.rand(1, 2, 3).double()):
+        assert_same_error(lambda x, s: torch.ops.aten.fractional_max_pool3d(x, [2, 2, 2], [2, 2, 2], s),
+                          make((2, 2, 6, 6, 6)), samples)
+
+
 def test_pool_empty_batch(no_fallbacks):
     x = make((0, 2, 4, 4))
     compare(lambda x: F.max_pool2d(x, 2, return_indices=True), x)

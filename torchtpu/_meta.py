@@ -13,6 +13,10 @@ dtype), while PyTorch's CPU kernel and CUDA's fallback take float32 and
 float16 too; Hugging Face's MoE layers call it in float32 on tpu, eager and
 compiled. Those dtypes get the CPU kernel's checks and messages and the meta
 function's output; bfloat16 keeps PyTorch's meta function.
+
+fractional_max_pool2d's meta function (Python's, which replaces the C++ one
+the CPU and CUDA kernels share) words its window check in its own way; the
+check runs first here with the kernels' message.
 """
 import torch
 import torch._meta_registrations as _registrations
@@ -104,3 +108,26 @@ def _repair_grouped_mm_dtypes():
 
 
 _repair_grouped_mm_dtypes()
+
+
+_LIB = torch.library.Library("aten", "IMPL")
+
+
+def _repair_fractional_max_pool2d_message():
+    meta = getattr(_registrations, "meta_fractional_max_pool2d", None)
+    if meta is None:
+        return
+
+    def checked(self, kernel_size, output_size, random_samples):
+        if self.ndim in (3, 4) and len(kernel_size) == 2 and len(output_size) == 2:
+            for i, name in enumerate(("height", "width")):
+                size = self.size(i - 2)
+                torch._check(output_size[i] + kernel_size[i] - 1 <= size,
+                             lambda: f"fractional_max_pool2d(): pool {name} {kernel_size[i]} too large relative to "
+                                     f"input {name} {size}")
+        return meta(self, kernel_size, output_size, random_samples)
+
+    _LIB.impl("fractional_max_pool2d", checked, "Meta")
+
+
+_repair_fractional_max_pool2d_message()

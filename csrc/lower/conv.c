@@ -2,7 +2,7 @@
  * PyTorch's _convolution sends a tpu convolution of any kind: 1-3 spatial
  * dims, strided, padded, dilated, grouped, transposed), max pooling with
  * indices, average pooling and adaptive average pooling (2-D and 3-D), and
- * their backwards, adaptive max pooling, grid sampling and the upsample
+ * their backwards, adaptive and fractional max pooling, grid sampling and the upsample
  * (interpolate) ops, with theirs. 1-D pooling and 1-D adaptive pooling are
  * PyTorch composites of the 2-D ops.
  *
@@ -483,31 +483,34 @@ static tpu_status_t adaptive_avg_pool_backward_rule(tpu_lower_ctx *c) {
   return NULL;
 }
 
-/* adaptive_max_pool{2,3}d(self, output_size) -> (values, indices): one
- * spatial dim at a time, every output position takes the argmax of its
- * adaptive window (the other positions masked out) with max pooling's
- * order-free combiner, so the dims compose to PyTorch's scan over the box. */
-static tpu_status_t adaptive_max_pool_rule(tpu_lower_ctx *c) {
+/* Where output position o along spatial dim |d| reads input position j: an
+ * i1 value of |wt| ([..., out, in, ...], out at dim d, in at d + 1). */
+typedef tpu_hlo_value (*box_fn)(tpu_lower_ctx *c, int d, const tpu_hlo_type *wt, const void *user);
+
+/* Max pooling over windows that are boxes, -> (values, indices): one spatial
+ * dim at a time, every output position takes the argmax of its window along
+ * the dim (the other positions masked out) with max pooling's order-free
+ * combiner, so the dims compose to PyTorch's scan over the box. */
+static tpu_status_t max_over_boxes(tpu_lower_ctx *c, int spatial, box_fn inside, const void *user) {
   tpu_dtype_t dt = c->args[0].dtype;
-  if (!is_float(dt)) return cpu_refuses(c, c->data == 2 ? "adaptive_max_pool2d" : "adaptive_max_pool3d_cpu", dt);
-  pool_geom g = {.n = (int)c->data, .rank = c->args[0].rank, .lead = c->args[0].rank - (int)c->data};
+  pool_geom g = {.n = spatial, .rank = c->args[0].rank, .lead = c->args[0].rank - spatial};
   tpu_hlo_value x = tpu_lower_tensor(c, 0);
   tpu_hlo_value r[2] = {x, plane_positions(c, &g, tpu_hlo_type_of(B, x))};
   tpu_hlo_value inits[2] = {tpu_hlo_scalar_min(B, dt), tpu_hlo_scalar_i64(B, TPU_S64, INT64_MAX)};
   for (int d = g.lead; d < g.rank; d++) {
     const tpu_hlo_type vt = *tpu_hlo_type_of(B, r[0]);
-    int64_t in = vt.dims[d], out = OUT->dims[d], kept[TPU_HLO_MAX_RANK], window[2] = {d, d + 1};
+    int64_t kept[TPU_HLO_MAX_RANK];
     tpu_hlo_type wt = vt; /* [..., out, in, ...] */
     for (int i = wt.rank; i > d; i--) wt.dims[i] = wt.dims[i - 1];
     wt.rank++;
-    wt.dims[d] = out;
+    wt.dims[d] = OUT->dims[d];
     for (int i = 0; i < vt.rank; i++) kept[i] = i < d ? i : i + 1;
     wt.dtype = TPU_BOOL;
-    tpu_hlo_value inside = tpu_hlo_broadcast_in_dim(B, adaptive_windows(c, out, in, TPU_BOOL), &wt, window);
+    tpu_hlo_value in = inside(c, d, &wt, user);
     tpu_hlo_value xs[2];
     for (int j = 0; j < 2; j++) {
       wt.dtype = tpu_hlo_dtype(B, r[j]);
-      xs[j] = sel(c, inside, tpu_hlo_broadcast_in_dim(B, r[j], &wt, kept), tpu_hlo_broadcast_to(B, inits[j], &wt));
+      xs[j] = sel(c, in, tpu_hlo_broadcast_in_dim(B, r[j], &wt, kept), tpu_hlo_broadcast_to(B, inits[j], &wt));
     }
     tpu_hlo_region body;
     argmax_body(c, dt, &body);
@@ -519,8 +522,95 @@ static tpu_status_t adaptive_max_pool_rule(tpu_lower_ctx *c) {
   return NULL;
 }
 
+static tpu_hlo_value adaptive_box(tpu_lower_ctx *c, int d, const tpu_hlo_type *wt, const void *user) {
+  int64_t window[2] = {d, d + 1};
+  return tpu_hlo_broadcast_in_dim(B, adaptive_windows(c, wt->dims[d], wt->dims[d + 1], TPU_BOOL), wt, window);
+}
+
+/* adaptive_max_pool{2,3}d(self, output_size) -> (values, indices) */
+static tpu_status_t adaptive_max_pool_rule(tpu_lower_ctx *c) {
+  tpu_dtype_t dt = c->args[0].dtype;
+  if (!is_float(dt)) return cpu_refuses(c, c->data == 2 ? "adaptive_max_pool2d" : "adaptive_max_pool3d_cpu", dt);
+  return max_over_boxes(c, (int)c->data, adaptive_box, NULL);
+}
+
+/* Fractional max pooling (Graham 2014): windows of a fixed size at
+ * pseudo-random starts, one sequence per plane and spatial dim from the
+ * plane's sample u, as PyTorch's CPU kernel computes them in the input's
+ * dtype: start(o) = int((o + u) * alpha) - int(u * alpha) with
+ * alpha = (in - pool) / (out - 1), and the last window ending at the edge. */
+typedef struct fractional {
+  tpu_hlo_value samples; /* [planes..., spatial] */
+  int lead, spatial;
+  int64_t pool[3];
+} fractional;
+
+static tpu_hlo_value fractional_box(tpu_lower_ctx *c, int d, const tpu_hlo_type *wt, const void *user) {
+  const fractional *f = user;
+  int i = d - f->lead;
+  /* 2-D samples hold (W, H), 3-D ones (T, H, W) */
+  int which = f->spatial == 2 ? 1 - i : i;
+  int64_t out = wt->dims[d], in = wt->dims[d + 1], pool = f->pool[i];
+  tpu_hlo_type st = *tpu_hlo_type_of(B, f->samples);
+  tpu_hlo_value u = tpu_hlo_reshape(B, tpu_hlo_slice_dim(B, f->samples, f->lead, which, which + 1, 1), f->lead, st.dims);
+  tpu_hlo_type seq_t = tpu_hlo_make_type(st.dtype, f->lead + 1, st.dims); /* [planes..., out] */
+  seq_t.dims[f->lead] = out;
+  int64_t planes[TPU_HLO_MAX_RANK];
+  for (int k = 0; k < f->lead; k++) planes[k] = k;
+  u = tpu_hlo_broadcast_in_dim(B, u, &seq_t, planes);
+  tpu_hlo_value alpha = dvd(c, tpu_hlo_const_f64(B, &seq_t, (double)(in - pool)),
+                            tpu_hlo_const_f64(B, &seq_t, (double)(out > 1 ? out - 1 : 1)));
+  tpu_hlo_type pos_t = seq_t;
+  pos_t.dtype = TPU_S64;
+  tpu_hlo_value o = tpu_hlo_iota(B, &pos_t, f->lead);
+  tpu_hlo_value start = bin(c, TPU_HLO_SUB, tpu_hlo_convert(B, mul(c, add(c, tpu_hlo_convert(B, o, st.dtype), u), alpha), TPU_S64),
+                            tpu_hlo_convert(B, mul(c, u, alpha), TPU_S64));
+  start = sel(c, cmp(c, TPU_HLO_EQ, o, tpu_hlo_const_i64(B, &pos_t, out - 1)), tpu_hlo_const_i64(B, &pos_t, in - pool), start);
+  tpu_hlo_type jt = *wt;
+  jt.dtype = TPU_S64;
+  int64_t to[TPU_HLO_MAX_RANK];
+  for (int k = 0; k < f->lead; k++) to[k] = k;
+  to[f->lead] = d;
+  tpu_hlo_value first = tpu_hlo_broadcast_in_dim(B, start, &jt, to), j = tpu_hlo_iota(B, &jt, d + 1);
+  return and_(c, cmp(c, TPU_HLO_GE, j, first), cmp(c, TPU_HLO_LT, j, add(c, first, tpu_hlo_const_i64(B, &jt, pool))));
+}
+
+/* fractional_max_pool{2,3}d(self, kernel_size, output_size, random_samples)
+ * -> (values, indices). A sample batch may be larger than the input's; an
+ * unbatched input reads the first. */
+static tpu_status_t fractional_max_pool_rule(tpu_lower_ctx *c) {
+  tpu_dtype_t dt = c->args[0].dtype;
+  int spatial = (int)c->data;
+  if (!is_float(dt))
+    return cpu_refuses(c, spatial == 2 ? "fractional_max_pool2d_out_frame" : "fractional_max_pool3d_out_frame", dt);
+  fractional f = {.lead = c->args[0].rank - spatial, .spatial = spatial};
+  static const int64_t none[3] = {1, 1, 1};
+  int_list(c, 1, spatial, none, f.pool);
+  const tpu_lower_arg *x = &c->args[0], *u = &c->args[3];
+  int64_t batch = f.lead == 2 ? x->sizes[0] : 1, dims[TPU_HLO_MAX_RANK];
+  /* The CPU kernel's checks of the samples (the 3-D meta function has none) */
+  if (u->dtype != dt) return tpu_lower_error(c, TPU_ERR_RUNTIME, "Expect _random_samples to have the same dtype as input");
+  if (u->rank != 3)
+    return tpu_lower_error(c, TPU_ERR_RUNTIME, "Expect _random_samples to have 3 dimensions, got %d", u->rank);
+  if (u->sizes[0] < batch)
+    return tpu_lower_error(c, TPU_ERR_RUNTIME, "Expect _random_samples.size(0) no less then input batch size.");
+  if (u->sizes[1] != x->sizes[f.lead - 1])
+    return tpu_lower_error(c, TPU_ERR_RUNTIME, "Expect _random_samples.size(1) equals to input channel size.");
+  if (u->sizes[2] != spatial)
+    return tpu_lower_error(c, TPU_ERR_RUNTIME, "Expect _random_samples.size(2) equals to %d; got %lld.", spatial,
+                           (long long)u->sizes[2]);
+  for (int k = 0; k < f.lead; k++) dims[k] = x->sizes[k];
+  dims[f.lead] = spatial;
+  f.samples = tpu_hlo_reshape(B, tpu_hlo_slice_dim(B, tpu_lower_tensor(c, 3), 0, 0, batch, 1), f.lead + 1, dims);
+  return max_over_boxes(c, spatial, fractional_box, &f);
+}
+
 /* adaptive_max_pool{2,3}d_backward(grad_output, self, indices) */
 static tpu_status_t adaptive_max_pool_backward_rule(tpu_lower_ctx *c) { return scatter_to_argmax(c, 2); }
+
+/* fractional_max_pool{2,3}d_backward(grad_output, self, kernel_size,
+ *     output_size, indices) */
+static tpu_status_t fractional_max_pool_backward_rule(tpu_lower_ctx *c) { return scatter_to_argmax(c, 4); }
 
 /* --- resampling ------------------------------------------------------------------------- */
 
@@ -1048,6 +1138,12 @@ const tpu_lower_rule tpu_rules_conv[] = {
     {{"_adaptive_avg_pool3d", "_adaptive_avg_pool3d.out"}, adaptive_avg_pool_rule, 0, 3},
     {{"_adaptive_avg_pool2d_backward", "_adaptive_avg_pool2d_backward.out"}, adaptive_avg_pool_backward_rule, 0, 2},
     {{"_adaptive_avg_pool3d_backward", "_adaptive_avg_pool3d_backward.out"}, adaptive_avg_pool_backward_rule, 0, 3},
+    {{"fractional_max_pool2d", "fractional_max_pool2d.output"}, fractional_max_pool_rule, 0, 2},
+    {{"fractional_max_pool3d", "fractional_max_pool3d.output"}, fractional_max_pool_rule, 0, 3},
+    {{"fractional_max_pool2d_backward", "fractional_max_pool2d_backward.grad_input"},
+     fractional_max_pool_backward_rule, 0, 2},
+    {{"fractional_max_pool3d_backward", "fractional_max_pool3d_backward.grad_input"},
+     fractional_max_pool_backward_rule, 0, 3},
     {{"adaptive_max_pool2d", "adaptive_max_pool2d.out"}, adaptive_max_pool_rule, 0, 2},
     {{"adaptive_max_pool3d", "adaptive_max_pool3d.out"}, adaptive_max_pool_rule, 0, 3},
     {{"adaptive_max_pool2d_backward", "adaptive_max_pool2d_backward.grad_input"},

@@ -43,6 +43,14 @@ at::Tensor multilabel_margin_loss_backward_meta(const at::Tensor& grad_output, c
   return at::empty_like(self);
 }
 
+// fractional_max_pool3d_backward has CPU and CUDA kernels but no meta
+// function (the 2-D one has); the input gradient is shaped like the input.
+at::Tensor fractional_max_pool3d_backward_meta(const at::Tensor& grad_output, const at::Tensor& self,
+                                               at::IntArrayRef kernel_size, at::IntArrayRef output_size,
+                                               const at::Tensor& indices) {
+  return at::empty_like(self);
+}
+
 // The fused GRU cell and its backward have only CUDA kernels. The cell
 // returns hy (as hx) and a [.., 5H] workspace; the backward the gate
 // gradients (as the gates), hx's, and the biases' when there are biases.
@@ -86,4 +94,5 @@ TORCH_LIBRARY_IMPL(aten, Meta, m) {
   m.impl("convolution_backward_overrideable", TORCH_FN(convolution_backward_overrideable_meta));
   m.impl("multi_margin_loss_backward", TORCH_FN(multi_margin_loss_backward_meta));
   m.impl("multilabel_margin_loss_backward", TORCH_FN(multilabel_margin_loss_backward_meta));
+  m.impl("fractional_max_pool3d_backward", TORCH_FN(fractional_max_pool3d_backward_meta));
 }
