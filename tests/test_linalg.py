@@ -440,6 +440,8 @@ def test_qr(no_fallbacks, shape, dtype):
     for mode in ("reduced", "complete", "r"):  # Householder with LAPACK's signs: Q and R as on CPU
         compare(lambda x: torch.linalg.qr(x, mode=mode), a, rtol=1e-4, atol=1e-4)
     refl, tau = torch.geqrf(a)
+    got = compare(torch.geqrf, a, rtol=1e-4, atol=1e-4)
+    assert got[0].stride() == refl.stride()  # LAPACK's column-major matrices
     if shape[-2] >= shape[-1]:
         compare(torch.linalg.householder_product, refl, tau, rtol=1e-4, atol=1e-4)
     for left, c in ((True, make((*shape[:-2], shape[-2], 2), dtype, 1)), (False, make((*shape[:-2], 2, shape[-2]), dtype, 1))):

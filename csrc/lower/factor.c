@@ -931,6 +931,16 @@ static tpu_status_t ormqr_rule(tpu_lower_ctx *c) {
   return done(c, apply_q(c, a, tau, x, tpu_lower_bool(c, 3, true), tpu_lower_bool(c, 4, false)));
 }
 
+/* geqrf(self) -> (a, tau): LAPACK's compact form, as householder_product and
+ * ormqr read it. */
+static tpu_status_t geqrf_rule(tpu_lower_ctx *c) {
+  tpu_hlo_value a, tau;
+  qr_factor(c, tpu_hlo_convert(B, tpu_lower_tensor(c, 0), OUT->dtype), &a, &tau);
+  tpu_lower_set_output(c, 0, a);
+  tpu_lower_set_output(c, 1, tpu_hlo_reshape(B, tau, c->out_types[1].rank, c->out_types[1].dims));
+  return NULL;
+}
+
 /* linalg_qr(A, mode) -> (Q, R) */
 static tpu_status_t qr_rule(tpu_lower_ctx *c) {
   const tpu_hlo_type *qt = &c->out_types[0], *rt = &c->out_types[1];
@@ -966,5 +976,6 @@ const tpu_lower_rule tpu_rules_factor[] = {
     {{"linalg_householder_product", "linalg_householder_product.out"}, householder_product_rule, 0, 0},
     {{"ormqr", "ormqr.out"}, ormqr_rule, 0, 0},
     {{"linalg_qr", "linalg_qr.out"}, qr_rule, 0, 0},
+    {{"geqrf", "geqrf.a"}, geqrf_rule, 0, 0},
 };
 TPU_COUNT_RULES(factor);

@@ -51,6 +51,27 @@ at::Tensor fractional_max_pool3d_backward_meta(const at::Tensor& grad_output, co
   return at::empty_like(self);
 }
 
+// geqrf has only CPU and CUDA kernels. LAPACK's layout: the packed
+// reflectors and R column-major in each matrix, tau [..., min(m, n)].
+std::tuple<at::Tensor, at::Tensor> geqrf_meta(const at::Tensor& self) {
+  TORCH_CHECK(self.dim() >= 2, "torch.geqrf: input must have at least 2 dimensions.");
+  at::ScalarType t = self.scalar_type();
+  TORCH_CHECK_NOT_IMPLEMENTED(t == at::kFloat || t == at::kDouble || t == at::kComplexFloat || t == at::kComplexDouble,
+                              "\"geqrf_cpu\" not implemented for '", c10::toString(t), "'");
+  int64_t m = self.size(-2), n = self.size(-1);
+  std::vector<int64_t> strides(self.dim());
+  for (int64_t i = self.dim() - 3, stride = m * n; i >= 0; i--) {
+    strides[i] = stride;
+    stride *= self.size(i);
+  }
+  strides[self.dim() - 2] = 1;
+  strides[self.dim() - 1] = std::max<int64_t>(m, 1);
+  auto tau = self.sizes().vec();
+  tau.pop_back();
+  tau.back() = std::min(m, n);
+  return {at::empty_strided(self.sizes(), strides, self.options()), at::empty(tau, self.options())};
+}
+
 // The fused GRU cell and its backward have only CUDA kernels. The cell
 // returns hy (as hx) and a [.., 5H] workspace; the backward the gate
 // gradients (as the gates), hx's, and the biases' when there are biases.
@@ -95,4 +116,5 @@ TORCH_LIBRARY_IMPL(aten, Meta, m) {
   m.impl("multi_margin_loss_backward", TORCH_FN(multi_margin_loss_backward_meta));
   m.impl("multilabel_margin_loss_backward", TORCH_FN(multilabel_margin_loss_backward_meta));
   m.impl("fractional_max_pool3d_backward", TORCH_FN(fractional_max_pool3d_backward_meta));
+  m.impl("geqrf", TORCH_FN(geqrf_meta));
 }
