@@ -1,6 +1,8 @@
 """Matrix products (mm, bmm, mv, dot, vdot, addmm, baddbmm, addbmm, addmv) and
 the PyTorch composites built on them (matmul, @, F.linear, outer), against
 PyTorch on CPU."""
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -447,6 +449,48 @@ def test_qr(no_fallbacks, shape, dtype):
     for left, c in ((True, make((*shape[:-2], shape[-2], 2), dtype, 1)), (False, make((*shape[:-2], 2, shape[-2]), dtype, 1))):
         for transpose in (False, True):
             compare(lambda r, t, c: torch.ormqr(r, t, c, left, transpose), refl, tau, c, rtol=1e-4, atol=1e-4)
+
+
+LSTSQ_SHAPES = [((5, 3), (5, 2)), ((3, 5), (3, 2)), ((2, 4, 4), (2, 4, 3)), ((6, 3), (6,)), ((1, 6, 3), (3, 6, 2)),
+                ((2, 0, 3), (2, 0, 1))]
+
+
+@pytest.mark.parametrize("driver", [None, "gels", "gelsy", "gelsd", "gelss"])
+@pytest.mark.parametrize("dtype", FACTOR_DTYPES, ids=str)
+@pytest.mark.parametrize("shapes", LSTSQ_SHAPES, ids=str)
+def test_lstsq(no_fallbacks, shapes, dtype, driver):
+    """Solution, and what each driver returns beside it, as on CPU: residuals
+    for tall matrices (gels; gelsd and gelss when of full rank), the rank of
+    each matrix of A's own batch, its singular values."""
+    a, b = make(shapes[0], dtype), make(shapes[1], dtype, 1)
+    compare(lambda a, b: tuple(torch.linalg.lstsq(a, b, driver=driver)), a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_lstsq_rank_deficient_rcond_and_gradients(no_fallbacks):
+    a = make((6, 3), torch.float64)
+    a[:, 2] = a[:, 1]  # rank 2: no residuals from gelsd, the minimum-norm solution
+    b = make((6, 2), torch.float64, 1)
+    for driver in ("gelsy", "gelsd", "gelss"):
+        compare(lambda a, b: tuple(torch.linalg.lstsq(a, b, driver=driver)), a, b)
+    compare(lambda a, b: tuple(torch.linalg.lstsq(a, b, rcond=0.5, driver="gelsd")), make((5, 3), torch.float32),
+            make((5, 2), torch.float32, 1), rtol=1e-4, atol=1e-4)
+    x, y = make((5, 3), torch.float32).requires_grad_(), make((5, 2), torch.float32, 1).requires_grad_()
+    compare(lambda x, y: torch.autograd.grad(torch.linalg.lstsq(x, y).solution.sum(), (x, y)), x, y,
+            rtol=1e-4, atol=1e-4)
+
+
+def test_lstsq_errors():
+    cases = [(make((3,), torch.float32), make((3,), torch.float32), {}),
+             (make((3, 2), torch.float32), make((3, 1), torch.float64), {}),
+             (make((3, 2), torch.float32), make((4, 1), torch.float32), {}),
+             (make((3, 2), torch.float32), make((2, 2, 3, 1), torch.float32), {}),
+             (make((3, 2), torch.float32).bfloat16(), make((3, 1), torch.float32).bfloat16(), {}),
+             (make((3, 2), torch.float32), make((3, 1), torch.float32), {"driver": "qr"})]
+    for a, b, kw in cases:
+        with pytest.raises(RuntimeError) as cpu_err:
+            torch.linalg.lstsq(a, b, **kw)
+        with pytest.raises(RuntimeError, match=re.escape(str(cpu_err.value))):
+            torch.linalg.lstsq(a.to("tpu"), b.to("tpu"), **kw)
 
 
 def test_qr_reduced_column():

@@ -722,6 +722,22 @@ static void complete_step(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s) {
   s[1] = sel(c, here, tpu_hlo_const_i64(B, &mt, 0), s[1]);
 }
 
+/* One-sided Jacobi on |a| ([batch, m, n], m >= n): |out| receives the
+ * singular values ([batch, 1, n], the norms of W's columns), W = A V (columns
+ * U S) and V, largest singular value first. */
+static void jacobi_svd(tpu_lower_ctx *c, tpu_hlo_value a, tpu_hlo_value *out) {
+  tpu_hlo_type vt = *tpu_hlo_type_of(B, a);
+  int r = vt.rank;
+  int64_t n = vt.dims[r - 1];
+  vt.dims[r - 2] = n;
+  tpu_hlo_value state[2] = {a, identity(c, &vt)};
+  int sweeps = tpu_dtype_real(vt.dtype) == TPU_F64 ? 16 : 12;
+  tpu_lower_loop(c, sweeps * n * n, 2, state, jacobi_step);
+  tpu_hlo_value sv = un(c, TPU_HLO_SQRT, column_norm2(c, state[0]));
+  out[0] = sv, out[1] = state[0], out[2] = state[1];
+  sort_by(c, sv, out, 3, true);
+}
+
 /* _linalg_svd(A, full_matrices, compute_uv, *, driver) -> (U, S, Vh) */
 static tpu_status_t svd_rule(tpu_lower_ctx *c) {
   const tpu_hlo_type *st = &c->out_types[1];
@@ -742,14 +758,8 @@ static tpu_status_t svd_rule(tpu_lower_ctx *c) {
     m = n;
     n = t;
   }
-  tpu_hlo_type vt = *tpu_hlo_type_of(B, a);
-  vt.dims[r - 2] = n;
-  tpu_hlo_value state[2] = {a, identity(c, &vt)};
-  int sweeps = tpu_dtype_real(dtype) == TPU_F64 ? 16 : 12;
-  tpu_lower_loop(c, sweeps * n * n, 2, state, jacobi_step);
-  tpu_hlo_value s2 = column_norm2(c, state[0]), sv = un(c, TPU_HLO_SQRT, s2);
-  tpu_hlo_value sorted[3] = {sv, state[0], state[1]};
-  sort_by(c, sv, sorted, 3, true);
+  tpu_hlo_value sorted[3];
+  jacobi_svd(c, a, sorted);
   if (!uv) {
     tpu_lower_set_output(c, 0, tpu_hlo_const_f64(B, &c->out_types[0], 0.0));
     tpu_lower_set_output(c, 1, tpu_hlo_reshape(B, sorted[0], st->rank, st->dims));
@@ -931,6 +941,71 @@ static tpu_status_t ormqr_rule(tpu_lower_ctx *c) {
   return done(c, apply_q(c, a, tau, x, tpu_lower_bool(c, 3, true), tpu_lower_bool(c, 4, false)));
 }
 
+/* torchtpu::lstsq(A [.., m, n], B [.., m, k] (one batch), rcond, gels) ->
+ * (X [.., n, k], residuals [.., k], rank [..], S [.., min(m, n)]). gels:
+ * LAPACK's gels, QR of A (of A^H when m < n, for the minimum-norm
+ * solution), full rank assumed, residuals from the rows of Q^H B past n.
+ * Otherwise the minimum-norm solution through the SVD, singular values at
+ * most rcond times the largest taken as zero, as gelsd and gelss (gelsy's
+ * complete orthogonal factorization finds the same solution); residuals
+ * ||A X - B||^2. The caller keeps what PyTorch returns for its driver. */
+static tpu_status_t lstsq_rule(tpu_lower_ctx *c) {
+  tpu_dtype_t dt = OUT->dtype;
+  tpu_hlo_value a = tensor_as(c, 0, dt), b = tensor_as(c, 1, dt), x, res, rank, sv;
+  tpu_hlo_type at = *tpu_hlo_type_of(B, a);
+  int r = at.rank;
+  int64_t m = at.dims[r - 2], n = at.dims[r - 1];
+  const tpu_hlo_type *res_t = &c->out_types[1], *rank_t = &c->out_types[2], *sv_t = &c->out_types[3];
+  if (tpu_lower_bool(c, 3, false)) {
+    tpu_hlo_value qa, tau;
+    if (m >= n) {
+      qr_factor(c, a, &qa, &tau);
+      tpu_hlo_value qb = apply_q(c, qa, tau, b, true, true);
+      tpu_hlo_value rr = keep_triangle(c, tpu_hlo_slice_dim(B, qa, r - 2, 0, n, 1), true);
+      x = tri_solve(c, rr, tpu_hlo_slice_dim(B, qb, r - 2, 0, n, 1), true, false, false, NO_TRANSPOSE);
+      res = m > n ? column_norm2(c, tpu_hlo_slice_dim(B, qb, r - 2, n, m, 1)) : tpu_hlo_const_f64(B, res_t, 0.0);
+    } else { /* A = R^H Q^H: X = Q R^-H B */
+      qr_factor(c, mT(c, a, true), &qa, &tau);
+      tpu_hlo_value rr = keep_triangle(c, tpu_hlo_slice_dim(B, qa, r - 2, 0, m, 1), true);
+      tpu_hlo_value y = tri_solve(c, rr, b, true, false, false, ADJOINT);
+      int64_t lo[TPU_HLO_MAX_RANK] = {0}, hi[TPU_HLO_MAX_RANK] = {0}, in[TPU_HLO_MAX_RANK] = {0};
+      hi[r - 2] = n - m;
+      y = tpu_hlo_pad(B, y, tpu_hlo_scalar_f64(B, dt, 0.0), lo, hi, in);
+      x = apply_q(c, qa, tau, y, true, false);
+      res = tpu_hlo_const_f64(B, res_t, 0.0);
+    }
+    rank = tpu_hlo_const_i64(B, rank_t, 0);
+    sv = tpu_hlo_const_f64(B, sv_t, 0.0);
+  } else {
+    bool wide = m < n;
+    tpu_hlo_value f[3]; /* S, W, V of A (of A^H when wide) */
+    jacobi_svd(c, wide ? mT(c, a, true) : a, f);
+    tpu_hlo_type st = *tpu_hlo_type_of(B, f[0]);
+    tpu_hlo_value cut = mul(c, spread(c, reduce_keep(c, f[0], TPU_HLO_MAX, r - 1), &st),
+                            tpu_hlo_const_f64(B, &st, tpu_lower_float(c, 2, 0.0)));
+    tpu_hlo_value kept = cmp(c, TPU_HLO_GT, f[0], cut);
+    tpu_hlo_value safe = sel(c, kept, f[0], tpu_hlo_const_f64(B, &st, 1.0));
+    tpu_hlo_value inv2 = sel(c, kept, dvd(c, tpu_hlo_const_f64(B, &st, 1.0), mul(c, safe, safe)),
+                             tpu_hlo_const_f64(B, &st, 0.0));
+    /* A^+ = V S^-2 W^H, or for a wide A (A^H = W V^H) W S^-2 V^H */
+    tpu_hlo_value left = wide ? f[1] : f[2], right = wide ? f[2] : f[1];
+    tpu_hlo_value y = matmul(c, mT(c, right, true), b);
+    y = mul(c, spread(c, as_type_of(c, mT(c, inv2, false), y), tpu_hlo_type_of(B, y)), y);
+    x = matmul(c, left, y);
+    res = column_norm2(c, sub(c, matmul(c, a, x), b));
+    tpu_hlo_type kt = st;
+    kt.dtype = TPU_S64;
+    rank = tpu_lower_reduce(B, sel(c, kept, tpu_hlo_const_i64(B, &kt, 1), tpu_hlo_const_i64(B, &kt, 0)), TPU_HLO_ADD,
+                            (int64_t[]){r - 1}, 1);
+    sv = f[0];
+  }
+  tpu_lower_set_output(c, 0, x);
+  tpu_lower_set_output(c, 1, tpu_hlo_reshape(B, res, res_t->rank, res_t->dims));
+  tpu_lower_set_output(c, 2, tpu_hlo_reshape(B, rank, rank_t->rank, rank_t->dims));
+  tpu_lower_set_output(c, 3, tpu_hlo_reshape(B, sv, sv_t->rank, sv_t->dims));
+  return NULL;
+}
+
 /* geqrf(self) -> (a, tau): LAPACK's compact form, as householder_product and
  * ormqr read it. */
 static tpu_status_t geqrf_rule(tpu_lower_ctx *c) {
@@ -977,5 +1052,6 @@ const tpu_lower_rule tpu_rules_factor[] = {
     {{"ormqr", "ormqr.out"}, ormqr_rule, 0, 0},
     {{"linalg_qr", "linalg_qr.out"}, qr_rule, 0, 0},
     {{"geqrf", "geqrf.a"}, geqrf_rule, 0, 0},
+    {{"torchtpu::lstsq"}, lstsq_rule, 0, 0},
 };
 TPU_COUNT_RULES(factor);

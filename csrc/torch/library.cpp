@@ -1,5 +1,5 @@
 // torchtpu's own ops: forms of aten ops that eager runs where the aten
-// schema does not suit a cached program (sdpa.cpp, ctc.cpp say why). Their
+// schema does not suit a cached program (sdpa.cpp, ctc.cpp, ops.cpp say why). Their
 // rules live in csrc/lower like any other and are registered here, after the
 // schemas, in this one translation unit: registration needs the schema to
 // exist already, and static initialization is ordered only within a file.
@@ -16,6 +16,8 @@ TORCH_LIBRARY(torchtpu, m) {
   m.def("ctc_loss_backward(Tensor grad, Tensor log_probs, Tensor targets, Tensor input_lengths, "
         "Tensor target_lengths, Tensor neg_log_likelihood, int blank, bool zero_infinity, "
         "int max_target_length) -> Tensor");
+  m.def("lstsq(Tensor self, Tensor b, float rcond, bool gels) "
+        "-> (Tensor solution, Tensor residuals, Tensor rank, Tensor singular_values)");
 }
 
 TORCH_LIBRARY_IMPL(torchtpu, PrivateUse1, m) { torchtpu::register_rules(m, "torchtpu"); }

@@ -4,7 +4,8 @@
 // lowered ops of static shape (nonzero_static, index_select …): one sync, no
 // CPU fallback. Histograms read back the data's range the same way, for
 // PyTorch's checks; bincount reads back its largest value, the size of its
-// result.
+// result. linalg.lstsq returns residuals only for full-rank tall matrices
+// under the gelsd and gelss drivers: it reads back whether all are.
 #include <ATen/ATen.h>
 #include <ATen/native/Resize.h>
 #include <torch/library.h>
@@ -284,6 +285,93 @@ bool is_nonzero_impl(const at::Tensor& self) {
   return self.item().toBool();
 }
 
+// torch.linalg.lstsq. torchtpu::lstsq (csrc/lower/factor.c) solves on the
+// broadcast batch; which of its results PyTorch returns depends on the
+// driver (gelsy, the default: solution and rank; gels: solution, and
+// residuals for tall matrices; gelsd, gelss: all, residuals for tall
+// full-rank matrices).
+using Lstsq = std::tuple<at::Tensor&, at::Tensor&, at::Tensor&, at::Tensor&>;
+using LstsqFn = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&,
+                                                                           double, bool);
+
+Lstsq lstsq_out(const at::Tensor& self, const at::Tensor& b, std::optional<double> rcond,
+                std::optional<c10::string_view> driver, at::Tensor& solution, at::Tensor& residuals, at::Tensor& rank,
+                at::Tensor& singular_values) {
+  TORCH_CHECK(self.dim() >= 2, "torch.linalg.lstsq: input must have at least 2 dimensions.");
+  TORCH_CHECK(b.dim() >= 1, "torch.linalg.lstsq: other must have at least 1 dimension.");
+  TORCH_CHECK(self.scalar_type() == b.scalar_type(),
+              "torch.linalg.lstsq: Expected input and other to have the same dtype, but got input's dtype ",
+              self.scalar_type(), " and other's dtype ", b.scalar_type());
+  int64_t dim_diff = self.dim() - b.dim();
+  TORCH_CHECK(dim_diff == 0 || dim_diff == 1,
+              "torch.linalg.lstsq: input.dim() must be greater or equal to other.dim() and (input.dim() - other.dim()) "
+              "<= 1");
+  bool vector = dim_diff == 1;
+  TORCH_CHECK(self.size(-2) == b.size(vector ? -1 : -2), "torch.linalg.lstsq: input.size(-2) should match other.size(",
+              vector ? "-1" : "-2", ")");
+  at::ScalarType t = self.scalar_type();
+  TORCH_CHECK(t == at::kFloat || t == at::kDouble || t == at::kComplexFloat || t == at::kComplexDouble,
+              "This function doesn't handle types other than float and double");
+  std::string name = driver.has_value() ? std::string(*driver) : "gelsy";
+  TORCH_CHECK(name == "gels" || name == "gelsy" || name == "gelsd" || name == "gelss",
+              "torch.linalg.lstsq: parameter `driver` should be one of (gels, gelsy, gelsd, gelss)");
+  at::Tensor rhs = vector ? b.unsqueeze(-1) : b;
+  auto batch = at::infer_size(self.sizes().slice(0, self.dim() - 2), rhs.sizes().slice(0, rhs.dim() - 2));
+  int64_t m = self.size(-2), n = self.size(-1), k = rhs.size(-1);
+  auto with = [&batch](std::initializer_list<int64_t> tail) {
+    std::vector<int64_t> v = batch;
+    v.insert(v.end(), tail);
+    return v;
+  };
+  at::ScalarType real = c10::toRealValueType(t);
+  double eps = real == at::kDouble ? std::numeric_limits<double>::epsilon() : std::numeric_limits<float>::epsilon();
+  // LAPACK takes a negative rcond as the machine precision
+  double cut = !rcond.has_value() ? eps * std::max(m, n) : *rcond < 0 ? eps : *rcond;
+  at::Tensor x, res, rk, sv;
+  if (self.numel() == 0 || rhs.numel() == 0) {
+    x = at::zeros(with({n, k}), self.options());
+    res = at::zeros(with({k}), self.options().dtype(real));
+    rk = at::zeros(batch, self.options().dtype(at::kLong));
+    sv = at::zeros(with({std::min(m, n)}), self.options().dtype(real));
+  } else {
+    static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("torchtpu::lstsq", "").typed<LstsqFn>();
+    std::tie(x, res, rk, sv) = op.call(self.expand(with({m, n})), rhs.expand(with({m, k})), cut, name == "gels");
+  }
+  at::Tensor none = at::empty({0}, self.options().dtype(real));
+  bool svd = name == "gelsd" || name == "gelss";
+  bool with_residuals = m > n && (name == "gels" || (svd && rk.eq(n).all().item<bool>()));  // the read-back
+  auto store = [](at::Tensor& out, const at::Tensor& value) {
+    at::native::resize_output(out, value.sizes());
+    out.copy_(value);
+  };
+  store(solution, vector ? x.squeeze(-1) : x);
+  store(residuals, with_residuals ? res : none);
+  // rank and singular values are A's: its batch, not the broadcast one
+  auto of_a = [&self](at::Tensor v) {
+    for (int64_t i = 0; i < self.dim() - 2; i++)
+      if (self.size(i) == 1) v = v.narrow(i, 0, 1);
+    return v;
+  };
+  store(rank, name == "gels" ? at::empty({0}, self.options().dtype(at::kLong)) : of_a(rk));
+  store(singular_values, svd ? of_a(sv) : none);
+  return {solution, residuals, rank, singular_values};
+}
+
+// torchtpu::lstsq's meta function.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> lstsq_meta(const at::Tensor& self, const at::Tensor& b,
+                                                                      double rcond, bool gels) {
+  auto batch = self.sizes().slice(0, self.dim() - 2).vec();
+  int64_t m = self.size(-2), n = self.size(-1), k = b.size(-1);
+  auto with = [&batch](std::initializer_list<int64_t> tail) {
+    std::vector<int64_t> v = batch;
+    v.insert(v.end(), tail);
+    return v;
+  };
+  auto real = self.options().dtype(c10::toRealValueType(self.scalar_type()));
+  return {at::empty(with({n, k}), self.options()), at::empty(with({k}), real),
+          at::empty(batch, self.options().dtype(at::kLong)), at::empty(with({std::min(m, n)}), real)};
+}
+
 }  // namespace
 }  // namespace torchtpu
 
@@ -306,4 +394,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("repeat_interleave.Tensor", TORCH_FN(torchtpu::repeat_interleave_impl));
   m.impl("equal", TORCH_FN(torchtpu::equal_impl));
   m.impl("is_nonzero", TORCH_FN(torchtpu::is_nonzero_impl));
+  m.impl("linalg_lstsq.out", TORCH_FN(torchtpu::lstsq_out));
 }
+
+TORCH_LIBRARY_IMPL(torchtpu, Meta, m) { m.impl("lstsq", TORCH_FN(torchtpu::lstsq_meta)); }
