@@ -2,7 +2,7 @@
 against CPU, forward and backward: the models whose paths broke before
 (MoE layers through torch._grouped_mm in compiled mode, DeBERTa's tensor
 constant in a compiled training graph, wav2vec2's weight-normed
-convolution). A wider sweep of 60 architectures, eager and compiled, is in
+convolution), and wav2vec2 trained with its CTC loss. A wider sweep of 60 architectures, eager and compiled, is in
 the stop-12 note of issue 3."""
 import copy
 import warnings
@@ -37,6 +37,12 @@ MODELS = {
 }
 
 
+def ctc_labels():
+    labels = torch.randint(1, 32, (2, 10), generator=torch.Generator().manual_seed(1))
+    labels[1, 7:] = -100  # a shorter transcript: concatenated targets of two lengths
+    return labels
+
+
 def forward_backward(run, model, inputs):
     logits = run(**inputs).logits
     logits.float().pow(2).mean().backward()
@@ -64,4 +70,33 @@ def test_model_matches_cpu(name, compiled):
     for n, g in grads.items():
         scale = want_grads[n].abs().max().item() + 1e-6
         assert (g - want_grads[n]).abs().max().item() <= 1e-3 * scale, n
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_wav2vec2_ctc_loss_matches_cpu(compiled):
+    """Wav2Vec2ForCTC's loss (F.ctc_loss on lengths it computes as tensors)
+    and every gradient, on tpu, nothing on the CPU."""
+    make, inputs = MODELS["wav2vec2"]
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = make().eval()
+    x, labels = inputs()["input_values"], ctc_labels()
+    on_tpu = copy.deepcopy(model).to("tpu")
+    want = model(input_values=x, labels=labels).loss
+    want.backward()
+    torch._dynamo.reset()
+    torchtpu.reset_stats()
+    run = torch.compile(on_tpu, backend="tpu") if compiled else on_tpu
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = run(input_values=x.to("tpu"), labels=labels.to("tpu")).loss
+    got.backward()
+    assert not torchtpu.stats()["fallbacks"]
+    torch.testing.assert_close(got.detach().cpu(), want.detach(), rtol=1e-4, atol=1e-5)
+    for (n, p), (_, q) in zip(model.named_parameters(), on_tpu.named_parameters()):
+        assert (q.grad is None) == (p.grad is None), n
+        if p.grad is not None:  # as test_model_matches_cpu: relative to the gradient's largest element
+            assert (q.grad.cpu() - p.grad).abs().max().item() <= 1e-3 * (p.grad.abs().max().item() + 1e-6), n
     torch._dynamo.reset()
