@@ -55,6 +55,10 @@ CASES = [
     ("sum", torch.sum, lambda: [torch.randn(4, 16)], f32),
     ("mse_loss", F.mse_loss, lambda: [torch.randn(4, 16), torch.randn(4, 16)], f32),
     ("cross_entropy", F.cross_entropy, lambda: [torch.randn(4, 16), torch.randint(0, 16, (4,))], None),
+    # float32 as PyTorch's CPU policy has it: no kernel takes half types
+    ("ctc_loss", lambda lp, tg, il, tl: F.ctc_loss(lp, tg, il, tl),
+     lambda: [torch.randn(10, 2, 5).log_softmax(2), torch.tensor([[1, 2, 2], [3, 1, 4]]), torch.tensor([10, 9]),
+              torch.tensor([3, 2])], f32),
 ]
 
 

@@ -9,7 +9,9 @@
 // half types (exp, log, pow, norms, softmax, reductions, losses) run in
 // float32; ops mixing dtypes run at the widest; every other op passes
 // through unchanged. A model autocast on tpu computes in the dtypes it would
-// on a GPU. The default dtype is PyTorch's for the device (float16);
+// on a GPU, with one addition from PyTorch's CPU policy: the CTC loss runs in
+// float32 (CUDA's and CPU's kernels take no half types, and the shared list
+// leaves it out). The default dtype is PyTorch's for the device (float16);
 // torch.autocast("tpu", dtype=torch.bfloat16) selects bfloat16.
 #include <ATen/autocast_mode.h>
 #include <torch/library.h>
@@ -45,5 +47,7 @@ TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
   AT_FORALL_FP32_SET_OPT_DTYPE(TPU_FP32_SET_OPT_DTYPE)
   AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE(KERNEL_DIFFERENT_REDISPATCH_SIGNATURE_PRIVATEUSEONE)
   AT_FORALL_PROMOTE(TPU_PROMOTE)
+  KERNEL_PRIVATEUSEONE(ctc_loss, IntList, fp32)
+  KERNEL_PRIVATEUSEONE(ctc_loss, Tensor, fp32)
   m.impl(TORCH_SELECTIVE_NAME("aten::binary_cross_entropy"), TORCH_FN(torchtpu::binary_cross_entropy_refused));
 }
