@@ -945,8 +945,9 @@ static tpu_status_t ormqr_rule(tpu_lower_ctx *c) {
  * (X [.., n, k], residuals [.., k], rank [..], S [.., min(m, n)]). gels:
  * LAPACK's gels, QR of A (of A^H when m < n, for the minimum-norm
  * solution), full rank assumed, residuals from the rows of Q^H B past n.
- * Otherwise the minimum-norm solution through the SVD, singular values at
- * most rcond times the largest taken as zero, as gelsd and gelss (gelsy's
+ * Otherwise the minimum-norm solution through the SVD (of QR's triangle),
+ * singular values at most rcond times the largest taken as zero, as gelsd
+ * and gelss (gelsy's
  * complete orthogonal factorization finds the same solution); residuals
  * ||A X - B||^2. The caller keeps what PyTorch returns for its driver. */
 static tpu_status_t lstsq_rule(tpu_lower_ctx *c) {
@@ -977,9 +978,16 @@ static tpu_status_t lstsq_rule(tpu_lower_ctx *c) {
     rank = tpu_hlo_const_i64(B, rank_t, 0);
     sv = tpu_hlo_const_f64(B, sv_t, 0.0);
   } else {
+    /* The sweeps run on the k x k triangle of a QR (k = min(m, n); of A^H
+     * when wide), not on A: A = Q R gives X = R^+ Q^H B, A = R^H Q^H gives
+     * X = Q [(R^H)^+ B; 0]. */
     bool wide = m < n;
-    tpu_hlo_value f[3]; /* S, W, V of A (of A^H when wide) */
-    jacobi_svd(c, wide ? mT(c, a, true) : a, f);
+    int64_t k = wide ? m : n;
+    tpu_hlo_value qa, tau, f[3]; /* S, W, V of the core */
+    qr_factor(c, wide ? mT(c, a, true) : a, &qa, &tau);
+    tpu_hlo_value rr = keep_triangle(c, tpu_hlo_slice_dim(B, qa, r - 2, 0, k, 1), true);
+    tpu_hlo_value rhs = wide ? b : tpu_hlo_slice_dim(B, apply_q(c, qa, tau, b, true, true), r - 2, 0, k, 1);
+    jacobi_svd(c, wide ? mT(c, rr, true) : rr, f);
     tpu_hlo_type st = *tpu_hlo_type_of(B, f[0]);
     tpu_hlo_value cut = mul(c, spread(c, reduce_keep(c, f[0], TPU_HLO_MAX, r - 1), &st),
                             tpu_hlo_const_f64(B, &st, tpu_lower_float(c, 2, 0.0)));
@@ -987,11 +995,15 @@ static tpu_status_t lstsq_rule(tpu_lower_ctx *c) {
     tpu_hlo_value safe = sel(c, kept, f[0], tpu_hlo_const_f64(B, &st, 1.0));
     tpu_hlo_value inv2 = sel(c, kept, dvd(c, tpu_hlo_const_f64(B, &st, 1.0), mul(c, safe, safe)),
                              tpu_hlo_const_f64(B, &st, 0.0));
-    /* A^+ = V S^-2 W^H, or for a wide A (A^H = W V^H) W S^-2 V^H */
-    tpu_hlo_value left = wide ? f[1] : f[2], right = wide ? f[2] : f[1];
-    tpu_hlo_value y = matmul(c, mT(c, right, true), b);
+    /* core^+ = V S^-2 W^H */
+    tpu_hlo_value y = matmul(c, mT(c, f[1], true), rhs);
     y = mul(c, spread(c, as_type_of(c, mT(c, inv2, false), y), tpu_hlo_type_of(B, y)), y);
-    x = matmul(c, left, y);
+    x = matmul(c, f[2], y);
+    if (wide) {
+      int64_t lo[TPU_HLO_MAX_RANK] = {0}, hi[TPU_HLO_MAX_RANK] = {0}, in[TPU_HLO_MAX_RANK] = {0};
+      hi[r - 2] = n - m;
+      x = apply_q(c, qa, tau, tpu_hlo_pad(B, x, tpu_hlo_scalar_f64(B, dt, 0.0), lo, hi, in), true, false);
+    }
     res = column_norm2(c, sub(c, matmul(c, a, x), b));
     tpu_hlo_type kt = st;
     kt.dtype = TPU_S64;
