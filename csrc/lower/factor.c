@@ -13,6 +13,7 @@
  * Matrices are the last two dims; the leading ones are a batch, broadcast
  * to the output's batch where PyTorch broadcasts. */
 #include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 
 #include "lower/rules.h"
@@ -642,17 +643,73 @@ static tpu_hlo_value sweep_pair(tpu_lower_ctx *c, tpu_hlo_value k, int64_t n, tp
   return cmp(c, TPU_HLO_LT, *p, *q);
 }
 
-/* One rotation of the one-sided Jacobi sweeps. State: W ([batch, m, n]), V ([batch, n, n]). */
+/* Columns |idx| (s64 [n]) of |x|, in that order. */
+static tpu_hlo_value take_columns(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value idx) {
+  tpu_hlo_type t = *tpu_hlo_type_of(B, x);
+  int r = t.rank;
+  tpu_hlo_gather_dims g = {.num_offset = r - 1, .num_collapsed = 1, .num_start_map = 1, .index_vector_dim = 1};
+  int64_t slice[TPU_HLO_MAX_RANK];
+  for (int d = 0; d < r; d++) slice[d] = t.dims[d];
+  for (int d = 0; d < r - 1; d++) g.offset_dims[d] = d;
+  g.collapsed_slice_dims[0] = g.start_index_map[0] = r - 1;
+  slice[r - 1] = 1;
+  int64_t n = tpu_hlo_type_of(B, idx)->dims[0], col[2] = {n, 1};
+  t.dims[r - 1] = n;
+  return tpu_hlo_gather(B, x, tpu_hlo_reshape(B, idx, 2, col), &g, slice, &t);
+}
+
+/* Columns 2i (|out_p|) and 2i + 1 (|out_q|) of |x| ([batch, rows, n]). */
+static void split_pairs(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value *out_p, tpu_hlo_value *out_q) {
+  tpu_hlo_type half = *tpu_hlo_type_of(B, x);
+  int r = half.rank;
+  half.dims[r - 1] /= 2;
+  int64_t split[TPU_HLO_MAX_RANK + 1];
+  for (int d = 0; d < r; d++) split[d] = half.dims[d];
+  split[r] = 2;
+  tpu_hlo_value pairs = tpu_hlo_reshape(B, x, r + 1, split);
+  *out_p = tpu_hlo_reshape(B, tpu_hlo_slice_dim(B, pairs, r, 0, 1, 1), r, half.dims);
+  *out_q = tpu_hlo_reshape(B, tpu_hlo_slice_dim(B, pairs, r, 1, 2, 1), r, half.dims);
+}
+
+/* |x| with each pair of columns (2i, 2i + 1) combined by the weights |w|
+ * ([batch, 1, n / 2] each), as combine() does one pair. */
+static tpu_hlo_value combine_pairs(tpu_lower_ctx *c, tpu_hlo_value x, const tpu_hlo_value *w) {
+  tpu_hlo_type t = *tpu_hlo_type_of(B, x);
+  int r = t.rank;
+  tpu_hlo_value xp, xq;
+  split_pairs(c, x, &xp, &xq);
+  tpu_hlo_type half = *tpu_hlo_type_of(B, xp);
+  int64_t split[TPU_HLO_MAX_RANK + 1];
+  for (int d = 0; d < r; d++) split[d] = half.dims[d];
+  split[r] = 1;
+  tpu_hlo_value parts[2] = {
+      tpu_hlo_reshape(B, add(c, mul(c, spread(c, w[0], &half), xp), mul(c, spread(c, w[1], &half), xq)), r + 1, split),
+      tpu_hlo_reshape(B, add(c, mul(c, spread(c, w[2], &half), xp), mul(c, spread(c, w[3], &half), xq)), r + 1, split)};
+  return tpu_hlo_reshape(B, tpu_hlo_concatenate(B, parts, 2, r), r, t.dims);
+}
+
+/* One round of the one-sided Jacobi sweeps: n / 2 disjoint column pairs
+ * rotated at once, the pairs of a round-robin tournament (every pair once
+ * in n - 1 rounds). State: W ([batch, m, n]), V ([batch, n0, n]), the
+ * rounds' column orders and their inverses ([n - 1, n], s64). */
 static void jacobi_step(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s) {
+  const tpu_hlo_type *ot = tpu_hlo_type_of(B, s[2]);
+  int64_t rounds = ot->dims[0], n = ot->dims[1];
   int r = tpu_hlo_rank(B, s[0]);
-  tpu_hlo_value p, q, pair = sweep_pair(c, k, tpu_hlo_type_of(B, s[0])->dims[r - 1], &p, &q);
-  tpu_hlo_value ap = pick(c, s[0], r - 1, p), aq = pick(c, s[0], r - 1, q);
+  tpu_hlo_value round = tpu_hlo_binary(B, TPU_HLO_REM, k, tpu_hlo_scalar_i64(B, TPU_S64, rounds));
+  tpu_hlo_value zero = tpu_hlo_scalar_i64(B, TPU_S64, 0), at[2] = {round, zero};
+  int64_t row[2] = {1, n}, flat = n;
+  tpu_hlo_value order = tpu_hlo_reshape(B, tpu_hlo_dynamic_slice(B, s[2], at, row), 1, &flat);
+  tpu_hlo_value back = tpu_hlo_reshape(B, tpu_hlo_dynamic_slice(B, s[3], at, row), 1, &flat);
+  tpu_hlo_value w = take_columns(c, s[0], order), ap, aq;
+  split_pairs(c, w, &ap, &aq);
   tpu_hlo_value gamma = reduce_keep(c, mul(c, conj_of(c, ap), aq), TPU_HLO_ADD, r - 2);
-  tpu_hlo_value w[4];
-  tpu_hlo_type gt = *tpu_hlo_type_of(B, column_norm2(c, ap));
-  rotation(c, column_norm2(c, ap), column_norm2(c, aq), gamma, spread(c, pair, &gt), w, NULL);
-  s[0] = combine(c, s[0], r - 1, p, q, w);
-  s[1] = combine(c, s[1], r - 1, p, q, w);
+  tpu_hlo_value app = column_norm2(c, ap), weights[4];
+  tpu_hlo_type gt = *tpu_hlo_type_of(B, app);
+  gt.dtype = TPU_BOOL;
+  rotation(c, app, column_norm2(c, aq), gamma, tpu_hlo_const_i64(B, &gt, 1), weights, NULL);
+  s[0] = take_columns(c, combine_pairs(c, w, weights), back);
+  s[1] = take_columns(c, combine_pairs(c, take_columns(c, s[1], order), weights), back);
 }
 
 /* One rotation of the two-sided (eigenvalue) Jacobi sweeps. State: A
@@ -725,14 +782,52 @@ static void complete_step(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s) {
 /* One-sided Jacobi on |a| ([batch, m, n], m >= n): |out| receives the
  * singular values ([batch, 1, n], the norms of W's columns), W = A V (columns
  * U S) and V, largest singular value first. */
+/* The column orders of the n - 1 rounds of a round-robin tournament of |n|
+ * (even) columns, by the circle method (round j pairs column n - 1 with j,
+ * and j + i with j - i, mod n - 1), and their inverses: [n - 1, n] each. */
+static void tournament(tpu_lower_ctx *c, int64_t n, tpu_hlo_value *out_order, tpu_hlo_value *out_back) {
+  int64_t rounds = n - 1, count = rounds * n, table[2] = {rounds, n};
+  int64_t *order = malloc(sizeof(int64_t) * (size_t)count), *back = malloc(sizeof(int64_t) * (size_t)count);
+  if (order == NULL || back == NULL) {
+    tpu_hlo_fail(B, TPU_ERR_RUNTIME, "%s: out of memory", c->op);
+  } else {
+    for (int64_t j = 0; j < rounds; j++) {
+      int64_t *o = order + j * n;
+      o[0] = n - 1, o[1] = j;
+      for (int64_t i = 1; i < n / 2; i++) {
+        o[2 * i] = (j + i) % rounds;
+        o[2 * i + 1] = ((j - i) % rounds + rounds) % rounds;
+      }
+      for (int64_t i = 0; i < n; i++) back[j * n + o[i]] = i;
+    }
+    *out_order = tpu_hlo_reshape(B, tpu_hlo_const_i64_list(B, order, (int)count), 2, table);
+    *out_back = tpu_hlo_reshape(B, tpu_hlo_const_i64_list(B, back, (int)count), 2, table);
+  }
+  free(order);
+  free(back);
+}
+
+/* One-sided Jacobi on |a| ([batch, m, n], m >= n): |out| receives the
+ * singular values ([batch, 1, n], the norms of W's columns), W = A V (columns
+ * U S) and V, largest singular value first. Each sweep is the n - 1 rounds
+ * of a tournament (an odd n gets a zero column, which never rotates). */
 static void jacobi_svd(tpu_lower_ctx *c, tpu_hlo_value a, tpu_hlo_value *out) {
   tpu_hlo_type vt = *tpu_hlo_type_of(B, a);
   int r = vt.rank;
-  int64_t n = vt.dims[r - 1];
+  int64_t n = vt.dims[r - 1], even = n + n % 2;
   vt.dims[r - 2] = n;
-  tpu_hlo_value state[2] = {a, identity(c, &vt)};
-  int sweeps = tpu_dtype_real(vt.dtype) == TPU_F64 ? 16 : 12;
-  tpu_lower_loop(c, sweeps * n * n, 2, state, jacobi_step);
+  tpu_hlo_value state[4] = {a, identity(c, &vt)};
+  if (even > n) {
+    int64_t lo[TPU_HLO_MAX_RANK] = {0}, hi[TPU_HLO_MAX_RANK] = {0}, in[TPU_HLO_MAX_RANK] = {0};
+    hi[r - 1] = 1;
+    for (int i = 0; i < 2; i++) state[i] = tpu_hlo_pad(B, state[i], tpu_hlo_scalar_f64(B, vt.dtype, 0.0), lo, hi, in);
+  }
+  if (even > 1) {
+    tournament(c, even, &state[2], &state[3]);
+    int sweeps = tpu_dtype_real(vt.dtype) == TPU_F64 ? 16 : 12;
+    tpu_lower_loop(c, sweeps * (even - 1), 4, state, jacobi_step);
+  }
+  for (int i = 0; i < 2; i++) state[i] = tpu_hlo_slice_dim(B, state[i], r - 1, 0, n, 1);
   tpu_hlo_value sv = un(c, TPU_HLO_SQRT, column_norm2(c, state[0]));
   out[0] = sv, out[1] = state[0], out[2] = state[1];
   sort_by(c, sv, out, 3, true);
