@@ -596,24 +596,9 @@ static tpu_hlo_value column_norm2(tpu_lower_ctx *c, tpu_hlo_value x) {
   return reduce_keep(c, mul(c, mag, mag), TPU_HLO_ADD, tpu_hlo_rank(B, x) - 2);
 }
 
-/* |x| with slices p and q of |dim| (values) replaced by the combinations
- * w[0] x_p + w[1] x_q and w[2] x_p + w[3] x_q (w: [batch, 1, 1] of x's dtype). */
-static tpu_hlo_value combine(tpu_lower_ctx *c, tpu_hlo_value x, int dim, tpu_hlo_value p, tpu_hlo_value q,
-                             const tpu_hlo_value *w) {
-  tpu_hlo_type xt = *tpu_hlo_type_of(B, x), it = xt;
-  it.dtype = TPU_S64;
-  tpu_hlo_value xp = pick(c, x, dim, p), xq = pick(c, x, dim, q);
-  tpu_hlo_type st = *tpu_hlo_type_of(B, xp);
-  tpu_hlo_value new_p = add(c, mul(c, spread(c, w[0], &st), xp), mul(c, spread(c, w[1], &st), xq));
-  tpu_hlo_value new_q = add(c, mul(c, spread(c, w[2], &st), xp), mul(c, spread(c, w[3], &st), xq));
-  tpu_hlo_value idx = index_along(c, x, dim);
-  tpu_hlo_value at_p = cmp(c, TPU_HLO_EQ, idx, spread(c, p, &it)), at_q = cmp(c, TPU_HLO_EQ, idx, spread(c, q, &it));
-  return sel(c, at_p, spread(c, new_p, &xt), sel(c, at_q, spread(c, new_q, &xt), x));
-}
-
 /* The plane rotation J = [[cs, sn e], [-sn conj(e), cs]] that zeroes the
  * off-diagonal g e of the Hermitian 2x2 [[app, g e], [conj(g e), aqq]]
- * (g = |gamma| >= 0, real app, aqq: [batch, 1, 1]), as the combine weights of
+ * (g = |gamma| >= 0, real app, aqq: [batch, 1, pairs]), as the combine_pairs weights of
  * columns (X J) in |out_cols| and of rows (J^H X) in |out_rows| (NULL: not
  * wanted). No rotation where g == 0 or !|want|. */
 static void rotation(tpu_lower_ctx *c, tpu_hlo_value app, tpu_hlo_value aqq, tpu_hlo_value gamma, tpu_hlo_value want,
@@ -633,14 +618,6 @@ static void rotation(tpu_lower_ctx *c, tpu_hlo_value app, tpu_hlo_value aqq, tpu
   tpu_hlo_value sn_e = mul(c, sn, e), sn_ce = mul(c, sn, conj_of(c, e));
   out_cols[0] = cw, out_cols[1] = neg(c, sn_ce), out_cols[2] = sn_e, out_cols[3] = cw;
   if (out_rows != NULL) out_rows[0] = cw, out_rows[1] = neg(c, sn_e), out_rows[2] = sn_ce, out_rows[3] = cw;
-}
-
-/* The pair (p, q) = (k / n % n, k % n) of a sweep over n columns, and p < q. */
-static tpu_hlo_value sweep_pair(tpu_lower_ctx *c, tpu_hlo_value k, int64_t n, tpu_hlo_value *p, tpu_hlo_value *q) {
-  tpu_hlo_value nv = tpu_hlo_scalar_i64(B, TPU_S64, n);
-  *p = tpu_hlo_binary(B, TPU_HLO_REM, dvd(c, k, nv), nv);
-  *q = tpu_hlo_binary(B, TPU_HLO_REM, k, nv);
-  return cmp(c, TPU_HLO_LT, *p, *q);
 }
 
 /* Columns |idx| (s64 [n]) of |x|, in that order. */
@@ -671,8 +648,9 @@ static void split_pairs(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value *out_p,
   *out_q = tpu_hlo_reshape(B, tpu_hlo_slice_dim(B, pairs, r, 1, 2, 1), r, half.dims);
 }
 
-/* |x| with each pair of columns (2i, 2i + 1) combined by the weights |w|
- * ([batch, 1, n / 2] each), as combine() does one pair. */
+/* |x| with each pair of columns (2i, 2i + 1) replaced by the combinations
+ * w[0] x_p + w[1] x_q and w[2] x_p + w[3] x_q (|w|: [batch, 1, n / 2]
+ * each, of x's dtype). */
 static tpu_hlo_value combine_pairs(tpu_lower_ctx *c, tpu_hlo_value x, const tpu_hlo_value *w) {
   tpu_hlo_type t = *tpu_hlo_type_of(B, x);
   int r = t.rank;
@@ -712,18 +690,48 @@ static void jacobi_step(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s) {
   s[1] = take_columns(c, combine_pairs(c, take_columns(c, s[1], order), weights), back);
 }
 
-/* One rotation of the two-sided (eigenvalue) Jacobi sweeps. State: A
- * ([batch, n, n], Hermitian), V ([batch, n, n]). */
+/* |x| ([batch, n, n]) with its rows and columns in the order |idx|. */
+static tpu_hlo_value take_rows_columns(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value idx) {
+  return mT(c, take_columns(c, mT(c, take_columns(c, x, idx), false), idx), false);
+}
+
+/* Of each diagonal pair (2i, 2i + 1) of |h| ([batch, n, n]): the diagonal
+ * elements (|out_pp|, |out_qq|, real) and h[2i, 2i + 1] (|out_pq|), each
+ * [batch, 1, n / 2]. */
+static void pair_blocks(tpu_lower_ctx *c, tpu_hlo_value h, tpu_hlo_value *out_pp, tpu_hlo_value *out_qq,
+                        tpu_hlo_value *out_pq) {
+  tpu_hlo_type t = *tpu_hlo_type_of(B, h), it = t;
+  int r = t.rank;
+  it.dtype = TPU_S64;
+  tpu_hlo_value row = tpu_hlo_iota(B, &it, r - 2), col = tpu_hlo_iota(B, &it, r - 1), zero = tpu_hlo_const_f64(B, &t, 0.0);
+  tpu_hlo_value above = add(c, row, tpu_hlo_const_i64(B, &it, 1));
+  tpu_hlo_value diag = reduce_keep(c, sel(c, cmp(c, TPU_HLO_EQ, row, col), h, zero), TPU_HLO_ADD, r - 2);
+  tpu_hlo_value super = reduce_keep(c, sel(c, cmp(c, TPU_HLO_EQ, above, col), h, zero), TPU_HLO_ADD, r - 2), unused;
+  split_pairs(c, diag, out_pp, out_qq);
+  *out_pp = un(c, TPU_HLO_REAL, *out_pp);
+  *out_qq = un(c, TPU_HLO_REAL, *out_qq);
+  split_pairs(c, super, &unused, out_pq);
+}
+
+/* One round of the two-sided (eigenvalue) Jacobi sweeps: n / 2 disjoint
+ * pairs rotated at once, as jacobi_step. State: A ([batch, n, n],
+ * Hermitian), V ([batch, n0, n]), the rounds' orders and inverses. */
 static void eigh_step(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s) {
-  int r = tpu_hlo_rank(B, s[0]);
-  tpu_hlo_value p, q, pair = sweep_pair(c, k, tpu_hlo_type_of(B, s[0])->dims[r - 1], &p, &q);
-  tpu_hlo_value col_p = pick(c, s[0], r - 1, p), col_q = pick(c, s[0], r - 1, q);
-  tpu_hlo_value app = un(c, TPU_HLO_REAL, pick(c, col_p, r - 2, p)), aqq = un(c, TPU_HLO_REAL, pick(c, col_q, r - 2, q));
-  tpu_hlo_value gamma = pick(c, col_q, r - 2, p), cols[4], rows[4];
+  const tpu_hlo_type *ot = tpu_hlo_type_of(B, s[2]);
+  int64_t rounds = ot->dims[0], n = ot->dims[1];
+  tpu_hlo_value round = tpu_hlo_binary(B, TPU_HLO_REM, k, tpu_hlo_scalar_i64(B, TPU_S64, rounds));
+  tpu_hlo_value zero = tpu_hlo_scalar_i64(B, TPU_S64, 0), at[2] = {round, zero};
+  int64_t row[2] = {1, n}, flat = n;
+  tpu_hlo_value order = tpu_hlo_reshape(B, tpu_hlo_dynamic_slice(B, s[2], at, row), 1, &flat);
+  tpu_hlo_value back = tpu_hlo_reshape(B, tpu_hlo_dynamic_slice(B, s[3], at, row), 1, &flat);
+  tpu_hlo_value h = take_rows_columns(c, s[0], order), app, aqq, gamma, cols[4], rows[4];
+  pair_blocks(c, h, &app, &aqq, &gamma);
   tpu_hlo_type gt = *tpu_hlo_type_of(B, app);
-  rotation(c, app, aqq, gamma, spread(c, pair, &gt), cols, rows);
-  s[0] = combine(c, combine(c, s[0], r - 1, p, q, cols), r - 2, p, q, rows);
-  s[1] = combine(c, s[1], r - 1, p, q, cols);
+  gt.dtype = TPU_BOOL;
+  rotation(c, app, aqq, gamma, tpu_hlo_const_i64(B, &gt, 1), cols, rows);
+  h = mT(c, combine_pairs(c, mT(c, combine_pairs(c, h, cols), false), rows), false);
+  s[0] = take_rows_columns(c, h, back);
+  s[1] = take_columns(c, combine_pairs(c, take_columns(c, s[1], order), cols), back);
 }
 
 /* Sorts |n| values along their last dim by |keys| ([batch, 1, k]),
@@ -906,9 +914,24 @@ static tpu_status_t eigh_rule(tpu_lower_ctx *c) {
   tpu_hlo_value h = add(c, keep_triangle(c, a, upper), mT(c, strict, true));
   tpu_hlo_value eye = and_(c, triangle(c, &t, true, 0), triangle(c, &t, false, 0));
   h = sel(c, eye, as_type_of(c, un(c, TPU_HLO_REAL, h), h), h);
-  tpu_hlo_value state[2] = {h, identity(c, &t)};
-  int sweeps = tpu_dtype_real(dtype) == TPU_F64 ? 16 : 12;
-  tpu_lower_loop(c, sweeps * n * n, 2, state, eigh_step);
+  tpu_hlo_value state[4] = {h, identity(c, &t)};
+  int64_t even = n + n % 2; /* an odd n gets a zero row and column, which never rotate */
+  if (even > n) {
+    int64_t lo[TPU_HLO_MAX_RANK] = {0}, hi[TPU_HLO_MAX_RANK] = {0}, in[TPU_HLO_MAX_RANK] = {0};
+    hi[r - 1] = 1;
+    state[1] = tpu_hlo_pad(B, state[1], tpu_hlo_scalar_f64(B, dtype, 0.0), lo, hi, in);
+    hi[r - 2] = 1;
+    state[0] = tpu_hlo_pad(B, state[0], tpu_hlo_scalar_f64(B, dtype, 0.0), lo, hi, in);
+  }
+  if (even > 1) {
+    tournament(c, even, &state[2], &state[3]);
+    int sweeps = tpu_dtype_real(dtype) == TPU_F64 ? 16 : 12;
+    tpu_lower_loop(c, sweeps * (even - 1), 4, state, eigh_step);
+  }
+  int64_t start[TPU_HLO_MAX_RANK] = {0}, limit[TPU_HLO_MAX_RANK], stride[TPU_HLO_MAX_RANK];
+  for (int d = 0; d < r; d++) limit[d] = t.dims[d], stride[d] = 1;
+  state[0] = tpu_hlo_slice(B, state[0], start, limit, stride);
+  state[1] = tpu_hlo_slice_dim(B, state[1], r - 1, 0, n, 1);
   tpu_hlo_value w = un(c, TPU_HLO_REAL, row_where(c, state[0], eye, r - 2));
   tpu_hlo_value sorted[2] = {w, state[1]};
   sort_by(c, w, sorted, 2, false);
