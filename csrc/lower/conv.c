@@ -555,9 +555,9 @@ static tpu_hlo_value fractional_box(tpu_lower_ctx *c, int d, const tpu_hlo_type 
   tpu_hlo_value u = tpu_hlo_reshape(B, tpu_hlo_slice_dim(B, f->samples, f->lead, which, which + 1, 1), f->lead, st.dims);
   tpu_hlo_type seq_t = tpu_hlo_make_type(st.dtype, f->lead + 1, st.dims); /* [planes..., out] */
   seq_t.dims[f->lead] = out;
-  int64_t planes[TPU_HLO_MAX_RANK];
-  for (int k = 0; k < f->lead; k++) planes[k] = k;
-  u = tpu_hlo_broadcast_in_dim(B, u, &seq_t, planes);
+  int64_t to[TPU_HLO_MAX_RANK]; /* the planes keep their dims; out goes to d in the window */
+  for (int k = 0; k < f->lead; k++) to[k] = k;
+  u = tpu_hlo_broadcast_in_dim(B, u, &seq_t, to);
   tpu_hlo_value alpha = dvd(c, tpu_hlo_const_f64(B, &seq_t, (double)(in - pool)),
                             tpu_hlo_const_f64(B, &seq_t, (double)(out > 1 ? out - 1 : 1)));
   tpu_hlo_type pos_t = seq_t;
@@ -568,8 +568,6 @@ static tpu_hlo_value fractional_box(tpu_lower_ctx *c, int d, const tpu_hlo_type 
   start = sel(c, cmp(c, TPU_HLO_EQ, o, tpu_hlo_const_i64(B, &pos_t, out - 1)), tpu_hlo_const_i64(B, &pos_t, in - pool), start);
   tpu_hlo_type jt = *wt;
   jt.dtype = TPU_S64;
-  int64_t to[TPU_HLO_MAX_RANK];
-  for (int k = 0; k < f->lead; k++) to[k] = k;
   to[f->lead] = d;
   tpu_hlo_value first = tpu_hlo_broadcast_in_dim(B, start, &jt, to), j = tpu_hlo_iota(B, &jt, d + 1);
   return and_(c, cmp(c, TPU_HLO_GE, j, first), cmp(c, TPU_HLO_LT, j, add(c, first, tpu_hlo_const_i64(B, &jt, pool))));

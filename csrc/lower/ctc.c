@@ -87,12 +87,17 @@ static tpu_hlo_value shifted(tpu_lower_ctx *c, tpu_hlo_value x, int64_t by) {
   return tpu_hlo_pad(B, x, fill, lo, hi, in);
 }
 
-/* log(sum(exp(x_i))) of |n| values as the CPU kernel takes it: relative to
- * their maximum, 0 when every one is -inf. */
+/* A maximum to take log-sum-exps relative to, as the CPU kernel takes it:
+ * |m|, or 0 where m is -inf (no term at all). */
+static tpu_hlo_value finite_max(tpu_lower_ctx *c, tpu_hlo_value m) {
+  return sel(c, cmp(c, TPU_HLO_EQ, m, neg_inf_like(c, m)), tpu_hlo_const_f64(B, tpu_hlo_type_of(B, m), 0.0), m);
+}
+
+/* log(sum(exp(x_i))) of |n| values, relative to their finite_max. */
 static tpu_hlo_value log_sum_exp(tpu_lower_ctx *c, const tpu_hlo_value *x, int n) {
   tpu_hlo_value m = x[0];
   for (int i = 1; i < n; i++) m = tpu_hlo_binary(B, TPU_HLO_MAX, m, x[i]);
-  m = sel(c, cmp(c, TPU_HLO_EQ, m, neg_inf_like(c, m)), tpu_hlo_const_f64(B, tpu_hlo_type_of(B, m), 0.0), m);
+  m = finite_max(c, m);
   tpu_hlo_value sum = un(c, TPU_HLO_EXP, sub(c, x[0], m));
   for (int i = 1; i < n; i++) sum = add(c, sum, un(c, TPU_HLO_EXP, sub(c, x[i], m)));
   return add(c, un(c, TPU_HLO_LOG, sum), m);
@@ -151,6 +156,7 @@ static void beta_step(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s) {
 typedef struct ctc {
   int64_t T, N, C, L;
   tpu_hlo_value lp, ext, lp_ext, in_len, tgt_len, valid, pos;
+  tpu_hlo_value last_pos; /* 2 * target_length [N]: the last blank of l' */
 } ctc;
 
 static tpu_status_t ctc_setup(tpu_lower_ctx *c, int lp_arg, int64_t L, int64_t blank, ctc *p) {
@@ -169,8 +175,8 @@ static tpu_status_t ctc_setup(tpu_lower_ctx *c, int lp_arg, int64_t L, int64_t b
   p->ext = extended(c, sample_labels(c, lp_arg + 1, p->tgt_len, p->N, S), blank, p->N, S);
   p->lp_ext = p->T > 0 ? at_labels(c, p->lp, p->ext) : TPU_HLO_NONE;
   p->pos = iota_s64(c, 2, nl, 1);
-  tpu_hlo_value two_tl = add(c, p->tgt_len, p->tgt_len);
-  p->valid = cmp(c, TPU_HLO_LE, p->pos, along(c, two_tl, 2, nl, 0));
+  p->last_pos = add(c, p->tgt_len, p->tgt_len);
+  p->valid = cmp(c, TPU_HLO_LE, p->pos, along(c, p->last_pos, 2, nl, 0));
   return NULL;
 }
 
@@ -214,7 +220,7 @@ static tpu_hlo_value neg_log_likelihood(tpu_lower_ctx *c, const ctc *p, tpu_hlo_
   tpu_hlo_value no_input = cmp(c, TPU_HLO_EQ, p->in_len, zero), no_target = cmp(c, TPU_HLO_EQ, p->tgt_len, zero);
   tpu_hlo_value empty = sel(c, no_target, tpu_hlo_const_f64(B, &nt, 0.0), inf);
   if (p->T == 0) return empty;
-  tpu_hlo_value last = sub(c, p->in_len, one), end = add(c, p->tgt_len, p->tgt_len);
+  tpu_hlo_value last = sub(c, p->in_len, one), end = p->last_pos;
   tpu_hlo_value ends[2] = {pick(c, p, rows, last, end), pick(c, p, rows, last, sub(c, end, one))};
   return sel(c, no_input, empty, neg(c, log_sum_exp(c, ends, 2)));
 }
@@ -251,9 +257,8 @@ static tpu_status_t ctc_loss_backward_rule(tpu_lower_ctx *c) {
   if (p.T == 0 || p.N == 0) return done(c, tpu_hlo_const_f64(B, OUT, 0.0));
   tpu_hlo_value la = alphas(c, &p);
   int64_t tnc[3] = {p.T, p.N, p.C};
-  tpu_hlo_value two_tl = add(c, p.tgt_len, p.tgt_len);
   tpu_hlo_value end = and_(c, p.valid, cmp(c, TPU_HLO_GE, add(c, p.pos, tpu_hlo_const_i64(B, tpu_hlo_type_of(B, p.pos), 1)),
-                                             along(c, two_tl, 2, (int64_t[]){p.N, p.L}, 0)));
+                                             along(c, p.last_pos, 2, (int64_t[]){p.N, p.L}, 0)));
   tpu_hlo_value next_skip = shifted(c, may_skip(c, &p), -2);
   tpu_hlo_value s[NUM_STATE] = {tpu_hlo_const_f64(B, &(tpu_hlo_type){t, 2, {p.N, p.L}}, -INFINITY)};
   s[ROWS] = tpu_hlo_const_f64(B, &(tpu_hlo_type){t, 3, {p.T, p.N, p.L}}, -INFINITY);
@@ -263,8 +268,7 @@ static tpu_status_t ctc_loss_backward_rule(tpu_lower_ctx *c) {
    * largest term of each (t, n); a one-hot product sums the terms by class. */
   tpu_hlo_value ab = add(c, la, s[ROWS]);
   int64_t over_l = 2;
-  tpu_hlo_value m = tpu_hlo_reduce_simple(B, ab, tpu_hlo_scalar_f64(B, t, -INFINITY), TPU_HLO_MAX, &over_l, 1);
-  m = sel(c, cmp(c, TPU_HLO_EQ, m, neg_inf_like(c, m)), tpu_hlo_const_f64(B, tpu_hlo_type_of(B, m), 0.0), m);
+  tpu_hlo_value m = finite_max(c, tpu_hlo_reduce_simple(B, ab, tpu_hlo_scalar_f64(B, t, -INFINITY), TPU_HLO_MAX, &over_l, 1));
   int64_t keep[2] = {0, 1};
   tpu_hlo_value terms = un(c, TPU_HLO_EXP, sub(c, ab, tpu_hlo_broadcast_in_dim(B, m, &(tpu_hlo_type){t, 3, {p.T, p.N, p.L}}, keep)));
   int64_t nlc[3] = {p.N, p.L, p.C}, to_nl[2] = {0, 1};

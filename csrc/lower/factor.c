@@ -135,6 +135,14 @@ static tpu_hlo_value spread(tpu_lower_ctx *c, tpu_hlo_value x, const tpu_hlo_typ
   return tpu_hlo_broadcast_to(B, x, &to);
 }
 
+/* |x| with |extra| slices of the rank-0 |fill| added at the end of |dim|. */
+static tpu_hlo_value pad_end(tpu_lower_ctx *c, tpu_hlo_value x, int dim, int64_t extra, tpu_hlo_value fill) {
+  if (extra == 0) return x;
+  int64_t lo[TPU_HLO_MAX_RANK] = {0}, hi[TPU_HLO_MAX_RANK] = {0}, in[TPU_HLO_MAX_RANK] = {0};
+  hi[dim] = extra;
+  return tpu_hlo_pad(B, x, fill, lo, hi, in);
+}
+
 /* s64 indices along |dim| of |x|'s shape. */
 static tpu_hlo_value index_along(tpu_lower_ctx *c, tpu_hlo_value x, int dim) {
   tpu_hlo_type t = *tpu_hlo_type_of(B, x);
@@ -666,19 +674,26 @@ static tpu_hlo_value combine_pairs(tpu_lower_ctx *c, tpu_hlo_value x, const tpu_
   return tpu_hlo_reshape(B, tpu_hlo_concatenate(B, parts, 2, r), r, t.dims);
 }
 
+/* The column order of step |k|'s round and its inverse ([n] each), from the
+ * tables of a Jacobi loop's state (s[2], s[3]: [rounds, n]). */
+static void round_orders(tpu_lower_ctx *c, tpu_hlo_value k, const tpu_hlo_value *s, tpu_hlo_value *out_order,
+                         tpu_hlo_value *out_back) {
+  const tpu_hlo_type *ot = tpu_hlo_type_of(B, s[2]);
+  int64_t rounds = ot->dims[0], n = ot->dims[1], row[2] = {1, n};
+  tpu_hlo_value round = tpu_hlo_binary(B, TPU_HLO_REM, k, tpu_hlo_scalar_i64(B, TPU_S64, rounds));
+  tpu_hlo_value at[2] = {round, tpu_hlo_scalar_i64(B, TPU_S64, 0)};
+  *out_order = tpu_hlo_reshape(B, tpu_hlo_dynamic_slice(B, s[2], at, row), 1, &n);
+  *out_back = tpu_hlo_reshape(B, tpu_hlo_dynamic_slice(B, s[3], at, row), 1, &n);
+}
+
 /* One round of the one-sided Jacobi sweeps: n / 2 disjoint column pairs
  * rotated at once, the pairs of a round-robin tournament (every pair once
  * in n - 1 rounds). State: W ([batch, m, n]), V ([batch, n0, n]), the
  * rounds' column orders and their inverses ([n - 1, n], s64). */
 static void jacobi_step(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s) {
-  const tpu_hlo_type *ot = tpu_hlo_type_of(B, s[2]);
-  int64_t rounds = ot->dims[0], n = ot->dims[1];
   int r = tpu_hlo_rank(B, s[0]);
-  tpu_hlo_value round = tpu_hlo_binary(B, TPU_HLO_REM, k, tpu_hlo_scalar_i64(B, TPU_S64, rounds));
-  tpu_hlo_value zero = tpu_hlo_scalar_i64(B, TPU_S64, 0), at[2] = {round, zero};
-  int64_t row[2] = {1, n}, flat = n;
-  tpu_hlo_value order = tpu_hlo_reshape(B, tpu_hlo_dynamic_slice(B, s[2], at, row), 1, &flat);
-  tpu_hlo_value back = tpu_hlo_reshape(B, tpu_hlo_dynamic_slice(B, s[3], at, row), 1, &flat);
+  tpu_hlo_value order, back;
+  round_orders(c, k, s, &order, &back);
   tpu_hlo_value w = take_columns(c, s[0], order), ap, aq;
   split_pairs(c, w, &ap, &aq);
   tpu_hlo_value gamma = reduce_keep(c, mul(c, conj_of(c, ap), aq), TPU_HLO_ADD, r - 2);
@@ -717,13 +732,8 @@ static void pair_blocks(tpu_lower_ctx *c, tpu_hlo_value h, tpu_hlo_value *out_pp
  * pairs rotated at once, as jacobi_step. State: A ([batch, n, n],
  * Hermitian), V ([batch, n0, n]), the rounds' orders and inverses. */
 static void eigh_step(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s) {
-  const tpu_hlo_type *ot = tpu_hlo_type_of(B, s[2]);
-  int64_t rounds = ot->dims[0], n = ot->dims[1];
-  tpu_hlo_value round = tpu_hlo_binary(B, TPU_HLO_REM, k, tpu_hlo_scalar_i64(B, TPU_S64, rounds));
-  tpu_hlo_value zero = tpu_hlo_scalar_i64(B, TPU_S64, 0), at[2] = {round, zero};
-  int64_t row[2] = {1, n}, flat = n;
-  tpu_hlo_value order = tpu_hlo_reshape(B, tpu_hlo_dynamic_slice(B, s[2], at, row), 1, &flat);
-  tpu_hlo_value back = tpu_hlo_reshape(B, tpu_hlo_dynamic_slice(B, s[3], at, row), 1, &flat);
+  tpu_hlo_value order, back;
+  round_orders(c, k, s, &order, &back);
   tpu_hlo_value h = take_rows_columns(c, s[0], order), app, aqq, gamma, cols[4], rows[4];
   pair_blocks(c, h, &app, &aqq, &gamma);
   tpu_hlo_type gt = *tpu_hlo_type_of(B, app);
@@ -787,9 +797,6 @@ static void complete_step(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s) {
   s[1] = sel(c, here, tpu_hlo_const_i64(B, &mt, 0), s[1]);
 }
 
-/* One-sided Jacobi on |a| ([batch, m, n], m >= n): |out| receives the
- * singular values ([batch, 1, n], the norms of W's columns), W = A V (columns
- * U S) and V, largest singular value first. */
 /* The column orders of the n - 1 rounds of a round-robin tournament of |n|
  * (even) columns, by the circle method (round j pairs column n - 1 with j,
  * and j + i with j - i, mod n - 1), and their inverses: [n - 1, n] each. */
@@ -815,6 +822,15 @@ static void tournament(tpu_lower_ctx *c, int64_t n, tpu_hlo_value *out_order, tp
   free(back);
 }
 
+/* The sweeps of a Jacobi loop over |even| columns: the rounds' tables go
+ * into state[2] and state[3], the matrices are state[0] and state[1]. */
+static void jacobi_loop(tpu_lower_ctx *c, int64_t even, tpu_hlo_value *state, tpu_lower_step_fn step) {
+  if (even < 2) return;
+  tournament(c, even, &state[2], &state[3]);
+  int sweeps = tpu_dtype_real(tpu_hlo_dtype(B, state[0])) == TPU_F64 ? 16 : 12;
+  tpu_lower_loop(c, sweeps * (even - 1), 4, state, step);
+}
+
 /* One-sided Jacobi on |a| ([batch, m, n], m >= n): |out| receives the
  * singular values ([batch, 1, n], the norms of W's columns), W = A V (columns
  * U S) and V, largest singular value first. Each sweep is the n - 1 rounds
@@ -825,16 +841,8 @@ static void jacobi_svd(tpu_lower_ctx *c, tpu_hlo_value a, tpu_hlo_value *out) {
   int64_t n = vt.dims[r - 1], even = n + n % 2;
   vt.dims[r - 2] = n;
   tpu_hlo_value state[4] = {a, identity(c, &vt)};
-  if (even > n) {
-    int64_t lo[TPU_HLO_MAX_RANK] = {0}, hi[TPU_HLO_MAX_RANK] = {0}, in[TPU_HLO_MAX_RANK] = {0};
-    hi[r - 1] = 1;
-    for (int i = 0; i < 2; i++) state[i] = tpu_hlo_pad(B, state[i], tpu_hlo_scalar_f64(B, vt.dtype, 0.0), lo, hi, in);
-  }
-  if (even > 1) {
-    tournament(c, even, &state[2], &state[3]);
-    int sweeps = tpu_dtype_real(vt.dtype) == TPU_F64 ? 16 : 12;
-    tpu_lower_loop(c, sweeps * (even - 1), 4, state, jacobi_step);
-  }
+  for (int i = 0; i < 2; i++) state[i] = pad_end(c, state[i], r - 1, even - n, tpu_hlo_scalar_f64(B, vt.dtype, 0.0));
+  jacobi_loop(c, even, state, jacobi_step);
   for (int i = 0; i < 2; i++) state[i] = tpu_hlo_slice_dim(B, state[i], r - 1, 0, n, 1);
   tpu_hlo_value sv = un(c, TPU_HLO_SQRT, column_norm2(c, state[0]));
   out[0] = sv, out[1] = state[0], out[2] = state[1];
@@ -883,12 +891,8 @@ static tpu_status_t svd_rule(tpu_lower_ctx *c) {
   mk.dtype = TPU_S64;
   tpu_hlo_value miss = sel(c, missing, tpu_hlo_const_i64(B, &mk, 1), tpu_hlo_const_i64(B, &mk, 0));
   int64_t cols = full ? m : n;
-  if (cols > n) {
-    int64_t lo[TPU_HLO_MAX_RANK] = {0}, hi[TPU_HLO_MAX_RANK] = {0}, in[TPU_HLO_MAX_RANK] = {0};
-    hi[r - 1] = cols - n;
-    u = tpu_hlo_pad(B, u, tpu_hlo_scalar_f64(B, dtype, 0.0), lo, hi, in);
-    miss = tpu_hlo_pad(B, miss, tpu_hlo_scalar_i64(B, TPU_S64, 1), lo, hi, in);
-  }
+  u = pad_end(c, u, r - 1, cols - n, tpu_hlo_scalar_f64(B, dtype, 0.0));
+  miss = pad_end(c, miss, r - 1, cols - n, tpu_hlo_scalar_i64(B, TPU_S64, 1));
   tpu_hlo_value fill[2] = {u, miss};
   tpu_lower_loop(c, m > 0 ? cols : 0, 2, fill, complete_step);
   u = fill[0];
@@ -914,23 +918,13 @@ static tpu_status_t eigh_rule(tpu_lower_ctx *c) {
   tpu_hlo_value h = add(c, keep_triangle(c, a, upper), mT(c, strict, true));
   tpu_hlo_value eye = and_(c, triangle(c, &t, true, 0), triangle(c, &t, false, 0));
   h = sel(c, eye, as_type_of(c, un(c, TPU_HLO_REAL, h), h), h);
-  tpu_hlo_value state[4] = {h, identity(c, &t)};
-  int64_t even = n + n % 2; /* an odd n gets a zero row and column, which never rotate */
-  if (even > n) {
-    int64_t lo[TPU_HLO_MAX_RANK] = {0}, hi[TPU_HLO_MAX_RANK] = {0}, in[TPU_HLO_MAX_RANK] = {0};
-    hi[r - 1] = 1;
-    state[1] = tpu_hlo_pad(B, state[1], tpu_hlo_scalar_f64(B, dtype, 0.0), lo, hi, in);
-    hi[r - 2] = 1;
-    state[0] = tpu_hlo_pad(B, state[0], tpu_hlo_scalar_f64(B, dtype, 0.0), lo, hi, in);
-  }
-  if (even > 1) {
-    tournament(c, even, &state[2], &state[3]);
-    int sweeps = tpu_dtype_real(dtype) == TPU_F64 ? 16 : 12;
-    tpu_lower_loop(c, sweeps * (even - 1), 4, state, eigh_step);
-  }
-  int64_t start[TPU_HLO_MAX_RANK] = {0}, limit[TPU_HLO_MAX_RANK], stride[TPU_HLO_MAX_RANK];
-  for (int d = 0; d < r; d++) limit[d] = t.dims[d], stride[d] = 1;
-  state[0] = tpu_hlo_slice(B, state[0], start, limit, stride);
+  /* an odd n gets a zero row and column, which never rotate */
+  int64_t even = n + n % 2;
+  tpu_hlo_value zero = tpu_hlo_scalar_f64(B, dtype, 0.0);
+  tpu_hlo_value state[4] = {pad_end(c, pad_end(c, h, r - 2, even - n, zero), r - 1, even - n, zero),
+                            pad_end(c, identity(c, &t), r - 1, even - n, zero)};
+  jacobi_loop(c, even, state, eigh_step);
+  state[0] = tpu_hlo_slice_dim(B, tpu_hlo_slice_dim(B, state[0], r - 2, 0, n, 1), r - 1, 0, n, 1);
   state[1] = tpu_hlo_slice_dim(B, state[1], r - 1, 0, n, 1);
   tpu_hlo_value w = un(c, TPU_HLO_REAL, row_where(c, state[0], eye, r - 2));
   tpu_hlo_value sorted[2] = {w, state[1]};
@@ -1065,9 +1059,9 @@ static tpu_status_t ormqr_rule(tpu_lower_ctx *c) {
  * solution), full rank assumed, residuals from the rows of Q^H B past n.
  * Otherwise the minimum-norm solution through the SVD (of QR's triangle),
  * singular values at most rcond times the largest taken as zero, as gelsd
- * and gelss (gelsy's
- * complete orthogonal factorization finds the same solution); residuals
- * ||A X - B||^2. The caller keeps what PyTorch returns for its driver. */
+ * and gelss (gelsy's complete orthogonal factorization finds the same
+ * solution); residuals ||A X - B||^2. The caller keeps what PyTorch returns
+ * for its driver. */
 static tpu_status_t lstsq_rule(tpu_lower_ctx *c) {
   tpu_dtype_t dt = OUT->dtype;
   tpu_hlo_value a = tensor_as(c, 0, dt), b = tensor_as(c, 1, dt), x, res, rank, sv;
@@ -1087,10 +1081,7 @@ static tpu_status_t lstsq_rule(tpu_lower_ctx *c) {
       qr_factor(c, mT(c, a, true), &qa, &tau);
       tpu_hlo_value rr = keep_triangle(c, tpu_hlo_slice_dim(B, qa, r - 2, 0, m, 1), true);
       tpu_hlo_value y = tri_solve(c, rr, b, true, false, false, ADJOINT);
-      int64_t lo[TPU_HLO_MAX_RANK] = {0}, hi[TPU_HLO_MAX_RANK] = {0}, in[TPU_HLO_MAX_RANK] = {0};
-      hi[r - 2] = n - m;
-      y = tpu_hlo_pad(B, y, tpu_hlo_scalar_f64(B, dt, 0.0), lo, hi, in);
-      x = apply_q(c, qa, tau, y, true, false);
+      x = apply_q(c, qa, tau, pad_end(c, y, r - 2, n - m, tpu_hlo_scalar_f64(B, dt, 0.0)), true, false);
       res = tpu_hlo_const_f64(B, res_t, 0.0);
     }
     rank = tpu_hlo_const_i64(B, rank_t, 0);
@@ -1117,11 +1108,7 @@ static tpu_status_t lstsq_rule(tpu_lower_ctx *c) {
     tpu_hlo_value y = matmul(c, mT(c, f[1], true), rhs);
     y = mul(c, spread(c, as_type_of(c, mT(c, inv2, false), y), tpu_hlo_type_of(B, y)), y);
     x = matmul(c, f[2], y);
-    if (wide) {
-      int64_t lo[TPU_HLO_MAX_RANK] = {0}, hi[TPU_HLO_MAX_RANK] = {0}, in[TPU_HLO_MAX_RANK] = {0};
-      hi[r - 2] = n - m;
-      x = apply_q(c, qa, tau, tpu_hlo_pad(B, x, tpu_hlo_scalar_f64(B, dt, 0.0), lo, hi, in), true, false);
-    }
+    if (wide) x = apply_q(c, qa, tau, pad_end(c, x, r - 2, n - m, tpu_hlo_scalar_f64(B, dt, 0.0)), true, false);
     res = column_norm2(c, sub(c, matmul(c, a, x), b));
     tpu_hlo_type kt = st;
     kt.dtype = TPU_S64;

@@ -271,9 +271,9 @@ static tpu_status_t rrelu_rule(tpu_lower_ctx *c) {
     return tpu_lower_error(c, TPU_ERR_RUNTIME, "noise tensor shape must match self tensor shape. Got self.shape = %s "
                            "noise.shape = %s", a, b);
   }
-  if (c->args[1].dtype != OUT->dtype)
+  if (noise->dtype != OUT->dtype)
     return tpu_lower_error(c, TPU_ERR_RUNTIME, "expected scalar type %s but found %s",
-                           tpu_dtype_scalar_type(OUT->dtype), tpu_dtype_scalar_type(c->args[1].dtype));
+                           tpu_dtype_scalar_type(OUT->dtype), tpu_dtype_scalar_type(noise->dtype));
   double lower = tpu_lower_float(c, 2, 0.125), upper = tpu_lower_float(c, 3, 1.0 / 3.0);
   tpu_dtype_t t = tpu_lower_opmath(OUT->dtype);
   tpu_hlo_value x = tpu_lower_operand(c, 0, t, OUT);

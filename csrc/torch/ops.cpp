@@ -291,6 +291,12 @@ bool is_nonzero_impl(const at::Tensor& self) {
 // residuals for tall matrices; gelsd, gelss: all, residuals for tall
 // full-rank matrices).
 using Lstsq = std::tuple<at::Tensor&, at::Tensor&, at::Tensor&, at::Tensor&>;
+
+// |batch| followed by |tail|: the sizes of one of lstsq's results.
+std::vector<int64_t> batched(std::vector<int64_t> batch, std::initializer_list<int64_t> tail) {
+  batch.insert(batch.end(), tail);
+  return batch;
+}
 using LstsqFn = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&,
                                                                            double, bool);
 
@@ -318,24 +324,20 @@ Lstsq lstsq_out(const at::Tensor& self, const at::Tensor& b, std::optional<doubl
   at::Tensor rhs = vector ? b.unsqueeze(-1) : b;
   auto batch = at::infer_size(self.sizes().slice(0, self.dim() - 2), rhs.sizes().slice(0, rhs.dim() - 2));
   int64_t m = self.size(-2), n = self.size(-1), k = rhs.size(-1);
-  auto with = [&batch](std::initializer_list<int64_t> tail) {
-    std::vector<int64_t> v = batch;
-    v.insert(v.end(), tail);
-    return v;
-  };
   at::ScalarType real = c10::toRealValueType(t);
   double eps = real == at::kDouble ? std::numeric_limits<double>::epsilon() : std::numeric_limits<float>::epsilon();
   // LAPACK takes a negative rcond as the machine precision
   double cut = !rcond.has_value() ? eps * std::max(m, n) : *rcond < 0 ? eps : *rcond;
   at::Tensor x, res, rk, sv;
   if (self.numel() == 0 || rhs.numel() == 0) {
-    x = at::zeros(with({n, k}), self.options());
-    res = at::zeros(with({k}), self.options().dtype(real));
+    x = at::zeros(batched(batch, {n, k}), self.options());
+    res = at::zeros(batched(batch, {k}), self.options().dtype(real));
     rk = at::zeros(batch, self.options().dtype(at::kLong));
-    sv = at::zeros(with({std::min(m, n)}), self.options().dtype(real));
+    sv = at::zeros(batched(batch, {std::min(m, n)}), self.options().dtype(real));
   } else {
     static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("torchtpu::lstsq", "").typed<LstsqFn>();
-    std::tie(x, res, rk, sv) = op.call(self.expand(with({m, n})), rhs.expand(with({m, k})), cut, name == "gels");
+    std::tie(x, res, rk, sv) =
+        op.call(self.expand(batched(batch, {m, n})), rhs.expand(batched(batch, {m, k})), cut, name == "gels");
   }
   at::Tensor none = at::empty({0}, self.options().dtype(real));
   bool svd = name == "gelsd" || name == "gelss";
@@ -362,14 +364,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> lstsq_meta(const at::
                                                                       double rcond, bool gels) {
   auto batch = self.sizes().slice(0, self.dim() - 2).vec();
   int64_t m = self.size(-2), n = self.size(-1), k = b.size(-1);
-  auto with = [&batch](std::initializer_list<int64_t> tail) {
-    std::vector<int64_t> v = batch;
-    v.insert(v.end(), tail);
-    return v;
-  };
   auto real = self.options().dtype(c10::toRealValueType(self.scalar_type()));
-  return {at::empty(with({n, k}), self.options()), at::empty(with({k}), real),
-          at::empty(batch, self.options().dtype(at::kLong)), at::empty(with({std::min(m, n)}), real)};
+  return {at::empty(batched(batch, {n, k}), self.options()), at::empty(batched(batch, {k}), real),
+          at::empty(batch, self.options().dtype(at::kLong)), at::empty(batched(batch, {std::min(m, n)}), real)};
 }
 
 }  // namespace
