@@ -103,3 +103,56 @@ def test_sweep_tells_random_ops_apart(ops):
         with coverage._SeededWatch() as watch:
             ops[name](sample.input, *sample.args, **sample.kwargs)
         assert watch.seeded == seeded, name
+
+
+# The module sweep (python -m torchtpu.coverage modules): ModuleInfos of
+# module_db, each one's inputs in training (and eval) mode, with the error
+# inputs; compiled for some. (KLDivLoss passes one tensor twice; the
+# fractional pool draws random numbers.)
+MODULES = ("nn.Linear", "nn.Conv2d", "nn.BatchNorm2d", "nn.LayerNorm", "nn.Embedding", "nn.CrossEntropyLoss",
+           "nn.NLLLoss", "nn.MultiMarginLoss", "nn.MultiLabelMarginLoss", "nn.MaxPool2d", "nn.LSTM",
+           "nn.TransformerEncoderLayer", "nn.LazyConv2d", "nn.KLDivLoss", "nn.FractionalMaxPool2d")
+COMPILED_MODULES = ("nn.Linear", "nn.BatchNorm2d", "nn.CrossEntropyLoss")
+
+
+@pytest.fixture(scope="module")
+def modules():
+    return coverage._load_modules()
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_module_eager(modules, name):
+    result = coverage._run_task(modules, name, "float32", "module", True, lambda message: None)
+    assert result["status"] == "pass" and result["samples"] > 0, f"{name}: {result}"
+
+
+@pytest.mark.parametrize("name", COMPILED_MODULES)
+def test_module_compiled(modules, name):
+    result = coverage._run_task(modules, name, "float32", "module-compiled", True, lambda message: None)
+    assert result["status"] == "pass" and result["samples"] > 0, f"{name}: {result}"
+
+
+def test_module_sweep_catches_wrong_gradients_and_errors(modules, monkeypatch):
+    """The module comparison can fail: a gradient that is off on tpu is a
+    mismatch, and an error input tpu takes is an error."""
+    import torch.nn.functional as F
+    real_linear = F.linear
+
+    class Off(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * (1.01 if g.device.type == "tpu" else 1)
+
+    monkeypatch.setattr(torch.nn.modules.linear.F, "linear", lambda x, w, b=None: real_linear(Off.apply(x), w, b))
+    result = coverage._run_task(modules, "nn.Linear", "float32", "module", True, lambda message: None)
+    assert result["status"] == "mismatch" and "grad" in result["reason"], result
+    monkeypatch.undo()
+    real_embedding = F.embedding
+    monkeypatch.setattr(torch.nn.modules.sparse.F, "embedding",
+                        lambda x, *a, **k: real_embedding(x.long() if x.device.type == "tpu" else x, *a, **k))
+    result = coverage._run_task(modules, "nn.Embedding", "float32", "module", True, lambda message: None)
+    assert result["status"] == "error" and "error input" in result["reason"], result

@@ -118,3 +118,93 @@ def test_fallback_error_mode():
             op(torch.eye(2, device="tpu"))
     finally:
         torchtpu._C._set_fallback_mode("warn")
+
+
+# The class-index losses' meta functions (PyTorch's decompositions) check less
+# than the CPU kernels, in another order and other words; torchtpu's make the
+# kernels' checks. Each case: the same exception and message as the CPU, or
+# the same result where the CPU takes it (uint8 targets, a [C, 1] weight).
+_L, _B = torch.long, torch.uint8
+_NLL = torch.ops.aten.nll_loss_forward
+_NLL2D = torch.ops.aten.nll_loss2d_forward
+_MULTI_MARGIN = torch.ops.aten.multi_margin_loss
+LOSS_CASES = {
+    "nll_input_rank": (_NLL, ((2, 3, 4), (2,), _L, None)),
+    "nll_target_rank": (_NLL, ((2, 3), (2, 2), _L, None)),
+    "nll_float_target": (_NLL, ((2, 3), (3,), torch.float32, None)),
+    "nll_int_target": (_NLL, ((2, 3), (2,), torch.int32, None)),
+    "nll_bool_target": (_NLL, ((2, 3), (2,), torch.bool, None)),
+    "nll_byte_target": (_NLL, ((2, 3), (2,), _B, None)),
+    "nll_size_mismatch": (_NLL, ((2, 3), (3,), _L, None)),
+    "nll_1d_target_of_one": (_NLL, ((3,), (1,), _L, None)),
+    "nll_1d_target_of_two": (_NLL, ((3,), (2,), _L, None)),
+    "nll_0d_target_of_batch": (_NLL, ((2, 3), (), _L, None)),
+    "nll_weight_size": (_NLL, ((2, 3), (2,), _L, torch.ones(7))),
+    "nll_weight_rank": (_NLL, ((2, 3), (2,), _L, torch.ones(3, 1))),
+    "nll_weight_dtype": (_NLL, ((2, 3), (2,), _L, torch.ones(3, dtype=torch.float64))),
+    "nll_weight_dtype_empty": (_NLL, ((0, 0), (0,), _L, torch.ones(0, dtype=torch.float16))),
+    "nll_integer_input": (_NLL, ((2, 3), (2,), _L, None, torch.int64)),
+    "nll2d_target_rank": (_NLL2D, ((2, 3, 4, 4), (2, 4), _L, None)),
+    "nll2d_input_rank": (_NLL2D, ((2, 3, 4), (2, 4, 4), _L, None)),
+    "nll2d_size_mismatch": (_NLL2D, ((2, 3, 4, 4), (2, 4, 5), _L, None)),
+    "nll2d_byte_target": (_NLL2D, ((2, 3, 4, 4), (2, 4, 4), _B, None)),
+    "nll2d_weight_size": (_NLL2D, ((2, 3, 4, 4), (2, 4, 4), _L, torch.ones(7))),
+    "nll2d_weight_of_c_by_1": (_NLL2D, ((2, 3, 4, 4), (2, 4, 4), _L, torch.ones(3, 1))),
+    "nll2d_weight_dtype": (_NLL2D, ((2, 3, 4, 4), (2, 4, 4), _B, torch.ones(3, dtype=torch.float16))),
+    "multi_margin_target_size": (_MULTI_MARGIN, ((5, 10), (3,), _L, None)),
+    "multi_margin_empty_classes": (_MULTI_MARGIN, ((5, 0), (5,), _L, None)),
+    "multi_margin_weight_size": (_MULTI_MARGIN, ((5, 10), (5,), _L, torch.ones(10, 1))),
+    "multi_margin_weight_dtype": (_MULTI_MARGIN, ((5, 10), (5,), _L, torch.ones(10, dtype=torch.float64))),
+    "multi_margin_0d_input_1d_target": (_MULTI_MARGIN, ((), (1,), _L, None)),
+    "multi_margin_batch_of_one_0d_target": (_MULTI_MARGIN, ((1, 4), (), _L, None)),
+}
+
+
+def _loss_outcome(op, shapes, device, reduction):
+    x_shape, t_shape, t_dtype, weight, *x_dtype = shapes
+    torch.manual_seed(0)
+    x = torch.randn(x_shape).to(*x_dtype).to(device)
+    t = torch.zeros(t_shape, dtype=t_dtype, device=device)
+    w = None if weight is None else weight.to(device)
+    try:
+        if op is _MULTI_MARGIN:
+            out = op(x, t, 1, 1.0, w, reduction)
+        else:
+            out = op(x, t, w, reduction, -100)
+    except Exception as e:  # noqa: BLE001 - compared with what the CPU raises
+        return type(e), str(e)
+    return tuple(o.cpu() for o in (out if isinstance(out, tuple) else (out,)))
+
+
+@pytest.mark.parametrize("reduction", [0, 1])
+@pytest.mark.parametrize("name", sorted(LOSS_CASES))
+def test_class_loss_checks_as_cpu(name, reduction):
+    op, shapes = LOSS_CASES[name]
+    want = _loss_outcome(op, shapes, "cpu", reduction)
+    got = _loss_outcome(op, shapes, "tpu", reduction)
+    if isinstance(want[0], type):
+        assert got == want
+    else:
+        assert not isinstance(got[0], type), got
+        torch.testing.assert_close(got, want)
+
+
+def test_max_pool2d_rank_message():
+    """PyTorch's meta function reads the third-last size before the rank check."""
+    fn = lambda d: torch.nn.functional.max_pool2d(torch.ones(3, 4, device=d), 2)  # noqa: E731
+    want, got = error_of(fn, "cpu"), error_of(fn, "tpu")
+    assert type(got) is type(want) and str(got) == str(want)
+
+
+@pytest.mark.parametrize("shape", [(4,), ()])
+def test_multilabel_margin_one_sample_unreduced_is_0_dim(shape):
+    x = torch.randn(shape)
+    t = torch.zeros(shape, dtype=torch.long)
+    want = torch.nn.functional.multilabel_margin_loss(x, t, reduction="none")
+    got = torch.nn.functional.multilabel_margin_loss(x.to("tpu"), t.to("tpu"), reduction="none")
+    assert got.shape == want.shape == ()
+    torch.testing.assert_close(got.cpu(), want)
+    out = torch.empty(3, device="tpu")
+    torch.ops.aten.multilabel_margin_loss_forward.output(x.to("tpu"), t.to("tpu"), 0, output=out,
+                                                         is_target=torch.empty(0, device="tpu"))
+    assert out.shape == ()

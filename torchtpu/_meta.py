@@ -17,8 +17,24 @@ function's output; bfloat16 keeps PyTorch's meta function.
 fractional_max_pool2d's meta function (Python's, which replaces the C++ one
 the CPU and CUDA kernels share) words its window check in its own way; the
 check runs first here with the kernels' message.
+
+nll_loss_forward's, nll_loss2d_forward's and multi_margin_loss's meta
+functions are PyTorch's decompositions, which check less than the CPU
+kernels, in another order and other words (AssertionError for a weight of the
+wrong size, gather's message for a float target), and refuse the uint8
+targets the CPU takes. Their meta functions here make the CPU kernels'
+checks, in their order and with their messages; the checks the kernels make
+on dtypes after them (a floating input, the weight's dtype) are in the
+rules. max_pool2d's meta function reads the input's third-last size before
+checking its rank.
+
+multilabel_margin_loss_forward's meta function (PyTorch's decomposition)
+gives one sample (a 1-D target) an unreduced loss of size [1]; the CPU
+kernel's is 0-dim, as every other loss's. (Compiled graphs run the
+decomposition above autograd, as they do on the CPU.)
 """
 import torch
+import torch._decomp
 import torch._meta_registrations as _registrations
 
 
@@ -53,7 +69,8 @@ _repair_rnn_cell_check()
 
 _SCALAR_TYPE = {torch.float64: "Double", torch.float32: "Float", torch.float16: "Half", torch.bfloat16: "BFloat16",
                 torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char",
-                torch.uint8: "Byte", torch.bool: "Bool"}
+                torch.uint8: "Byte", torch.bool: "Bool", torch.complex64: "ComplexFloat",
+                torch.complex128: "ComplexDouble", torch.complex32: "ComplexHalf"}
 
 
 def _grouped_mm_strides(mat):
@@ -131,3 +148,110 @@ def _repair_fractional_max_pool2d_message():
 
 
 _repair_fractional_max_pool2d_message()
+
+
+
+def _class_target_dtype(target):
+    torch._check(target.dtype in (torch.int64, torch.uint8),
+                 lambda: f"expected target dtype to be Long or Byte, but got {_SCALAR_TYPE.get(target.dtype)}")
+
+
+def _nll_loss_forward(self, target, weight, reduction, ignore_index):
+    torch._check(1 <= self.dim() <= 2, lambda: "input tensor should be 1D or 2D")
+    torch._check(target.dim() <= 1, lambda: "0D or 1D target tensor expected, multi-target not supported")
+    _class_target_dtype(target)
+    if self.dim() == 1 and target.dim() == 1:
+        torch._check_value(target.size(0) == 1, lambda: "For 1D input, 1D target must have size 1, but got target "
+                                                         f"size: {target.size(0)}")
+    elif self.dim() == 2:
+        torch._check_index(target.dim() == 1, lambda: "Dimension specified as 0 but tensor has no dimensions")
+        torch._check(self.size(0) == target.size(0),
+                     lambda: f"size mismatch (got input: {list(self.shape)}, target: {list(target.shape)})")
+    classes = self.size(-1)
+    torch._check(weight is None or (weight.dim() == 1 and weight.numel() == classes),
+                 lambda: f"weight tensor should be defined either for all {classes} classes or no classes but got "
+                         f"weight tensor of shape: {list(weight.shape)}")
+    unreduced = reduction == 0 and self.dim() == 2
+    return self.new_empty(self.shape[:1] if unreduced else ()), self.new_empty(())
+
+
+def _nll_loss2d_forward(self, target, weight, reduction, ignore_index):
+    torch._check(target.dim() == 3, lambda: "only batches of spatial targets supported (3D tensors) but got targets "
+                                            f"of dimension: {target.dim()}")
+    torch._check(self.dim() == 4, lambda: "only batches of spatial inputs supported (4D tensors), but got input of "
+                                          f"dimension: {self.dim()}")
+    _class_target_dtype(target)
+    torch._check(weight is None or weight.numel() == self.size(1),
+                 lambda: "weight tensor should be defined either for all or no classes")
+    torch._check(self.size(0) == target.size(0) and self.shape[2:] == target.shape[1:],
+                 lambda: f"size mismatch (got input: {list(self.shape)} , target: {list(target.shape)}")
+    return self.new_empty(target.shape if reduction == 0 else ()), self.new_empty(())
+
+
+def _multi_margin_loss(self, target, p=1, margin=1, weight=None, reduction=1):
+    torch._check((self.dim() == 2 and self.size(1) != 0) or (self.dim() == 1 and self.size(0) != 0)
+                 or self.dim() == 0,
+                 lambda: f"Expected non-empty vector or matrix with optional 0-dim batch size, but got: "
+                         f"{list(self.shape)}")
+    samples = self.size(0) if self.dim() == 2 else 1
+    classes = self.size(-1) if self.dim() > 0 else 1
+    torch._check(target.dim() <= 1 and target.numel() == samples,
+                 lambda: "multi_margin_loss: target tensor should be 1-D with size equal to the number of input "
+                         f"samples (batch size). Expected target size [{samples}], but got {list(target.shape)}. "
+                         f"Input has shape {list(self.shape)}.")
+    torch._check(p == 1 or p == 2, lambda: "only p == 1 and p == 2 supported")
+    torch._check(weight is None or (weight.dim() <= 1 and weight.numel() == classes),
+                 lambda: f"inconsistent weight size, expected {classes} but got {list(weight.shape)}")
+    return self.new_empty((samples,) if reduction == 0 and target.dim() > 0 else ())
+
+
+def _with_out(meta, names):
+    """|meta|'s out= overload: the out tensors resized to its results."""
+    def out_meta(*args, **kwargs):
+        from torch._prims_common.wrappers import _maybe_resize_out
+        outs = [kwargs.pop(n) for n in names]
+        results = meta(*args, **kwargs)
+        results = results if isinstance(results, tuple) else (results,)
+        for out, value in zip(outs, results):
+            _maybe_resize_out(out, value.shape)
+        return tuple(outs) if len(outs) > 1 else outs[0]
+    return out_meta
+
+
+for _name, _meta, _outs in (("nll_loss_forward", _nll_loss_forward, ("output", "total_weight")),
+                            ("nll_loss2d_forward", _nll_loss2d_forward, ("output", "total_weight")),
+                            ("multi_margin_loss", _multi_margin_loss, ("out",))):
+    _LIB.impl(_name, _meta, "Meta")
+    _LIB.impl(_name + "." + ("output" if len(_outs) > 1 else "out"), _with_out(_meta, _outs), "Meta")
+
+
+def _repair_max_pool2d_rank_check():
+    check = getattr(_registrations, "max_pool2d_checks_and_compute_shape", None)
+    if check is None or getattr(check, "_torchtpu", False):
+        return
+
+    def checked(input, *args):
+        torch._check(input.dim() >= 3, lambda: "non-empty 3D or 4D (batch mode) tensor expected for input")
+        return check(input, *args)
+
+    checked._torchtpu = True
+    _registrations.max_pool2d_checks_and_compute_shape = checked
+
+
+_repair_max_pool2d_rank_check()
+
+
+def _repair_multilabel_margin_shape():
+    decomposition = torch._decomp.decomposition_table.get(torch.ops.aten.multilabel_margin_loss_forward.default)
+    if decomposition is None:
+        return
+
+    def sized(self, target, reduction):
+        loss, is_target = decomposition(self, target, reduction)
+        return (loss.reshape(()) if target.dim() <= 1 else loss), is_target
+
+    _LIB.impl("multilabel_margin_loss_forward", sized, "Meta")
+    _LIB.impl("multilabel_margin_loss_forward.output", _with_out(sized, ("output", "is_target")), "Meta")
+
+
+_repair_multilabel_margin_shape()

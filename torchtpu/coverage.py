@@ -20,7 +20,21 @@ a hang costs that op, not the sweep. Results go to a state file as they come
     python -m torchtpu.coverage ops                       # the full sweep (eager)
     python -m torchtpu.coverage ops --compiled            # the same through torch.compile
     python -m torchtpu.coverage ops --ops add,sum,mm      # a slice
+    python -m torchtpu.coverage errors                    # the OpInfos' error inputs (below)
+    python -m torchtpu.coverage modules                   # nn modules (below)
     python -m torchtpu.coverage report                    # rewrite the report from the state
+
+`errors` runs every OpInfo's error inputs, made for the CPU and for tpu under
+one seed: each one the CPU refuses must raise on tpu the CPU's exception type,
+with the CPU's message or one PyTorch's own error test accepts (its regex).
+
+`modules` runs every ModuleInfo of torch.testing._internal.common_modules.
+module_db the same way, in float32: each module input builds the module on
+the CPU, a copy of it on tpu and one in float64 (the referee); the forward
+outputs, the buffers after the forward (running statistics) and the
+gradients of the parameters and the inputs are compared, in training mode
+and, where the ModuleInfo says they differ, in eval mode. The module's error
+inputs must raise on tpu what they raise on the CPU, type and message.
 """
 import argparse
 import contextlib
@@ -47,6 +61,14 @@ def _load_ops():
     os.environ.setdefault("PYTORCH_TEST_WITH_SLOW", "0")
     from torch.testing._internal.common_methods_invocations import op_db
     return {(op.name + ("." + op.variant_test_name if op.variant_test_name else "")): op for op in op_db}
+
+
+def _load_modules():
+    from torch.testing._internal.common_modules import module_db
+    return {m.name: m for m in module_db}
+
+
+MODULE_MODES = ("module", "module-compiled")
 
 
 class _Mismatch(Exception):
@@ -127,6 +149,39 @@ def _shape_of(x):
     return type(x).__name__
 
 
+def _on_tpu(fn, backward=False):
+    """Runs |fn|, the tpu side of a comparison: (its result, None), or
+    (None, (status, reason)) if it raised or ran anything on the CPU fallback."""
+    import torchtpu
+    prefix = "grad-" if backward else ""
+    torchtpu.reset_stats()
+    try:
+        out = fn()
+    except Exception as e:  # noqa: BLE001
+        return None, (prefix + "error", f"{type(e).__name__}: {str(e).splitlines()[0][:300]}")
+    fallbacks = torchtpu.stats()["fallbacks"]
+    if fallbacks:
+        return None, (prefix + "fallback", ("backward runs" if backward else "runs") + " on the CPU: "
+                      + ", ".join(sorted(fallbacks)))
+    return out, None
+
+
+def _compare_grads(got, want, refs):
+    """None, or ("grad-mismatch", reason): gradients (None where unused) against
+    the CPU's, float64 ones arbitrating."""
+    try:
+        if got is None or len(got) != len(want):
+            raise _Mismatch("gradients: structure differs")
+        for i, (a, b) in enumerate(zip(got, want)):
+            if (a is None) != (b is None):
+                raise _Mismatch(f"grad[{i}] defined on one side only")
+            if b is not None:
+                _compare(a, b, refs[i] if refs else None, {"rtol": 1e-4, "atol": 1e-5}, f"grad[{i}]")
+    except _Mismatch as e:
+        return "grad-mismatch", str(e)[:500]
+    return None
+
+
 class _SeededWatch:
     """A dispatch mode that notes whether an ATen op tagged
     nondeterministic_seeded ran: the op draws random numbers. (OpInfos of
@@ -190,7 +245,6 @@ def _rng_unfrozen():
 def _run_sample(op, sample, dtype, compiled, grad, progress, pinned=frozenset()):
     """One sample on CPU and tpu; returns None or (status, reason)."""
     import torch
-    import torchtpu
 
     def call(s):
         return op(s.input, *s.args, **s.kwargs)
@@ -230,15 +284,12 @@ def _run_sample(op, sample, dtype, compiled, grad, progress, pinned=frozenset())
         import torch._dynamo
         torch._dynamo.reset()
         fn = torch.compile(lambda s: call(s), backend="tpu", fullgraph=False, dynamic=False)
-    torchtpu.reset_stats()
-    try:
+    def run():
         with _rng_unfrozen() if compiled else contextlib.nullcontext():
-            got = fn(tpu_sample)
-    except Exception as e:  # noqa: BLE001
-        return "error", f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
-    fallbacks = torchtpu.stats()["fallbacks"]
-    if fallbacks:
-        return "fallback", "runs on the CPU: " + ", ".join(sorted(fallbacks))
+            return fn(tpu_sample)
+    got, failed = _on_tpu(run)
+    if failed:
+        return failed
     tol = BF16_TOL if dtype == torch.bfloat16 else {}
     try:
         if random:
@@ -255,7 +306,6 @@ def _run_sample(op, sample, dtype, compiled, grad, progress, pinned=frozenset())
 
 def _run_grad(op, sample, tpu_sample, want, got, call):
     import torch
-    import torchtpu
     ins_cpu = [t for t in _tensors([sample.input, sample.args, list(sample.kwargs.values())]) if t.requires_grad]
     ins_tpu = [t for t in _tensors([tpu_sample.input, tpu_sample.args, list(tpu_sample.kwargs.values())])
                if t.requires_grad]
@@ -269,25 +319,11 @@ def _run_grad(op, sample, tpu_sample, want, got, call):
         g_cpu = torch.autograd.grad(outs_cpu, ins_cpu, grads, allow_unused=True)
     except Exception:  # noqa: BLE001 - CPU has no gradient here either
         return None
-    torchtpu.reset_stats()
-    try:
-        g_tpu = torch.autograd.grad(outs_tpu, ins_tpu, [g.to(o.device) for g, o in zip(grads, outs_tpu)],
-                                    allow_unused=True)
-    except Exception as e:  # noqa: BLE001
-        return "grad-error", f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
-    fallbacks = torchtpu.stats()["fallbacks"]
-    if fallbacks:
-        return "grad-fallback", "backward runs on the CPU: " + ", ".join(sorted(fallbacks))
-    refs = _grad_reference(sample, call, grads)
-    try:
-        for i, (a, b) in enumerate(zip(g_tpu, g_cpu)):
-            if (a is None) != (b is None):
-                raise _Mismatch(f"grad[{i}] defined on one side only")
-            if b is not None:
-                _compare(a, b, refs[i] if refs else None, {"rtol": 1e-4, "atol": 1e-5}, f"grad[{i}]")
-    except _Mismatch as e:
-        return "grad-mismatch", str(e)[:500]
-    return None
+    g_tpu, failed = _on_tpu(lambda: torch.autograd.grad(
+        outs_tpu, ins_tpu, [g.to(o.device) for g, o in zip(grads, outs_tpu)], allow_unused=True), backward=True)
+    if failed:
+        return failed
+    return _compare_grads(g_tpu, g_cpu, _grad_reference(sample, call, grads))
 
 
 def _grad_reference(sample, call, grads):
@@ -309,9 +345,254 @@ def _grad_reference(sample, call, grads):
         return None
 
 
+def _moved(x, convert, memo):
+    """|x| (args, kwargs, nested) with each tensor converted once: a tensor
+    passed twice stays one tensor, as the module saw it on the CPU."""
+    import torch
+    if isinstance(x, torch.Tensor):
+        if id(x) not in memo:
+            y = convert(x.detach())
+            memo[id(x)] = y.requires_grad_(x.requires_grad) if x.requires_grad else y
+        return memo[id(x)]
+    if isinstance(x, tuple) and hasattr(x, "_fields"):  # PackedSequence and other named tuples
+        return type(x)(*[_moved(v, convert, memo) for v in x])
+    if isinstance(x, (list, tuple)):
+        return type(x)(_moved(v, convert, memo) for v in x)
+    if isinstance(x, dict):
+        return {k: _moved(v, convert, memo) for k, v in x.items()}
+    return x
+
+
+def _double(t):
+    return t.double() if t.is_floating_point() else t
+
+
+class _ModuleRun:
+    """One module input on one device: the module (a copy of |base|), its
+    forward arguments, and what the forward returned."""
+
+    def __init__(self, base, inp, convert, module_convert):
+        import copy
+        memo = {}
+        self.module = module_convert(copy.deepcopy(base))
+        self.args = _moved(inp.forward_input.args, convert, memo)
+        self.kwargs = _moved(inp.forward_input.kwargs, convert, memo)
+
+    def forward(self, fn=None):
+        self.out = (self.module if fn is None else fn)(*self.args, **self.kwargs)
+        return self.out
+
+    def grad_inputs(self):
+        """The parameters, then the forward's tensor arguments that require grad."""
+        args = _tensors([list(self.args), list(self.kwargs.values())])
+        seen, ins = set(), []
+        for t in list(self.module.parameters()) + [t for t in args if t.requires_grad]:
+            if id(t) not in seen:
+                seen.add(id(t))
+                ins.append(t)
+        return ins
+
+    def grads(self, upstream):
+        outs = [t for t in _tensors(self.out) if t.requires_grad and t.is_floating_point()]
+        ins = [t for t in self.grad_inputs() if t.requires_grad]
+        if not outs or not ins:
+            return None
+        import torch
+        return torch.autograd.grad(outs, ins, [g.to(o.device, o.dtype) for g, o in zip(upstream, outs)],
+                                   allow_unused=True)
+
+
+def _module_base(mi, inp, training):
+    """The module built on the CPU, in |training| mode; a lazy module has its
+    parameters made from the inputs (on the CPU, so every copy starts from the
+    same values)."""
+    import torch
+    torch.manual_seed(0)
+    m = mi.module_cls(*inp.constructor_input.args, **inp.constructor_input.kwargs)
+    if mi.is_lazy:
+        import copy
+        m._infer_parameters(m, copy.deepcopy(inp.forward_input.args), copy.deepcopy(inp.forward_input.kwargs))
+    return m.train(training)
+
+
+def _run_module_input(mi, inp, training, compiled):
+    """One module input on CPU and tpu; returns None or (status, reason)."""
+    import torch
+    try:
+        base = _module_base(mi, inp, training)
+        cpu = _ModuleRun(base, inp, lambda t: t.clone(), lambda m: m)
+        torch.manual_seed(0)
+        with _SeededWatch() as watch:
+            want = cpu.forward()
+    except Exception:  # noqa: BLE001 - an input CPU rejects says nothing about tpu
+        return None
+    ref = None
+    if not watch.seeded:
+        try:
+            ref = _ModuleRun(base, inp, _double, lambda m: m.double())
+            ref.forward()
+        except Exception:  # noqa: BLE001 - float64 is only a referee
+            ref = None
+    tpu = _ModuleRun(base, inp, lambda t: t.to("tpu"), lambda m: m.to("tpu"))
+    fn = None
+    if compiled:
+        import torch._dynamo
+        torch._dynamo.reset()
+        fn = torch.compile(tpu.module, backend="tpu", dynamic=False)
+    got, failed = _on_tpu(lambda: tpu.forward(fn))
+    if failed:
+        return failed
+    try:
+        if watch.seeded:
+            if _shape_of(got) != _shape_of(want):
+                raise _Mismatch(f"random module: {_shape_of(got)} vs CPU's {_shape_of(want)}")
+            return None
+        _compare(got, want, ref.out if ref else None, {})
+        ref_buffers = dict(ref.module.named_buffers()) if ref else {}
+        for (name, b), (_, bt) in zip(cpu.module.named_buffers(), tpu.module.named_buffers()):
+            _compare(bt, b, ref_buffers.get(name), {}, f"buffer {name}")
+    except _Mismatch as e:
+        return "mismatch", str(e)[:500]
+    gen = torch.Generator().manual_seed(2)
+    upstream = [torch.randn(t.shape, generator=gen) for t in _tensors(want)
+                if t.requires_grad and t.is_floating_point()]
+    try:
+        g_cpu = cpu.grads(upstream)
+    except Exception:  # noqa: BLE001 - CPU has no gradient here either
+        return None
+    if g_cpu is None:
+        return None
+    g_tpu, failed = _on_tpu(lambda: tpu.grads(upstream), backward=True)
+    if failed:
+        return failed
+    try:
+        g_ref = ref.grads(upstream) if ref else None
+    except Exception:  # noqa: BLE001 - float64 is only a referee
+        g_ref = None
+    return _compare_grads(g_tpu, g_cpu, g_ref)
+
+
+def _run_module_errors(mi, training):
+    """The ModuleInfo's error inputs raised in the forward: tpu must raise what
+    the CPU raises (_same_error)."""
+    import torch
+    from torch.testing._internal.common_modules import ModuleErrorEnum
+    if mi.module_error_inputs_func is None:
+        return None
+    errors = mi.module_error_inputs_func(mi, device="cpu", dtype=torch.float32, requires_grad=False,
+                                         training=training)
+    for i, error in enumerate(errors):
+        if error.error_on != ModuleErrorEnum.FORWARD_ERROR:
+            continue  # a constructor's checks run on the CPU whatever the device
+        inp = error.module_error_input
+        want, got = (_raised(lambda: _ModuleRun(_module_base(mi, inp, training), inp, convert, module_convert).forward())
+                     for convert, module_convert in ((lambda t: t.clone(), lambda m: m),
+                                                     (lambda t: t.to("tpu"), lambda m: m.to("tpu"))))
+        if want is not None and not _same_error(got, want, error):
+            return "error", f"error input {i}: {_described(got)} vs CPU's {_described(want)}"
+    return None
+
+
+def _run_module_task(modules, name, mode, send):
+    import torch
+    mi = modules[name]
+    if torch.float32 not in mi.supported_dtypes("cpu"):
+        return {"status": "n/a"}
+    compiled = mode == "module-compiled"
+    result = {"status": "pass", "samples": 0}
+    for training in (True, False) if mi.train_and_eval_differ else (True,):
+        phase = "train" if training else "eval"
+        try:
+            inputs = [m for m in mi.module_inputs_func(mi, device="cpu", dtype=torch.float32, requires_grad=True,
+                                                        training=training) if m.forward_input is not None]
+        except Exception as e:  # noqa: BLE001
+            return {"status": "n/a", "reason": f"no inputs: {type(e).__name__}"}
+        for i, inp in enumerate(inputs):
+            send(("progress", i))
+            out = _run_module_input(mi, inp, training, compiled)
+            if out is None:
+                result["samples"] += 1
+                continue
+            status, reason = out
+            result.update(status=status.replace("grad-", ""),
+                          reason=f"{phase} input {i} ({inp.desc or 'default'}): {reason}")
+            return result
+        if not compiled:
+            out = _run_module_errors(mi, training)
+            if out is not None:
+                result.update(status=out[0], reason=f"{phase}: {out[1]}")
+                return result
+    if result["samples"] == 0:
+        result.update(status="n/a", reason="CPU rejects every input")
+    return result
+
+
+def _raised(fn):
+    """The exception |fn| raises, or None."""
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 - compared with what the CPU raises
+        return e
+    return None
+
+
+def _described(e):
+    if e is None:
+        return "no error"
+    return f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+
+
+def _same_error(got, want, error_input):
+    """tpu raised the CPU's exception type, with the CPU's message (first line)
+    or one PyTorch's own error tests accept (the error input's regex: a
+    message naming a tensor type, as embedding's, names the device's)."""
+    import re
+    if got is None or type(got) is not type(want):
+        return False
+    first = lambda e: str(e).splitlines()[0] if str(e) else ""  # noqa: E731
+    return first(got) == first(want) or re.search(error_input.error_regex, str(got)) is not None
+
+
+def _run_error_task(op, send):
+    """The OpInfo's error inputs, made for each device under one seed: each
+    one the CPU refuses must be refused on tpu with PyTorch's exception."""
+    import torch
+    if op.error_inputs_func is None:
+        return {"status": "n/a"}
+    made = {}
+    for device in ("cpu", "tpu"):
+        torch.manual_seed(0)
+        try:
+            made[device] = list(op.error_inputs(device))
+        except Exception as e:  # noqa: BLE001
+            if device == "cpu":
+                return {"status": "n/a", "reason": f"no error inputs: {type(e).__name__}"}
+            return {"status": "error", "reason": f"making the error inputs on tpu: {type(e).__name__}: {e}"[:300]}
+    if len(made["cpu"]) != len(made["tpu"]):
+        return {"status": "n/a", "reason": "the error inputs differ per device"}
+    result = {"status": "pass", "samples": 0}
+    for i, (on_cpu, on_tpu) in enumerate(zip(made["cpu"], made["tpu"])):
+        send(("progress", i))
+        want = _raised(lambda: op(on_cpu.sample_input.input, *on_cpu.sample_input.args, **on_cpu.sample_input.kwargs))
+        if want is None:
+            continue  # the CPU takes it: a device-specific error input
+        got = _raised(lambda: op(on_tpu.sample_input.input, *on_tpu.sample_input.args, **on_tpu.sample_input.kwargs))
+        result["samples"] += 1
+        if not _same_error(got, want, on_tpu):
+            result.update(status="mismatch", reason=f"error input {i}: {_described(got)} vs CPU's {_described(want)}")
+            return result
+    if result["samples"] == 0:
+        result.update(status="n/a", reason="the CPU takes every error input")
+    return result
+
+
 def _run_task(ops, name, dtype_name, mode, grad, send):
     import torch
+    if mode in MODULE_MODES:
+        return _run_module_task(ops, name, mode, send)
     op = ops[name]
+    if mode == "errors":
+        return _run_error_task(op, send)
     dtype = getattr(torch, dtype_name)
     if dtype not in op.supported_dtypes("cpu"):
         return {"status": "n/a"}
@@ -350,15 +631,15 @@ def _worker(conn):
     warnings.simplefilter("ignore")
     import torch  # noqa: F401
     import torchtpu  # noqa: F401
-    ops = _load_ops()
-    conn.send(("ready", sorted(ops)))
+    ops, modules = _load_ops(), _load_modules()
+    conn.send(("ready", (sorted(ops), sorted(modules))))
     while True:
         task = conn.recv()
         if task is None:
             return
         name, dtype, mode, grad = task
         try:
-            result = _run_task(ops, name, dtype, mode, grad, conn.send)
+            result = _run_task(modules if mode in MODULE_MODES else ops, name, dtype, mode, grad, conn.send)
         except Exception as e:  # noqa: BLE001
             result = {"status": "error", "reason": f"{type(e).__name__}: {e}"[:300],
                       "trace": traceback.format_exc()[-800:]}
@@ -371,7 +652,7 @@ class _Worker:
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=_worker, args=(child,), daemon=True)
         self.proc.start()
-        kind, self.names = self.conn.recv()
+        kind, (self.op_names, self.module_names) = self.conn.recv()
 
     def run(self, task, sample_timeout):
         self.conn.send(task)
@@ -413,12 +694,20 @@ def _load_state(path):
 def sweep(args):
     state = {} if args.fresh else _load_state(args.state)
     worker = _Worker()
-    names = worker.names
+    modules = args.command == "modules"
+    names = worker.module_names if modules else worker.op_names
     if args.ops:
         wanted = set(args.ops.split(","))
         names = [n for n in names if n in wanted or n.split(".")[0] in wanted]
-    mode = "compiled" if args.compiled else "eager"
-    tasks = [(n, d, mode, not args.no_grad) for n in names for d in args.dtypes.split(",")]
+    if modules:
+        mode = MODULE_MODES[args.compiled]
+        tasks = [(n, "float32", mode, True) for n in names]
+    elif args.command == "errors":
+        mode = "errors"
+        tasks = [(n, "float32", mode, False) for n in names]
+    else:
+        mode = "compiled" if args.compiled else "eager"
+        tasks = [(n, d, mode, not args.no_grad) for n in names for d in args.dtypes.split(",")]
     todo = [t for t in tasks if _key(t[0], t[1], mode) not in state]
     start = time.time()
     with open(args.state, "a") as out:
@@ -454,6 +743,55 @@ def _summary(state, names, dtypes, mode):
         if total:
             rows.append((dtype, total, counts))
     return rows
+
+
+def _module_lines(state, names):
+    """The report's section on nn modules."""
+    lines = ["## Modules", "",
+             "`python -m torchtpu.coverage modules` (and `--compiled`): every ModuleInfo of "
+             "`torch.testing._internal.common_modules.module_db` in float32, its module inputs on tpu vs CPU: "
+             "outputs, buffers after the forward and gradients of parameters and inputs (float64 copies arbitrate), "
+             "in training mode and in eval mode where they differ; eager runs also check that the module's "
+             "error inputs raise the CPU's exception and message.", "",
+             "| mode | ModuleInfos | pass | mismatch | error | fallback | timeout | crash | pass rate |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for mode in MODULE_MODES:
+        for _, total, c in _summary(state, names, ("float32",), mode):
+            lines.append(f"| {mode.replace('module-', '').replace('module', 'eager')} | {total} | "
+                         + " | ".join(str(c.get(s, 0)) for s in STATUSES) + f" | {100 * c['pass'] / total:.1f}% |")
+    lines += ["", "| module | eager | compiled | first failure |", "|---|---|---|---|"]
+    for n in names:
+        cells, reason = [], ""
+        for mode in MODULE_MODES:
+            r = state.get(_key(n, "float32", mode))
+            cells.append("" if r is None else ("-" if r["status"] == "n/a" else r["status"]))
+            if r and r["status"] not in ("pass", "n/a") and not reason:
+                reason = ("compiled: " if mode != "module" else "") + r.get("reason", "")
+        reason = reason.replace("|", "\\|").replace("\n", " ")
+        lines.append(f"| `{n}` | " + " | ".join(cells) + f" | {reason} |")
+    return lines + [""]
+
+
+def _error_lines(state, names):
+    """The report's section on the OpInfos' error inputs."""
+    lines = ["## Error inputs", "",
+             "`python -m torchtpu.coverage errors`: every OpInfo's error inputs, made for the CPU and for tpu "
+             "under one seed; each one the CPU refuses must raise on tpu the CPU's exception type with the CPU's "
+             "message (first line) or one PyTorch's own error test accepts (the error input's regex).", ""]
+    for _, total, c in _summary(state, names, ("float32",), "errors"):
+        lines.append(f"{c['pass']}/{total} OpInfos with error inputs pass ({100 * c['pass'] / total:.1f}%).")
+    failing = [(n, state[_key(n, "float32", "errors")]) for n in names]
+    failing = [(n, r) for n, r in failing if r["status"] not in ("pass", "n/a")]
+    if failing:
+        lines += ["", "| op | status | first failure |", "|---|---|---|"]
+        for n, r in failing:
+            reason = r.get("reason", "").replace("|", "\\|").replace("\n", " ")
+            lines.append(f"| `{n}` | {r['status']} | {reason} |")
+    return lines + [""]
+
+
+def _names(state, modes):
+    return sorted({k.split("|")[0] for k in state if k.rsplit("|", 1)[1] in modes})
 
 
 def report(state, out_path, names):
@@ -499,14 +837,20 @@ def report(state, out_path, names):
                 reason = f"compiled: {rc.get('reason', '')}"
         reason = reason.replace("|", "\\|").replace("\n", " ")
         lines.append(f"| `{n}` | " + " | ".join(cells) + f" | {reason} |")
+    checked = _names(state, ("errors",))
+    if checked:
+        lines += [""] + _error_lines(state, checked)
+    modules = _names(state, MODULE_MODES)
+    if modules:
+        lines += [""] + _module_lines(state, modules)
     with open(out_path, "w") as f:
         f.write("\n".join(lines) + "\n")
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m torchtpu.coverage", description=__doc__.split("\n")[0])
-    p.add_argument("command", choices=["ops", "report"])
-    p.add_argument("--ops", default="", help="comma-separated OpInfo names (default: all)")
+    p.add_argument("command", choices=["ops", "errors", "modules", "report"])
+    p.add_argument("--ops", default="", help="comma-separated OpInfo (or ModuleInfo) names (default: all)")
     p.add_argument("--dtypes", default=",".join(DTYPES))
     p.add_argument("--compiled", action="store_true", help="run each op through torch.compile(backend='tpu')")
     p.add_argument("--no-grad", action="store_true", help="skip the gradient checks")
@@ -515,15 +859,12 @@ def main(argv=None):
     p.add_argument("--fresh", action="store_true", help="ignore earlier results")
     p.add_argument("--out", default=os.path.join("docs", "COVERAGE.md"))
     args = p.parse_args(argv)
-    if args.command == "ops":
-        state = sweep(args)
-    else:
-        state = _load_state(args.state)
-    names = sorted({k.split("|")[0] for k in state})
+    state = _load_state(args.state) if args.command == "report" else sweep(args)
+    names = _names(state, ("eager", "compiled"))
     report(state, args.out, names)
-    for mode in ("eager", "compiled"):
-        for dtype, total, c in _summary(state, names, DTYPES, mode):
-            print(f"{mode:8} {dtype:9} {c['pass']:4}/{total:<4} pass ({100 * c['pass'] / total:.1f}%)")
+    for mode in ("eager", "compiled", "errors") + MODULE_MODES:
+        for dtype, total, c in _summary(state, _names(state, (mode,)), DTYPES, mode):
+            print(f"{mode:15} {dtype:9} {c['pass']:4}/{total:<4} pass ({100 * c['pass'] / total:.1f}%)")
     print(f"report: {args.out}")
     return 0
 

@@ -370,6 +370,8 @@ static tpu_status_t reduced(tpu_lower_ctx *c, tpu_hlo_value loss, int64_t reduct
     tpu_hlo_type t = *tpu_hlo_type_of(B, loss);
     loss = sum_all(c, loss);
     if (reduction == REDUCTION_MEAN) loss = dvd(c, loss, k(c, loss, (double)tpu_hlo_type_numel(&t)));
+  } else {
+    loss = tpu_hlo_reshape(B, loss, OUT->rank, OUT->dims); /* one sample's loss: [1] or 0-dim, as the kernel says */
   }
   tpu_lower_set_output(c, 0, loss);
   return NULL;
@@ -451,9 +453,36 @@ static tpu_hlo_value per_target_grad(tpu_lower_ctx *c, tpu_hlo_value g, const tp
   return tpu_hlo_rank(B, g) == 0 ? tpu_hlo_broadcast_to(B, g, xt) : expand(c, g, xt, &cdim, 1);
 }
 
+/* A class weight (argument |wi|, any shape with C elements: the 2-d kernel
+ * checks only the count) as a [C] vector. */
+static tpu_hlo_value class_weights(tpu_lower_ctx *c, int wi, const tpu_hlo_type *xt, int cd) {
+  return tpu_hlo_reshape(B, tensor_as(c, wi, xt->dtype), 1, &xt->dims[cd]);
+}
+
+/* The dtype checks of PyTorch's CPU nll_loss kernels, which follow the meta
+ * function's: a floating input, a weight of the input's dtype and, in the
+ * 2-d kernel (a 4-d input), a Long target (the meta function allows Byte). */
+static tpu_status_t nll_dtype_check(tpu_lower_ctx *c) {
+  const tpu_lower_arg *x = &c->args[0], *t = &c->args[1], *w = &c->args[2];
+  bool two_d = x->rank == 4;
+  if (!tpu_dtype_is_float(x->dtype))
+    return tpu_lower_error(c, TPU_ERR_NOT_IMPLEMENTED, "\"%s\" not implemented for '%s'",
+                           two_d ? "nll_loss2d_forward_out_frame" : "nll_loss_out_frame", tpu_dtype_scalar_type(x->dtype));
+  if (!tpu_lower_is_none(c, 2) && w->dtype != x->dtype)
+    return tpu_lower_error(c, TPU_ERR_RUNTIME, "expected scalar type %s but found %s", tpu_dtype_scalar_type(x->dtype),
+                           tpu_dtype_scalar_type(w->dtype));
+  tpu_hlo_type xt = arg_type(c, 0, x->dtype);
+  bool empty_reduced = tpu_lower_int(c, 3, REDUCTION_MEAN) != REDUCTION_NONE && tpu_hlo_type_numel(&xt) == 0;
+  if (two_d && t->dtype != TPU_S64 && !empty_reduced) /* an empty reduced loss returns before reading the target */
+    return tpu_lower_error(c, TPU_ERR_RUNTIME, "expected scalar type Long but found %s", tpu_dtype_scalar_type(t->dtype));
+  return NULL;
+}
+
 /* nll_loss_forward / nll_loss2d_forward(self, target, weight?, reduction,
  * ignore_index) -> (output, total_weight) */
 static tpu_status_t nll_loss_rule(tpu_lower_ctx *c) {
+  tpu_status_t st = nll_dtype_check(c);
+  if (st != NULL) return st;
   const tpu_lower_arg *in = &c->args[0];
   tpu_hlo_type xt = arg_type(c, 0, tpu_lower_opmath(c->out_types[0].dtype));
   int cd = in->rank == 1 ? 0 : 1;
@@ -461,7 +490,7 @@ static tpu_status_t nll_loss_rule(tpu_lower_ctx *c) {
   tpu_hlo_value kept, t = nll_targets(c, 1, 4, &xt, cd, &kept);
   /* per target: -x[t] * w[t] and w[t], 0 where ignored */
   tpu_hlo_value xy = at_class(c, tensor_as(c, 0, xt.dtype), t, cd);
-  tpu_hlo_value w = tpu_lower_is_none(c, 2) ? k(c, xy, 1.0) : at_class(c, tensor_as(c, 2, xt.dtype), t, 0);
+  tpu_hlo_value w = tpu_lower_is_none(c, 2) ? k(c, xy, 1.0) : at_class(c, class_weights(c, 2, &xt, cd), t, 0);
   tpu_hlo_value zero = k(c, xy, 0.0);
   tpu_hlo_value loss = sel(c, kept, mul(c, neg(c, xy), w), zero);
   tpu_hlo_value total = sum_all(c, sel(c, kept, w, zero));
@@ -489,7 +518,7 @@ static tpu_status_t nll_loss_backward_rule(tpu_lower_ctx *c) {
   tpu_hlo_value g = tensor_as(c, 0, xt.dtype);
   if (reduction == REDUCTION_MEAN) g = dvd(c, g, tensor_as(c, 6, xt.dtype));
   tpu_hlo_value grad = neg(c, per_target_grad(c, g, &xt, cd));
-  if (!tpu_lower_is_none(c, 3)) grad = mul(c, along(c, tensor_as(c, 3, xt.dtype), &xt, cd), grad);
+  if (!tpu_lower_is_none(c, 3)) grad = mul(c, along(c, class_weights(c, 3, &xt, cd), &xt, cd), grad);
   tpu_lower_set_output(c, 0, sel(c, hit, grad, tpu_hlo_const_f64(B, &xt, 0.0)));
   return NULL;
 }
@@ -509,6 +538,9 @@ static tpu_status_t margin_dtype_check(tpu_lower_ctx *c, const char *kernel) {
 static tpu_status_t multi_margin_loss_rule(tpu_lower_ctx *c) {
   tpu_status_t st = margin_dtype_check(c, "multi_margin_loss_cpu_kernel");
   if (st != NULL) return st;
+  if (!tpu_lower_is_none(c, 4) && c->args[4].dtype != c->args[0].dtype)
+    return tpu_lower_error(c, TPU_ERR_RUNTIME, "expected scalar type %s but found %s",
+                           tpu_dtype_scalar_type(c->args[0].dtype), tpu_dtype_scalar_type(c->args[4].dtype));
   static const int64_t one = 1;
   tpu_hlo_type xt = arg_type(c, 0, tpu_lower_opmath(c->out_types[0].dtype));
   if (xt.rank == 0) xt = tpu_hlo_make_type(xt.dtype, 1, &one); /* a 0-dim input is one class */
@@ -521,7 +553,7 @@ static tpu_status_t multi_margin_loss_rule(tpu_lower_ctx *c) {
   tpu_hlo_value xy = expand(c, at_class(c, x, t, cd), &xt, &cdim, 1);
   tpu_hlo_value z = add(c, sub(c, tpu_hlo_const_f64(B, &xt, tpu_lower_float(c, 3, 1.0)), xy), x);
   tpu_hlo_value h = tpu_lower_float(c, 2, 1.0) == 1.0 ? z : mul(c, z, z);
-  if (!tpu_lower_is_none(c, 4)) h = mul(c, h, expand(c, at_class(c, tensor_as(c, 4, xt.dtype), t, 0), &xt, &cdim, 1));
+  if (!tpu_lower_is_none(c, 4)) h = mul(c, h, expand(c, at_class(c, class_weights(c, 4, &xt, cd), t, 0), &xt, &cdim, 1));
   tpu_hlo_value counted = and_(c, cmp(c, TPU_HLO_GT, z, zero), tpu_hlo_unary(B, TPU_HLO_NOT, hit));
   tpu_hlo_value loss = sum(c, sel(c, counted, h, zero), &cdim, 1);
   return reduced(c, dvd(c, loss, k(c, loss, (double)xt.dims[cd])), tpu_lower_int(c, 5, REDUCTION_MEAN));
@@ -559,7 +591,7 @@ static tpu_status_t multi_margin_loss_backward_rule(tpu_lower_ctx *c) {
   tpu_hlo_value xy = expand(c, at_class(c, x, t, 1), &xt, &cdim, 1);
   tpu_hlo_value z = add(c, sub(c, tpu_hlo_const_f64(B, &xt, tpu_lower_float(c, 4, 1.0)), xy), x);
   tpu_hlo_value h = tpu_lower_float(c, 3, 1.0) == 1.0 ? tpu_hlo_const_f64(B, &xt, 1.0) : mul(c, k(c, z, 2.0), z);
-  if (!tpu_lower_is_none(c, 5)) h = mul(c, h, expand(c, at_class(c, tensor_as(c, 5, xt.dtype), t, 0), &xt, &cdim, 1));
+  if (!tpu_lower_is_none(c, 5)) h = mul(c, h, expand(c, at_class(c, class_weights(c, 5, &xt, 1), t, 0), &xt, &cdim, 1));
   tpu_hlo_value counted = and_(c, cmp(c, TPU_HLO_GT, z, zero), tpu_hlo_unary(B, TPU_HLO_NOT, hit));
   h = sel(c, counted, h, zero);
   tpu_hlo_value grad = sel(c, hit, neg(c, expand(c, sum(c, h, &cdim, 1), &xt, &cdim, 1)), h);
