@@ -156,3 +156,29 @@ def test_module_sweep_catches_wrong_gradients_and_errors(modules, monkeypatch):
                         lambda x, *a, **k: real_embedding(x.long() if x.device.type == "tpu" else x, *a, **k))
     result = coverage._run_task(modules, "nn.Embedding", "float32", "module", True, lambda message: None)
     assert result["status"] == "error" and "error input" in result["reason"], result
+
+
+# The error-input sweep (python -m torchtpu.coverage errors).
+ERRORS = ("cat", "mean", "masked_scatter", "index_select", "take", "masked_select", "kthvalue", "gather",
+          "multinomial", "nn.functional.multi_margin_loss", "nn.functional.multilabel_margin_loss",
+          "nn.functional.embedding", "reshape")
+
+
+@pytest.mark.parametrize("name", ERRORS)
+def test_error_inputs(ops, name):
+    result = coverage._run_task(ops, name, "float32", "errors", False, lambda message: None)
+    assert result["status"] == "pass" and result["samples"] > 0, f"{name}: {result}"
+
+
+def test_error_sweep_catches_a_missing_check(ops, monkeypatch):
+    """An error input tpu takes, or refuses with another exception, fails."""
+    real = ops["mean"].op
+    monkeypatch.setattr(ops["mean"], "op", lambda x, *a, **k: real(x.float() if x.device.type == "tpu" else x, *a, **k))
+    assert coverage._run_task(ops, "mean", "float32", "errors", False, lambda m: None)["status"] == "mismatch"
+
+    def wrong_type(x, *a, **k):
+        if x.device.type == "tpu":
+            raise ValueError("mean(): could not infer output dtype")
+        return real(x, *a, **k)
+    monkeypatch.setattr(ops["mean"], "op", wrong_type)
+    assert coverage._run_task(ops, "mean", "float32", "errors", False, lambda m: None)["status"] == "mismatch"

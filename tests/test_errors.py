@@ -18,7 +18,38 @@ def error_of(fn, device):
 # its CPU kernels' or, for shape checks, its meta functions' (the wording
 # torch.compile users see), so they may differ from CPU's text.
 CASES = {
-    "shape_mismatch": (lambda d: torch.ones(3, device=d) + torch.ones(4, device=d), ["3", "4"]),
+    # TensorIterator's broadcast message (the refs' meta functions word it otherwise)
+    "shape_mismatch": (lambda d: torch.ones(3, device=d) + torch.ones(4, device=d),
+                       ["The size of tensor a (3) must match the size of tensor b (4) at non-singleton dimension 0"]),
+    "where_broadcast": (lambda d: torch.where(torch.ones(2, 3, dtype=torch.bool, device=d), torch.ones(3, device=d),
+                                              torch.ones(4, 1, device=d)),
+                        ["The size of tensor a (2) must match the size of tensor b (4) at non-singleton dimension 0"]),
+    "cat_ranks": (lambda d: torch.cat([torch.ones(0, device=d), torch.ones(2, 3, device=d), torch.ones(2, 3, 4, device=d)]),
+                  ["Tensors must have same number of dimensions: got 2 and 3"]),
+    "cat_sizes": (lambda d: torch.cat([torch.ones(2, 3, device=d), torch.ones(3, 4, device=d)], dim=-1),
+                  ["Sizes of tensors must match except in dimension 1. Expected size 2 but got size 3 for tensor "
+                   "number 1 in the list."]),
+    "masked_scatter_mask": (lambda d: torch.ones(3, device=d).masked_scatter(torch.ones(3, device=d),
+                                                                            torch.ones(3, device=d)),
+                            ["masked_scatter_ only supports boolean masks, but got mask with dtype Float"]),
+    "mean_of_long": (lambda d: torch.ones(3, 2, dtype=torch.long, device=d).mean(1),
+                     ["Input dtype must be either a floating point or complex dtype. Got: Long"]),
+    "mean_to_long": (lambda d: torch.ones(3, device=d).mean(dtype=torch.long),
+                     ["Optional dtype must be either a floating point or complex dtype. Got: Long"]),
+    # out= aliasing: these CPU kernels check before resizing
+    "index_select_out_overlaps_itself": (lambda d: torch.index_select(
+        torch.ones(3, 6, device=d), 1, torch.tensor([0, 1], device=d), out=torch.ones(1, 6, device=d).expand(2, 6)),
+        ["more than one element of the written-to tensor refers to a single memory location"]),
+    "take_out_is_input": (lambda d: (lambda x: torch.take(x, torch.tensor([0, 1, 2], device=d), out=x))(
+        torch.ones(6, device=d)), ["some elements of the input tensor and the written-to tensor"]),
+    "masked_select_out_is_input": (lambda d: (lambda x: torch.masked_select(
+        x, torch.ones(6, dtype=torch.bool, device=d), out=x))(torch.ones(6, device=d)),
+        ["some elements of the input tensor and the written-to tensor"]),
+    "kthvalue_out_is_input": (lambda d: (lambda x: torch.kthvalue(
+        x, 5, out=(x, torch.empty((), dtype=torch.long, device=d))))(torch.ones(10, device=d)),
+        ["some elements of the input tensor and the written-to tensor"]),
+    "cat_out_is_input": (lambda d: (lambda x: torch.cat([x, torch.ones(4, 6, device=d)], out=x))(
+        torch.ones(0, device=d)), ["some elements of the input tensor and the written-to tensor"]),
     "inplace_broadcast_to_smaller": (lambda d: torch.ones(3, device=d).add_(torch.ones(2, 3, device=d)),
                                      ["3", "2"]),
     "matmul_shapes": (lambda d: torch.ones(2, 3, device=d) @ torch.ones(4, 5, device=d), ["3", "4"]),

@@ -25,12 +25,14 @@ wrong size, gather's message for a float target), and refuse the uint8
 targets the CPU takes. Their meta functions here make the CPU kernels'
 checks, in their order and with their messages; the checks the kernels make
 on dtypes after them (a floating input, the weight's dtype) are in the
-rules. max_pool2d's meta function reads the input's third-last size before
+rules. multinomial's meta function checks the rank only, with its own
+words; the CPU kernel's checks are in the one here. max_pool2d's meta function reads the input's third-last size before
 checking its rank.
 
 multilabel_margin_loss_forward's meta function (PyTorch's decomposition)
 gives one sample (a 1-D target) an unreduced loss of size [1]; the CPU
-kernel's is 0-dim, as every other loss's. (Compiled graphs run the
+kernel's is 0-dim, as every other loss's. Its shape checks run first here,
+with the kernel's messages. (Compiled graphs run the
 decomposition above autograd, as they do on the CPU.)
 """
 import torch
@@ -225,6 +227,32 @@ for _name, _meta, _outs in (("nll_loss_forward", _nll_loss_forward, ("output", "
     _LIB.impl(_name + "." + ("output" if len(_outs) > 1 else "out"), _with_out(_meta, _outs), "Meta")
 
 
+def _multinomial_checks(self, num_samples, replacement, out_dtype=torch.int64):
+    torch._check(0 < self.dim() <= 2, lambda: "prob_dist must be 1 or 2 dim")
+    torch._check(self.is_floating_point(), lambda: "multinomial only supports floating-point dtypes for input, got: "
+                                                   f"{_SCALAR_TYPE.get(self.dtype)}")
+    torch._check(out_dtype == torch.int64, lambda: f"multinomial expects Long tensor out, got: {_SCALAR_TYPE.get(out_dtype)}")
+    torch._check(num_samples > 0, lambda: "cannot sample n_sample <= 0 samples")
+    torch._check(replacement or num_samples <= self.size(-1),
+                 lambda: "cannot sample n_sample > prob_dist.size(-1) samples without replacement")
+    torch._check(self.size(-1) <= 2 ** 24, lambda: "number of categories cannot exceed 2^24")
+    return self.new_empty((*self.shape[:-1], num_samples), dtype=torch.int64)
+
+
+def _multinomial(self, num_samples, replacement=False, *, generator=None):
+    return _multinomial_checks(self, num_samples, replacement)
+
+
+def _multinomial_out(self, num_samples, replacement=False, *, generator=None, out):
+    from torch._prims_common.wrappers import _maybe_resize_out
+    _maybe_resize_out(out, _multinomial_checks(self, num_samples, replacement, out.dtype).shape)
+    return out
+
+
+_LIB.impl("multinomial", _multinomial, "Meta")
+_LIB.impl("multinomial.out", _multinomial_out, "Meta")
+
+
 def _repair_max_pool2d_rank_check():
     check = getattr(_registrations, "max_pool2d_checks_and_compute_shape", None)
     if check is None or getattr(check, "_torchtpu", False):
@@ -247,6 +275,13 @@ def _repair_multilabel_margin_shape():
         return
 
     def sized(self, target, reduction):
+        torch._check((self.dim() == 2 and self.size(1) != 0) or (self.dim() == 1 and self.size(0) != 0)
+                     or self.dim() == 0,
+                     lambda: f"Expected non-empty vector or matrix with optional 0-dim batch size, but got: "
+                             f"{list(self.shape)}")
+        torch._check(target.shape == self.shape or (self.dim() <= 1 and target.dim() <= 1
+                                                    and target.numel() == self.numel()),
+                     lambda: f"inconsistent target size: {list(target.shape)} for input of size: {list(self.shape)}")
         loss, is_target = decomposition(self, target, reduction)
         return (loss.reshape(()) if target.dim() <= 1 else loss), is_target
 

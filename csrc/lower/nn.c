@@ -453,6 +453,13 @@ static tpu_hlo_value per_target_grad(tpu_lower_ctx *c, tpu_hlo_value g, const tp
   return tpu_hlo_rank(B, g) == 0 ? tpu_hlo_broadcast_to(B, g, xt) : expand(c, g, xt, &cdim, 1);
 }
 
+/* The dtype check of a CPU kernel's typed read of argument |i|. */
+static tpu_status_t expect_dtype(tpu_lower_ctx *c, int i, tpu_dtype_t want) {
+  if (c->args[i].dtype == want) return NULL;
+  return tpu_lower_error(c, TPU_ERR_RUNTIME, "expected scalar type %s but found %s", tpu_dtype_scalar_type(want),
+                         tpu_dtype_scalar_type(c->args[i].dtype));
+}
+
 /* A class weight (argument |wi|, any shape with C elements: the 2-d kernel
  * checks only the count) as a [C] vector. */
 static tpu_hlo_value class_weights(tpu_lower_ctx *c, int wi, const tpu_hlo_type *xt, int cd) {
@@ -463,19 +470,17 @@ static tpu_hlo_value class_weights(tpu_lower_ctx *c, int wi, const tpu_hlo_type 
  * function's: a floating input, a weight of the input's dtype and, in the
  * 2-d kernel (a 4-d input), a Long target (the meta function allows Byte). */
 static tpu_status_t nll_dtype_check(tpu_lower_ctx *c) {
-  const tpu_lower_arg *x = &c->args[0], *t = &c->args[1], *w = &c->args[2];
+  const tpu_lower_arg *x = &c->args[0];
   bool two_d = x->rank == 4;
   if (!tpu_dtype_is_float(x->dtype))
     return tpu_lower_error(c, TPU_ERR_NOT_IMPLEMENTED, "\"%s\" not implemented for '%s'",
                            two_d ? "nll_loss2d_forward_out_frame" : "nll_loss_out_frame", tpu_dtype_scalar_type(x->dtype));
-  if (!tpu_lower_is_none(c, 2) && w->dtype != x->dtype)
-    return tpu_lower_error(c, TPU_ERR_RUNTIME, "expected scalar type %s but found %s", tpu_dtype_scalar_type(x->dtype),
-                           tpu_dtype_scalar_type(w->dtype));
+  tpu_status_t st = tpu_lower_is_none(c, 2) ? NULL : expect_dtype(c, 2, x->dtype);
+  if (st != NULL) return st;
   tpu_hlo_type xt = arg_type(c, 0, x->dtype);
   bool empty_reduced = tpu_lower_int(c, 3, REDUCTION_MEAN) != REDUCTION_NONE && tpu_hlo_type_numel(&xt) == 0;
-  if (two_d && t->dtype != TPU_S64 && !empty_reduced) /* an empty reduced loss returns before reading the target */
-    return tpu_lower_error(c, TPU_ERR_RUNTIME, "expected scalar type Long but found %s", tpu_dtype_scalar_type(t->dtype));
-  return NULL;
+  /* an empty reduced loss returns before reading the target */
+  return two_d && !empty_reduced ? expect_dtype(c, 1, TPU_S64) : NULL;
 }
 
 /* nll_loss_forward / nll_loss2d_forward(self, target, weight?, reduction,
@@ -538,9 +543,8 @@ static tpu_status_t margin_dtype_check(tpu_lower_ctx *c, const char *kernel) {
 static tpu_status_t multi_margin_loss_rule(tpu_lower_ctx *c) {
   tpu_status_t st = margin_dtype_check(c, "multi_margin_loss_cpu_kernel");
   if (st != NULL) return st;
-  if (!tpu_lower_is_none(c, 4) && c->args[4].dtype != c->args[0].dtype)
-    return tpu_lower_error(c, TPU_ERR_RUNTIME, "expected scalar type %s but found %s",
-                           tpu_dtype_scalar_type(c->args[0].dtype), tpu_dtype_scalar_type(c->args[4].dtype));
+  if ((st = expect_dtype(c, 1, TPU_S64)) != NULL) return st;
+  if (!tpu_lower_is_none(c, 4) && (st = expect_dtype(c, 4, c->args[0].dtype)) != NULL) return st;
   static const int64_t one = 1;
   tpu_hlo_type xt = arg_type(c, 0, tpu_lower_opmath(c->out_types[0].dtype));
   if (xt.rank == 0) xt = tpu_hlo_make_type(xt.dtype, 1, &one); /* a 0-dim input is one class */
@@ -641,6 +645,7 @@ static multilabel_pairs multilabel_pairs_of(tpu_lower_ctx *c, int xi, int ti, co
 static tpu_status_t multilabel_margin_loss_rule(tpu_lower_ctx *c) {
   static const int64_t pair_dims[2] = {1, 2};
   tpu_status_t st = margin_dtype_check(c, "multilabel_margin_loss_forward_out_frame");
+  if (st == NULL) st = expect_dtype(c, 1, TPU_S64);
   if (st != NULL) return st;
   tpu_hlo_type xt = margin_rows(c, 0, tpu_lower_opmath(OUT->dtype));
   multilabel_pairs p = multilabel_pairs_of(c, 0, 1, &xt);

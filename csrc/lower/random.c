@@ -349,13 +349,7 @@ static tpu_status_t multinomial_rule(tpu_lower_ctx *c) {
   const tpu_lower_arg *pa = &c->args[0];
   int64_t k = tpu_lower_int(c, 1, 1), cats = pa->sizes[pa->rank - 1], rows = pa->rank == 2 ? pa->sizes[0] : 1;
   bool replacement = tpu_lower_bool(c, 2, false);
-  /* The CPU kernel's checks (the meta function checks only the rank). */
-  if (!tpu_dtype_is_float(pa->dtype))
-    return tpu_lower_error(c, TPU_ERR_RUNTIME, "multinomial only supports floating-point dtypes for input, got: %s",
-                           tpu_dtype_scalar_type(pa->dtype));
-  if (k <= 0) return tpu_lower_error(c, TPU_ERR_RUNTIME, "cannot sample n_sample <= 0 samples");
-  if (!replacement && k > cats)
-    return tpu_lower_error(c, TPU_ERR_RUNTIME, "cannot sample n_sample > prob_dist.size(-1) samples without replacement");
+  /* The CPU kernel's static checks are in the meta function (_meta.py). */
   if (cats == 0)
     return tpu_lower_error(c, TPU_ERR_RUNTIME,
                            "aminmax(): cannot compute aminmax over an empty dimension as the operation has no identity.");

@@ -4,6 +4,7 @@
 // PyTorch's meta function for the output metadata. Registration walks the C
 // rule registry: adding a rule in csrc/lower is all it takes to add an op.
 #include <ATen/Dispatch.h>
+#include <ATen/ExpandUtils.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/TypeProperties.h>
@@ -11,7 +12,9 @@
 #include <torch/library.h>
 
 #include <cstring>
+#include <optional>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "torch/dispatch.h"
 #include "torch/generator.h"
@@ -349,6 +352,17 @@ void fill_meta(const at::Tensor& t, tpu_eager_out_meta& m) {
 void check_before_meta(const c10::OperatorHandle& handle, const std::vector<bool>& promotes,
                        c10::ArrayRef<c10::IValue> ivs) {
   const std::string& name = handle.schema().name();
+  if (handle.hasTag(at::Tag::pointwise)) {
+    // TensorIterator broadcasts the operands in order, with infer_size's
+    // message ("The size of tensor a (3) must match the size of tensor b
+    // (4) at non-singleton dimension 0"); the refs word it their own way.
+    std::optional<c10::DimVector> shape;
+    for (size_t i = 0; i < ivs.size(); i++) {
+      if (!promotes[i] || !ivs[i].isTensor() || !ivs[i].toTensor().defined()) continue;
+      c10::IntArrayRef sizes = ivs[i].toTensor().sizes();
+      shape = shape ? at::infer_size_dimvector(*shape, sizes) : c10::DimVector(sizes);
+    }
+  }
   if (name == "aten::mul_" || name == "aten::multiply_" || name == "aten::addcmul_" || name == "aten::addcdiv_") {
     // The promoted result must be castable to self: an int tensor times 2.5
     // raises, it does not truncate.
@@ -356,10 +370,42 @@ void check_before_meta(const c10::OperatorHandle& handle, const std::vector<bool
     TORCH_CHECK(c10::canCast(result, self), "result type ", result, " can't be cast to the desired output type ",
                 self);
   } else if (name == "aten::cat") {
-    int64_t i = 0;
-    for (const c10::IValue& t : ivs[0].toListRef()) {
-      TORCH_CHECK(t.toTensor().dim() > 0, "zero-dimensional tensor (at position ", i, ") cannot be concatenated");
-      i++;
+    // The CPU's cat_meta: no 0-dim tensor; then each tensor against the first
+    // that is not a legacy empty [0] (skipped): its rank, then its sizes off
+    // the cat dim.
+    c10::ArrayRef<c10::IValue> list = ivs[0].toListRef();
+    const at::Tensor* ref = nullptr;
+    for (size_t i = 0; i < list.size(); i++) {
+      const at::Tensor& t = list[i].toTensor();
+      TORCH_CHECK(t.dim() > 0, "zero-dimensional tensor (at position ", i, ") cannot be concatenated");
+      if (ref == nullptr && !(t.dim() == 1 && t.size(0) == 0)) ref = &t;
+    }
+    if (ref == nullptr) return;
+    int64_t dim = c10::maybe_wrap_dim(ivs[1].toInt(), ref->dim());
+    for (size_t i = 0; i < list.size(); i++) {
+      const at::Tensor& t = list[i].toTensor();
+      if (t.dim() == 1 && t.size(0) == 0) continue;
+      TORCH_CHECK(t.dim() == ref->dim(), "Tensors must have same number of dimensions: got ", ref->dim(), " and ",
+                  t.dim());
+      for (int64_t d = 0; d < t.dim(); d++)
+        TORCH_CHECK(d == dim || t.size(d) == ref->size(d), "Sizes of tensors must match except in dimension ", dim,
+                    ". Expected size ", ref->size(d), " but got size ", t.size(d), " for tensor number ", i,
+                    " in the list.");
+    }
+  } else if (name == "aten::masked_scatter" || name == "aten::masked_scatter_") {
+    at::ScalarType self = ivs[0].toTensor().scalar_type(), source = ivs[2].toTensor().scalar_type();
+    TORCH_CHECK(ivs[1].toTensor().scalar_type() == at::kBool,
+                "masked_scatter_ only supports boolean masks, but got mask with dtype ", ivs[1].toTensor().scalar_type());
+    TORCH_CHECK(self == source, "masked_scatter: expected self and source to have same dtypes but got", self, " and ",
+                source);  // sic: the CPU kernel's message has no space
+  } else if (name == "aten::mean") {
+    const auto& args = handle.schema().arguments();
+    for (size_t i = 0; i < args.size(); i++) {
+      if (args[i].name() != "dtype") continue;
+      bool given = !ivs[i].isNone();
+      at::ScalarType t = given ? ivs[i].toScalarType() : ivs[0].toTensor().scalar_type();
+      TORCH_CHECK(at::isFloatingType(t) || at::isComplexType(t), "mean(): could not infer output dtype. ",
+                  given ? "Optional" : "Input", " dtype must be either a floating point or complex dtype. Got: ", t);
     }
   } else if (name == "aten::amax" || name == "aten::amin") {
     const at::Tensor& self = ivs[0].toTensor();
@@ -459,10 +505,30 @@ void check_scalars_fit(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs) {
 
 }  // namespace
 
+// The CPU kernels of these ops refuse, before resizing it, an out= tensor
+// that overlaps itself or an input (TensorIterator's kernels resize first
+// and take out= self); masked_select's, in ops.cpp, too.
+void check_out_overlap(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs) {
+  static const std::unordered_set<std::string> checked = {"aten::cat", "aten::index_select", "aten::take",
+                                                          "aten::kthvalue"};
+  if (!checked.count(info.handle->schema().name())) return;
+  for (size_t o = 0; o < ivs.size(); o++) {
+    if (!info.mutated[o] || !ivs[o].isTensor()) continue;
+    const at::Tensor& out = ivs[o].toTensor();
+    at::assert_no_internal_overlap(out);
+    for (size_t i = 0; i < ivs.size(); i++)
+      if (!info.mutated[i] && ivs[i].isTensor() && ivs[i].toTensor().defined())
+        at::assert_no_overlap(out, ivs[i].toTensor());
+      else if (!info.mutated[i] && ivs[i].isTensorList())
+        for (const at::Tensor& t : ivs[i].toTensorList()) at::assert_no_overlap(out, t);
+  }
+}
+
 std::vector<at::Tensor> run_rule(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs) {
   const tpu_eager_op* op = info.op;
   if (op->rule->flags & TPU_RULE_CHECKED_SCALARS) check_scalars_fit(info, ivs);
   if (info.out_variant) {
+    check_out_overlap(info, ivs);
     // out= tensors take the shape the meta function gives them (with
     // PyTorch's resize warning) before the call is described; an out= that
     // is also an input is not resized, as TensorIterator refuses (an
@@ -473,9 +539,13 @@ std::vector<at::Tensor> run_rule(const OpInfo& info, c10::ArrayRef<c10::IValue> 
       if (a < 0 || !metas[r].defined()) continue;
       at::Tensor out = ivs[a].toTensor();
       if (out.sizes() == metas[r].sizes()) continue;
-      for (size_t i = 0; i < ivs.size(); i++)
-        TORCH_CHECK(info.mutated[i] || !ivs[i].isTensor() || !ivs[i].toTensor().is_same(out), "output with shape ",
-                    out.sizes(), " doesn't match the broadcast shape ", metas[r].sizes());
+      for (size_t i = 0; i < ivs.size(); i++) {
+        if (info.mutated[i]) continue;
+        bool read = ivs[i].isTensor() && ivs[i].toTensor().is_same(out);
+        if (ivs[i].isTensorList())
+          for (const at::Tensor& t : ivs[i].toTensorList()) read = read || t.is_same(out);
+        TORCH_CHECK(!read, "output with shape ", out.sizes(), " doesn't match the broadcast shape ", metas[r].sizes());
+      }
       at::native::resize_output(out, metas[r].sizes());
     }
   }

@@ -6,6 +6,7 @@
 // PyTorch's checks; bincount reads back its largest value, the size of its
 // result. linalg.lstsq returns residuals only for full-rank tall matrices
 // under the gelsd and gelss drivers: it reads back whether all are.
+#include <ATen/MemoryOverlap.h>
 #include <ATen/ATen.h>
 #include <ATen/native/Resize.h>
 #include <torch/library.h>
@@ -35,6 +36,9 @@ at::Tensor masked_select_impl(const at::Tensor& self, const at::Tensor& mask) {
 }
 
 at::Tensor& masked_select_out(const at::Tensor& self, const at::Tensor& mask, at::Tensor& out) {
+  at::assert_no_internal_overlap(out);  // the CPU kernel's checks, before any resize
+  at::assert_no_overlap(out, self);
+  at::assert_no_overlap(out, mask);
   at::Tensor r = masked_select_impl(self, mask);
   at::native::resize_output(out, r.sizes());
   return out.copy_(r);
