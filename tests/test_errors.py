@@ -15,8 +15,9 @@ def error_of(fn, device):
 
 
 # case -> (fn, words the message must contain). The messages are PyTorch's:
-# its CPU kernels' or, for shape checks, its meta functions' (the wording
-# torch.compile users see), so they may differ from CPU's text.
+# its CPU kernels' where torchtpu makes the check (broadcasting, the cases
+# below), else its meta functions' (the wording torch.compile users see),
+# which may differ from CPU's text.
 CASES = {
     # TensorIterator's broadcast message (the refs' meta functions word it otherwise)
     "shape_mismatch": (lambda d: torch.ones(3, device=d) + torch.ones(4, device=d),
@@ -65,6 +66,11 @@ CASES = {
     # torchtpu makes the CPU kernels' checks.
     "inplace_mul_cannot_cast": (lambda d: torch.ones(3, dtype=torch.int64, device=d).mul_(1.5),
                                 ["result type float can't be cast", "long"]),
+    "inplace_add_cannot_cast": (lambda d: torch.ones(3, dtype=torch.int64, device=d).add_(torch.ones(3, device=d)),
+                                ["result type Float can't be cast to the desired output type Long"]),
+    "add_out_cannot_cast": (lambda d: torch.add(torch.ones(3, device=d), 1, out=torch.ones(3, dtype=torch.int64,
+                                                                                         device=d)),
+                            ["result type Float can't be cast to the desired output type Long"]),
     "inplace_addcmul_cannot_cast": (lambda d: torch.ones(3, dtype=torch.int64, device=d).addcmul_(
         torch.ones(3, device=d), torch.ones(3, device=d)), ["result type float can't be cast", "long"]),
     "bitwise_on_float": (lambda d: torch.ones(3, device=d) & torch.ones(3, device=d),

@@ -363,12 +363,21 @@ void check_before_meta(const c10::OperatorHandle& handle, const std::vector<bool
       shape = shape ? at::infer_size_dimvector(*shape, sizes) : c10::DimVector(sizes);
     }
   }
-  if (name == "aten::mul_" || name == "aten::multiply_" || name == "aten::addcmul_" || name == "aten::addcdiv_") {
-    // The promoted result must be castable to self: an int tensor times 2.5
+  static const std::unordered_set<std::string> safe_cast = {
+      "aten::add", "aten::add_", "aten::sub", "aten::sub_", "aten::subtract", "aten::subtract_", "aten::mul",
+      "aten::mul_", "aten::multiply", "aten::multiply_", "aten::addcmul", "aten::addcmul_", "aten::addcdiv",
+      "aten::addcdiv_"};
+  if (safe_cast.count(name)) {
+    // TensorIterator's cast of the promoted result to the written tensor
+    // (an in-place op's self, out=) must be safe: an int tensor plus 2.5
     // raises, it does not truncate.
-    at::ScalarType result = promoted_type(promotes, ivs), self = ivs[0].toTensor().scalar_type();
-    TORCH_CHECK(c10::canCast(result, self), "result type ", result, " can't be cast to the desired output type ",
-                self);
+    const auto& args = handle.schema().arguments();
+    for (size_t i = 0; i < args.size(); i++) {
+      if (args[i].alias_info() == nullptr || !args[i].alias_info()->isWrite() || !ivs[i].isTensor()) continue;
+      at::ScalarType result = promoted_type(promotes, ivs), target = ivs[i].toTensor().scalar_type();
+      TORCH_CHECK(c10::canCast(result, target), "result type ", result, " can't be cast to the desired output type ",
+                  target);
+    }
   } else if (name == "aten::cat") {
     // The CPU's cat_meta: no 0-dim tensor; then each tensor against the first
     // that is not a legacy empty [0] (skipped): its rank, then its sizes off
