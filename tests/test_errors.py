@@ -37,6 +37,16 @@ CASES = {
                      ["Input dtype must be either a floating point or complex dtype. Got: Long"]),
     "mean_to_long": (lambda d: torch.ones(3, device=d).mean(dtype=torch.long),
                      ["Optional dtype must be either a floating point or complex dtype. Got: Long"]),
+    # out= dtypes: structured kernels and TensorIterator's same-dtype ones
+    # take only the functional op's dtype (the refs' meta functions cast)
+    "softmax_out_dtype": (lambda d: torch.softmax(torch.ones(3, device=d), 0, out=torch.empty(3, dtype=torch.float64,
+                                                                                            device=d)),
+                          ["Expected out tensor to have dtype float, but got double instead"]),
+    "neg_out_dtype": (lambda d: torch.neg(torch.ones(3, device=d), out=torch.empty(3, dtype=torch.float64, device=d)),
+                      ["Found dtype Double but expected Float"]),
+    "renorm_out_dtype": (lambda d: torch.renorm(torch.ones(3, 3, device=d), 2, 0, 1.0,
+                                                out=torch.empty(3, 3, dtype=torch.float64, device=d)),
+                         ["Expected out tensor to have dtype float, but got double instead"]),
     # out= aliasing: these CPU kernels check before resizing
     "index_select_out_overlaps_itself": (lambda d: torch.index_select(
         torch.ones(3, 6, device=d), 1, torch.tensor([0, 1], device=d), out=torch.ones(1, 6, device=d).expand(2, 6)),
@@ -245,3 +255,14 @@ def test_multilabel_margin_one_sample_unreduced_is_0_dim(shape):
     torch.ops.aten.multilabel_margin_loss_forward.output(x.to("tpu"), t.to("tpu"), 0, output=out,
                                                          is_target=torch.empty(0, device="tpu"))
     assert out.shape == ()
+
+
+def test_out_dtype_safe_casts_still_taken():
+    """TensorIterator's out= takes any dtype the result casts to safely."""
+    x = torch.arange(4.0)
+    for fn in (lambda t, out: torch.add(t, 1, out=out), lambda t, out: torch.exp(t, out=out),
+               lambda t, out: torch.cumsum(t, 0, out=out)):
+        want = fn(x, torch.empty(4, dtype=torch.float64))
+        got = fn(x.to("tpu"), torch.empty(4, dtype=torch.float64, device="tpu"))
+        assert want.dtype == got.dtype == torch.float64
+        torch.testing.assert_close(got.cpu(), want)

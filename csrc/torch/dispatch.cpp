@@ -533,11 +533,60 @@ void check_out_overlap(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs) {
   }
 }
 
+// Structured kernels, and TensorIterator's kernels that want one dtype, take
+// out= tensors only in the dtypes the functional op returns; the refs' meta
+// functions cast safely, so they took a float64 out= of a float32 softmax.
+// The functional overload's meta function gives the dtypes. The flag:
+// TensorIterator's wording. Rules and decompositions (fallback.cpp) check.
+void check_out_dtypes(const c10::OperatorHandle& handle, c10::ArrayRef<c10::IValue> ivs) {
+  static const std::unordered_map<std::string, bool> exact = {
+      {"aten::_softmax", false},     {"aten::_log_softmax", false},    {"aten::linalg_cross", false},
+      {"aten::linalg_lu_solve", false}, {"aten::avg_pool3d", false},   {"aten::index_copy", false},
+      {"aten::index_add", false},    {"aten::renorm", false},          {"aten::scatter_reduce", false},
+      {"aten::_linalg_eigh", false}, {"aten::_linalg_solve_ex", false}, {"aten::sort", false},
+      {"aten::neg", true},           {"aten::round", true},            {"aten::gelu", true},
+      {"aten::softplus", true},      {"aten::softshrink", true},       {"aten::hardshrink", true},
+      {"aten::conj_physical", true}, {"aten::isin", false}};
+  const c10::FunctionSchema& schema = handle.schema();
+  auto it = exact.find(schema.name());
+  if (it == exact.end()) return;
+  // The functional overload: "out" -> "", "decimals_out" -> "decimals",
+  // "values_stable" -> "stable", "result"/"eigenvalues"/"values" -> "".
+  std::string overload = schema.overload_name();
+  if (overload.size() >= 4 && overload.compare(overload.size() - 4, 4, "_out") == 0)
+    overload.resize(overload.size() - 4);
+  else if (overload.rfind("values_", 0) == 0)
+    overload = overload.substr(7);
+  else
+    overload.clear();
+  auto functional = c10::Dispatcher::singleton().findSchema({schema.name(), overload});
+  if (!functional.has_value()) return;
+  std::vector<c10::IValue> inputs;
+  std::vector<at::Tensor> outs;
+  for (size_t i = 0; i < ivs.size(); i++) {
+    const c10::AliasInfo* written = schema.arguments()[i].alias_info();
+    if (written != nullptr && written->isWrite() && schema.arguments()[i].kwarg_only())
+      outs.push_back(ivs[i].toTensor());
+    else
+      inputs.push_back(ivs[i]);
+  }
+  if (inputs.size() != functional->schema().arguments().size()) return;
+  MetaMap mm;
+  std::vector<at::Tensor> want = run_meta(*functional, std::vector<bool>(inputs.size(), false), inputs, mm);
+  for (size_t r = 0; r < outs.size() && r < want.size(); r++) {
+    if (!want[r].defined() || outs[r].scalar_type() == want[r].scalar_type()) continue;
+    if (it->second)
+      TORCH_CHECK(false, "Found dtype ", outs[r].scalar_type(), " but expected ", want[r].scalar_type());
+    TORCH_CHECK(false, "Expected out tensor to have dtype ", want[r].dtype(), ", but got ", outs[r].dtype(), " instead");
+  }
+}
+
 std::vector<at::Tensor> run_rule(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs) {
   const tpu_eager_op* op = info.op;
   if (op->rule->flags & TPU_RULE_CHECKED_SCALARS) check_scalars_fit(info, ivs);
   if (info.out_variant) {
     check_out_overlap(info, ivs);
+    check_out_dtypes(*info.handle, ivs);
     // out= tensors take the shape the meta function gives them (with
     // PyTorch's resize warning) before the call is described; an out= that
     // is also an input is not resized, as TensorIterator refuses (an

@@ -7,6 +7,7 @@
 
 #include <atomic>
 
+#include "torch/dispatch.h"
 #include "torch/tpu_torch.h"
 
 extern "C" {
@@ -29,6 +30,7 @@ bool decompose(const c10::OperatorHandle& op, const std::string& name, torch::ji
   for (const auto& ret : schema.returns())
     if (ret.type()->kind() != c10::TypeKind::TensorType) return false;
   const size_t n = schema.arguments().size();
+  check_out_dtypes(op, torch::jit::last(*stack, n));
   pybind11::gil_scoped_acquire gil;
   try {
     pybind11::list args;
