@@ -47,6 +47,15 @@ CASES = {
     "renorm_out_dtype": (lambda d: torch.renorm(torch.ones(3, 3, device=d), 2, 0, 1.0,
                                                 out=torch.empty(3, 3, dtype=torch.float64, device=d)),
                          ["Expected out tensor to have dtype float, but got double instead"]),
+    "all_out_dtype": (lambda d: torch.all(torch.ones(3, device=d), 0, out=torch.empty((), dtype=torch.float64,
+                                                                                   device=d)),
+                      ["all only supports bool tensor for result, got: Double"]),
+    "amax_out_dtype": (lambda d: torch.amax(torch.ones(3, device=d), 0, out=torch.empty((), dtype=torch.float64,
+                                                                                     device=d)),
+                       ["Expected the dtype for input and out to match, but got Float for input's dtype and Double"]),
+    "nonzero_out_dtype": (lambda d: torch.nonzero(torch.ones(3, device=d), out=torch.empty(0, dtype=torch.float64,
+                                                                                          device=d)),
+                          ["nonzero: Expected out tensor to have scalar type Long"]),
     # out= aliasing: these CPU kernels check before resizing
     "index_select_out_overlaps_itself": (lambda d: torch.index_select(
         torch.ones(3, 6, device=d), 1, torch.tensor([0, 1], device=d), out=torch.ones(1, 6, device=d).expand(2, 6)),

@@ -536,48 +536,92 @@ void check_out_overlap(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs) {
 // Structured kernels, and TensorIterator's kernels that want one dtype, take
 // out= tensors only in the dtypes the functional op returns; the refs' meta
 // functions cast safely, so they took a float64 out= of a float32 softmax.
-// The functional overload's meta function gives the dtypes. The flag:
-// TensorIterator's wording. Rules and decompositions (fallback.cpp) check.
+// The functional overload's meta function gives the dtypes; the table, each
+// kernel's message. Rules and decompositions (fallback.cpp) check.
 void check_out_dtypes(const c10::OperatorHandle& handle, c10::ArrayRef<c10::IValue> ivs) {
-  static const std::unordered_map<std::string, bool> exact = {
-      {"aten::_softmax", false},     {"aten::_log_softmax", false},    {"aten::linalg_cross", false},
-      {"aten::linalg_lu_solve", false}, {"aten::avg_pool3d", false},   {"aten::index_copy", false},
-      {"aten::index_add", false},    {"aten::renorm", false},          {"aten::scatter_reduce", false},
-      {"aten::_linalg_eigh", false}, {"aten::_linalg_solve_ex", false}, {"aten::sort", false},
-      {"aten::neg", true},           {"aten::round", true},            {"aten::gelu", true},
-      {"aten::softplus", true},      {"aten::softshrink", true},       {"aten::hardshrink", true},
-      {"aten::conj_physical", true}, {"aten::isin", false}};
+  using Message = std::string (*)(at::ScalarType want, at::ScalarType got);
+  static const Message structured = [](at::ScalarType want, at::ScalarType got) {
+    return c10::str("Expected out tensor to have dtype ", c10::scalarTypeToTypeMeta(want), ", but got ",
+                    c10::scalarTypeToTypeMeta(got), " instead");
+  };
+  static const Message iterator = [](at::ScalarType want, at::ScalarType got) {
+    return c10::str("Found dtype ", got, " but expected ", want);
+  };
+  static const std::unordered_map<std::string, Message> exact = {
+      {"aten::_softmax", structured}, {"aten::_log_softmax", structured}, {"aten::linalg_cross", structured},
+      {"aten::linalg_lu_solve", structured}, {"aten::avg_pool3d", structured}, {"aten::index_copy", structured},
+      {"aten::index_add", structured}, {"aten::renorm", structured}, {"aten::scatter_reduce", structured},
+      {"aten::_linalg_eigh", structured}, {"aten::_linalg_solve_ex", structured}, {"aten::sort", structured},
+      {"aten::isin", structured}, {"aten::neg", iterator}, {"aten::round", iterator}, {"aten::gelu", iterator},
+      {"aten::softplus", iterator}, {"aten::softshrink", iterator}, {"aten::hardshrink", iterator},
+      {"aten::conj_physical", iterator},
+      {"aten::index_select", [](at::ScalarType, at::ScalarType) {
+         return std::string("index_select(): self and result must have the same scalar type");
+       }},
+      {"aten::take", [](at::ScalarType want, at::ScalarType got) {
+         return c10::str("take(): self and out expected to have the same dtype, but got self.dtype = ", want,
+                         " and out.dtype = ", got);
+       }},
+      {"aten::all", [](at::ScalarType, at::ScalarType got) {
+         return c10::str("all only supports bool tensor for result, got: ", got);
+       }},
+      {"aten::any", [](at::ScalarType, at::ScalarType got) {
+         return c10::str("any only supports bool tensor for result, got: ", got);
+       }},
+      {"aten::amax", [](at::ScalarType want, at::ScalarType got) {
+         return c10::str("Expected the dtype for input and out to match, but got ", want, " for input's dtype and ",
+                         got, " for out's dtype.");
+       }},
+      {"aten::amin", [](at::ScalarType want, at::ScalarType got) {
+         return c10::str("Expected the dtype for input and out to match, but got ", want, " for input's dtype and ",
+                         got, " for out's dtype.");
+       }},
+      {"aten::nan_to_num", [](at::ScalarType want, at::ScalarType got) {
+         return c10::str("nan_to_num: dtype of out: ", got, " should be same as input: ", want);
+       }},
+      {"aten::logcumsumexp", [](at::ScalarType want, at::ScalarType got) {
+         return c10::str("expected scalar_type ", want, " but found ", got);
+       }}};
   const c10::FunctionSchema& schema = handle.schema();
   auto it = exact.find(schema.name());
   if (it == exact.end()) return;
-  // The functional overload: "out" -> "", "decimals_out" -> "decimals",
-  // "values_stable" -> "stable", "result"/"eigenvalues"/"values" -> "".
+  std::vector<c10::IValue> inputs;
+  std::vector<std::string> names;
+  std::vector<at::Tensor> outs;
+  for (size_t i = 0; i < ivs.size(); i++) {
+    const c10::AliasInfo* written = schema.arguments()[i].alias_info();
+    if (written != nullptr && written->isWrite() && schema.arguments()[i].kwarg_only()) {
+      outs.push_back(ivs[i].toTensor());
+    } else {
+      inputs.push_back(ivs[i]);
+      names.push_back(schema.arguments()[i].name());
+    }
+  }
+  // The functional overload takes the same arguments: its name is the out=
+  // one's without "_out" ("decimals_out"), or "stable" ("values_stable"),
+  // or one of the usual ("all.out" is "all.dim"'s).
   std::string overload = schema.overload_name();
   if (overload.size() >= 4 && overload.compare(overload.size() - 4, 4, "_out") == 0)
     overload.resize(overload.size() - 4);
   else if (overload.rfind("values_", 0) == 0)
     overload = overload.substr(7);
-  else
-    overload.clear();
-  auto functional = c10::Dispatcher::singleton().findSchema({schema.name(), overload});
-  if (!functional.has_value()) return;
-  std::vector<c10::IValue> inputs;
-  std::vector<at::Tensor> outs;
-  for (size_t i = 0; i < ivs.size(); i++) {
-    const c10::AliasInfo* written = schema.arguments()[i].alias_info();
-    if (written != nullptr && written->isWrite() && schema.arguments()[i].kwarg_only())
-      outs.push_back(ivs[i].toTensor());
-    else
-      inputs.push_back(ivs[i]);
+  std::optional<c10::OperatorHandle> functional;
+  for (const std::string& candidate : {overload, std::string(), std::string("dim"), std::string("dims")}) {
+    auto found = c10::Dispatcher::singleton().findSchema({schema.name(), candidate});
+    if (!found.has_value() || found->schema().arguments().size() != names.size()) continue;
+    bool same = true;
+    for (size_t i = 0; i < names.size(); i++) same = same && found->schema().arguments()[i].name() == names[i];
+    if (same) {
+      functional = found;
+      break;
+    }
   }
-  if (inputs.size() != functional->schema().arguments().size()) return;
+  if (!functional.has_value()) return;
   MetaMap mm;
   std::vector<at::Tensor> want = run_meta(*functional, std::vector<bool>(inputs.size(), false), inputs, mm);
   for (size_t r = 0; r < outs.size() && r < want.size(); r++) {
     if (!want[r].defined() || outs[r].scalar_type() == want[r].scalar_type()) continue;
-    if (it->second)
-      TORCH_CHECK(false, "Found dtype ", outs[r].scalar_type(), " but expected ", want[r].scalar_type());
-    TORCH_CHECK(false, "Expected out tensor to have dtype ", want[r].dtype(), ", but got ", outs[r].dtype(), " instead");
+    TORCH_CHECK(false, it->second(want[r].scalar_type(), outs[r].scalar_type()));
   }
 }
 

@@ -22,6 +22,8 @@ at::Tensor nonzero_impl(const at::Tensor& self) {
 }
 
 at::Tensor& nonzero_out(const at::Tensor& self, at::Tensor& out) {
+  TORCH_CHECK(out.scalar_type() == at::kLong, "nonzero: Expected out tensor to have scalar type Long but got scalar type",
+              out.scalar_type());  // sic: the CPU kernel's message has no space
   at::Tensor r = nonzero_impl(self);
   at::native::resize_output(out, r.sizes());
   return out.copy_(r);
@@ -36,6 +38,7 @@ at::Tensor masked_select_impl(const at::Tensor& self, const at::Tensor& mask) {
 }
 
 at::Tensor& masked_select_out(const at::Tensor& self, const at::Tensor& mask, at::Tensor& out) {
+  TORCH_CHECK(self.scalar_type() == out.scalar_type(), "masked_select(): self and result must have the same scalar type");
   at::assert_no_internal_overlap(out);  // the CPU kernel's checks, before any resize
   at::assert_no_overlap(out, self);
   at::assert_no_overlap(out, mask);
