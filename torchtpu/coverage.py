@@ -542,21 +542,25 @@ def _described(e):
     return f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
 
 
+def _matches(got, error_input):
+    """|got|'s message is one the error input's regex accepts."""
+    import re
+    return got is not None and re.search(error_input.error_regex, str(got)) is not None
+
+
 def _same_error(got, want, error_input):
     """tpu raised the CPU's exception type, with the CPU's message (first line)
     or one PyTorch's own error tests accept (the error input's regex: a
     message naming a tensor type, as embedding's, names the device's)."""
-    import re
     if got is None or type(got) is not type(want):
         return False
     first = lambda e: str(e).splitlines()[0] if str(e) else ""  # noqa: E731
-    return first(got) == first(want) or re.search(error_input.error_regex, str(got)) is not None
+    return first(got) == first(want) or _matches(got, error_input)
 
 
 def _run_error_task(op, send):
     """The OpInfo's error inputs, made for each device under one seed: each
     one the CPU refuses must be refused on tpu with PyTorch's exception."""
-    import re
     import torch
     if op.error_inputs_func is None:
         return {"status": "n/a"}
@@ -571,10 +575,10 @@ def _run_error_task(op, send):
             return {"status": "error", "reason": f"making the error inputs on tpu: {type(e).__name__}: {e}"[:300]}
     paired = len(made["cpu"]) == len(made["tpu"])  # else the OpInfo adds inputs for devices other than the CPU
     result = {"status": "pass", "samples": 0}
+    run = lambda e: _raised(lambda: op(e.sample_input.input, *e.sample_input.args,  # noqa: E731
+                                       **e.sample_input.kwargs))
     for i, on_tpu in enumerate(made["tpu"]):
         send(("progress", i))
-        run = lambda e: _raised(lambda: op(e.sample_input.input, *e.sample_input.args,  # noqa: E731
-                                           **e.sample_input.kwargs))
         if paired:
             want = run(made["cpu"][i])
             if want is None:
@@ -583,7 +587,7 @@ def _run_error_task(op, send):
             ok = _same_error(got, want, on_tpu)
         else:  # PyTorch's own criterion only: the error input's type and regex
             got, want = run(on_tpu), None
-            ok = isinstance(got, on_tpu.error_type) and re.search(on_tpu.error_regex, str(got)) is not None
+            ok = isinstance(got, on_tpu.error_type) and _matches(got, on_tpu)
         result["samples"] += 1
         if not ok:
             expected = f"CPU's {_described(want)}" if paired else f"{on_tpu.error_type.__name__} matching {on_tpu.error_regex!r}"

@@ -514,6 +514,18 @@ void check_scalars_fit(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs) {
 
 }  // namespace
 
+// Calls |fn| on each tensor the op only reads (tensor arguments, and the
+// items of tensor lists).
+template <typename Fn>
+void for_each_read(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs, Fn fn) {
+  for (size_t i = 0; i < ivs.size(); i++) {
+    if (info.mutated[i]) continue;
+    if (ivs[i].isTensor() && ivs[i].toTensor().defined()) fn(ivs[i].toTensor());
+    if (ivs[i].isTensorList())
+      for (const at::Tensor& t : ivs[i].toTensorList()) fn(t);
+  }
+}
+
 // The CPU kernels of these ops refuse, before resizing it, an out= tensor
 // that overlaps itself or an input (TensorIterator's kernels resize first
 // and take out= self); masked_select's, in ops.cpp, too.
@@ -525,11 +537,7 @@ void check_out_overlap(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs) {
     if (!info.mutated[o] || !ivs[o].isTensor()) continue;
     const at::Tensor& out = ivs[o].toTensor();
     at::assert_no_internal_overlap(out);
-    for (size_t i = 0; i < ivs.size(); i++)
-      if (!info.mutated[i] && ivs[i].isTensor() && ivs[i].toTensor().defined())
-        at::assert_no_overlap(out, ivs[i].toTensor());
-      else if (!info.mutated[i] && ivs[i].isTensorList())
-        for (const at::Tensor& t : ivs[i].toTensorList()) at::assert_no_overlap(out, t);
+    for_each_read(info, ivs, [&](const at::Tensor& t) { at::assert_no_overlap(out, t); });
   }
 }
 
@@ -539,13 +547,20 @@ void check_out_overlap(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs) {
 // The functional overload's meta function gives the dtypes; the table, each
 // kernel's message. Rules and decompositions (fallback.cpp) check.
 void check_out_dtypes(const c10::OperatorHandle& handle, c10::ArrayRef<c10::IValue> ivs) {
-  using Message = std::string (*)(at::ScalarType want, at::ScalarType got);
-  static const Message structured = [](at::ScalarType want, at::ScalarType got) {
+  using Message = std::string (*)(const std::string& op, at::ScalarType want, at::ScalarType got);
+  static const Message structured = [](const std::string&, at::ScalarType want, at::ScalarType got) {
     return c10::str("Expected out tensor to have dtype ", c10::scalarTypeToTypeMeta(want), ", but got ",
                     c10::scalarTypeToTypeMeta(got), " instead");
   };
-  static const Message iterator = [](at::ScalarType want, at::ScalarType got) {
+  static const Message iterator = [](const std::string&, at::ScalarType want, at::ScalarType got) {
     return c10::str("Found dtype ", got, " but expected ", want);
+  };
+  static const Message bool_result = [](const std::string& op, at::ScalarType, at::ScalarType got) {
+    return c10::str(op, " only supports bool tensor for result, got: ", got);
+  };
+  static const Message match_input = [](const std::string&, at::ScalarType want, at::ScalarType got) {
+    return c10::str("Expected the dtype for input and out to match, but got ", want, " for input's dtype and ", got,
+                    " for out's dtype.");
   };
   static const std::unordered_map<std::string, Message> exact = {
       {"aten::_softmax", structured}, {"aten::_log_softmax", structured}, {"aten::linalg_cross", structured},
@@ -555,31 +570,18 @@ void check_out_dtypes(const c10::OperatorHandle& handle, c10::ArrayRef<c10::IVal
       {"aten::isin", structured}, {"aten::neg", iterator}, {"aten::round", iterator}, {"aten::gelu", iterator},
       {"aten::softplus", iterator}, {"aten::softshrink", iterator}, {"aten::hardshrink", iterator},
       {"aten::conj_physical", iterator},
-      {"aten::index_select", [](at::ScalarType, at::ScalarType) {
+      {"aten::index_select", [](const std::string&, at::ScalarType, at::ScalarType) {
          return std::string("index_select(): self and result must have the same scalar type");
        }},
-      {"aten::take", [](at::ScalarType want, at::ScalarType got) {
+      {"aten::take", [](const std::string&, at::ScalarType want, at::ScalarType got) {
          return c10::str("take(): self and out expected to have the same dtype, but got self.dtype = ", want,
                          " and out.dtype = ", got);
        }},
-      {"aten::all", [](at::ScalarType, at::ScalarType got) {
-         return c10::str("all only supports bool tensor for result, got: ", got);
-       }},
-      {"aten::any", [](at::ScalarType, at::ScalarType got) {
-         return c10::str("any only supports bool tensor for result, got: ", got);
-       }},
-      {"aten::amax", [](at::ScalarType want, at::ScalarType got) {
-         return c10::str("Expected the dtype for input and out to match, but got ", want, " for input's dtype and ",
-                         got, " for out's dtype.");
-       }},
-      {"aten::amin", [](at::ScalarType want, at::ScalarType got) {
-         return c10::str("Expected the dtype for input and out to match, but got ", want, " for input's dtype and ",
-                         got, " for out's dtype.");
-       }},
-      {"aten::nan_to_num", [](at::ScalarType want, at::ScalarType got) {
+      {"aten::all", bool_result}, {"aten::any", bool_result}, {"aten::amax", match_input}, {"aten::amin", match_input},
+      {"aten::nan_to_num", [](const std::string&, at::ScalarType want, at::ScalarType got) {
          return c10::str("nan_to_num: dtype of out: ", got, " should be same as input: ", want);
        }},
-      {"aten::logcumsumexp", [](at::ScalarType want, at::ScalarType got) {
+      {"aten::logcumsumexp", [](const std::string&, at::ScalarType want, at::ScalarType got) {
          return c10::str("expected scalar_type ", want, " but found ", got);
        }}};
   const c10::FunctionSchema& schema = handle.schema();
@@ -621,7 +623,7 @@ void check_out_dtypes(const c10::OperatorHandle& handle, c10::ArrayRef<c10::IVal
   std::vector<at::Tensor> want = run_meta(*functional, std::vector<bool>(inputs.size(), false), inputs, mm);
   for (size_t r = 0; r < outs.size() && r < want.size(); r++) {
     if (!want[r].defined() || outs[r].scalar_type() == want[r].scalar_type()) continue;
-    TORCH_CHECK(false, it->second(want[r].scalar_type(), outs[r].scalar_type()));
+    TORCH_CHECK(false, it->second(schema.name().substr(6), want[r].scalar_type(), outs[r].scalar_type()));
   }
 }
 
@@ -641,13 +643,10 @@ std::vector<at::Tensor> run_rule(const OpInfo& info, c10::ArrayRef<c10::IValue> 
       if (a < 0 || !metas[r].defined()) continue;
       at::Tensor out = ivs[a].toTensor();
       if (out.sizes() == metas[r].sizes()) continue;
-      for (size_t i = 0; i < ivs.size(); i++) {
-        if (info.mutated[i]) continue;
-        bool read = ivs[i].isTensor() && ivs[i].toTensor().is_same(out);
-        if (ivs[i].isTensorList())
-          for (const at::Tensor& t : ivs[i].toTensorList()) read = read || t.is_same(out);
-        TORCH_CHECK(!read, "output with shape ", out.sizes(), " doesn't match the broadcast shape ", metas[r].sizes());
-      }
+      for_each_read(info, ivs, [&](const at::Tensor& t) {
+        TORCH_CHECK(!t.is_same(out), "output with shape ", out.sizes(), " doesn't match the broadcast shape ",
+                    metas[r].sizes());
+      });
       at::native::resize_output(out, metas[r].sizes());
     }
   }
