@@ -1,4 +1,5 @@
 """The torch.tpu device module, the stats, and the command-line info."""
+import gc
 import os
 import re
 import subprocess
@@ -20,6 +21,24 @@ def test_device_module():
         assert torch.ones(1, device="tpu").device == torch.device("tpu", 0)
     assert torch.device("tpu").type == "tpu"
     assert torch.ones(2).tpu().is_tpu
+
+
+def test_streams_and_device_properties():
+    """torch.cuda's stream API has its tpu counterpart: one in-order queue
+    per device, so every stream is the device's default one (with its
+    index, also for torch.Stream(device="tpu")) and work in a stream
+    context runs in order."""
+    for s in (torch.tpu.current_stream(), torch.tpu.default_stream(), torch.tpu.Stream(),
+              torch.Stream(device="tpu"), torch.accelerator.current_stream()):
+        assert s.device == torch.device("tpu", 0), s
+    with torch.tpu.stream(torch.tpu.Stream()):
+        x = torch.ones(3, device="tpu") + 1
+    with torch.tpu.stream(None):
+        x = x * 2
+    torch.tpu.current_stream().synchronize()
+    assert x.cpu().tolist() == [4.0, 4.0, 4.0]
+    props = torch.tpu.get_device_properties(0)
+    assert props.name == torch.tpu.get_device_name(0) and props.total_memory == torch.tpu.mem_get_info()[1]
 
 
 def test_seeding_is_reproducible():
@@ -129,11 +148,21 @@ def test_memory_counters():
     """torch.tpu.memory_allocated counts live storages' bytes as PyTorch
     counts CUDA's: a new tensor adds its bytes, a view adds none, freeing
     returns them; the peak holds until reset_peak_memory_stats. Resizing a
-    storage counts the new size only."""
+    storage counts the new size only. torch.accelerator reads the same
+    statistics (the tpu allocator is PyTorch's DeviceAllocator)."""
+    gc.collect()  # tensors of earlier tests in reference cycles would be freed mid-test
+    gc.disable()
+    try:
+        _memory_counters()
+    finally:
+        gc.enable()
+
+
+def _memory_counters():
     torch.tpu.synchronize()
     base = torch.tpu.memory_allocated()
     x = torch.randn(1000, 250, device="tpu")
-    assert torch.tpu.memory_allocated() == base + 10**6
+    assert torch.tpu.memory_allocated() == base + 10**6 == torch.accelerator.memory_allocated()
     v = x[10:].t()
     y = x * 2
     assert torch.tpu.memory_allocated() == base + 2 * 10**6
@@ -141,7 +170,7 @@ def test_memory_counters():
     assert torch.tpu.memory_allocated() == base
     assert torch.tpu.max_memory_allocated() >= base + 2 * 10**6
     torch.tpu.reset_peak_memory_stats()
-    assert torch.tpu.max_memory_allocated() == base
+    assert torch.tpu.max_memory_allocated() == base == torch.accelerator.max_memory_allocated()
     z = torch.ones(10, device="tpu")
     z.resize_(100)
     assert torch.tpu.memory_allocated() == base + 400
@@ -149,13 +178,102 @@ def test_memory_counters():
     assert stats["allocated_bytes.all.current"] == base + 400 == torch.tpu.memory_reserved()
     assert stats["allocated_bytes.all.peak"] == torch.tpu.max_memory_allocated() >= base + 400
     torch.tpu.empty_cache()  # nothing cached: a no-op
+    torch.accelerator.empty_cache()
     assert torch.tpu.memory_allocated() == base + 400
+
+
+def test_memory_stats_count_storages_by_pool():
+    """memory_stats as CUDA's allocator keeps it: counts and bytes of
+    storages made and freed, split into the small (< 1 MiB) and large pools,
+    the made/freed totals zeroed by reset_accumulated_memory_stats."""
+    torch.accelerator.reset_accumulated_memory_stats()
+    before = torch.accelerator.memory_stats()
+    big, small = torch.empty(2**20, dtype=torch.uint8, device="tpu"), torch.empty(100, device="tpu")
+    mid = torch.accelerator.memory_stats()
+    del big, small
+    after = torch.tpu.memory_stats()
+    for pool, nbytes in (("large_pool", 2**20), ("small_pool", 400), ("all", 2**20 + 400)):
+        count = 2 if pool == "all" else 1
+        assert mid[f"allocated_bytes.{pool}.current"] - before[f"allocated_bytes.{pool}.current"] == nbytes
+        assert mid[f"allocation.{pool}.current"] - before[f"allocation.{pool}.current"] == count
+        assert after[f"allocated_bytes.{pool}.allocated"] - before[f"allocated_bytes.{pool}.allocated"] == nbytes
+        assert after[f"allocated_bytes.{pool}.freed"] - before[f"allocated_bytes.{pool}.freed"] == nbytes
+        assert after[f"allocation.{pool}.current"] == before[f"allocation.{pool}.current"]
+        assert after[f"reserved_bytes.{pool}.current"] == after[f"allocated_bytes.{pool}.current"]
+    torch.accelerator.reset_accumulated_memory_stats()
+    assert torch.tpu.memory_stats()["allocated_bytes.all.freed"] == 0
 
 
 def test_mem_get_info_and_capabilities():
     free, total = torch.tpu.mem_get_info()
     assert 0 < free <= total
+    assert (free, total)[1] == torch.accelerator.get_memory_info()[1]
     assert torch.tpu.is_bf16_supported()
+
+
+def test_pickle_and_legacy_save():
+    """pickle (and so deepcopy through it, multiprocessing, torch.save's
+    legacy format) writes a tpu storage through a tensor that PyTorch wraps
+    around its data pointer (this crashed): views keep their whole storage
+    and geometry, modules their device."""
+    import io
+    import pickle
+    base = torch.arange(12.0, device="tpu")
+    view = base.view(3, 4)[:, 1:]
+    a, v = pickle.loads(pickle.dumps((base, view)))
+    assert v.device.type == "tpu" and v.untyped_storage().nbytes() == 48
+    torch.testing.assert_close(v.cpu(), view.cpu())
+    assert v.storage_offset() == 1 and v.stride() == (4, 1)
+    torch.testing.assert_close(a.cpu(), base.cpu())
+    m = torch.nn.Linear(3, 2).to("tpu")
+    m2 = pickle.loads(pickle.dumps(m))
+    x = torch.randn(4, 3, device="tpu")
+    torch.testing.assert_close(m2(x).cpu(), m(x).cpu())
+    buf = io.BytesIO()
+    torch.save(view, buf, _use_new_zipfile_serialization=False)
+    buf.seek(0)
+    torch.testing.assert_close(torch.load(buf).cpu(), view.cpu())
+
+
+def test_dlpack_round_trip_shares_the_storage():
+    from torch.utils import dlpack
+    x = torch.arange(4.0, device="tpu")
+    y = torch.from_dlpack(dlpack.to_dlpack(x))
+    assert y.device == x.device
+    y.mul_(2)
+    torch.testing.assert_close(x.cpu(), torch.tensor([0.0, 2, 4, 6]))
+
+
+def test_zero_tensors(no_fallbacks):
+    """autograd's efficient zero tensors (the gradients it knows are zero:
+    sgn's, and those of functorch's transforms) are made on tpu without
+    storage, read as zeros and refuse writes, as on the CPU."""
+    z = torch._efficientzerotensor((2, 3), device="tpu")
+    assert z._is_zerotensor() and z.device.type == "tpu"
+    torch.testing.assert_close(z.cpu(), torch.zeros(2, 3))
+    torch.testing.assert_close((z + torch.ones(2, 3, device="tpu")).cpu(), torch.ones(2, 3))
+    with pytest.raises(RuntimeError, match="ZeroTensors are immutable"):
+        z.add_(1)
+    x = torch.randn(5, device="tpu", requires_grad=True)
+    torch.sgn(x).sum().backward()
+    torch.testing.assert_close(x.grad.cpu(), torch.zeros(5))
+    h = torch.func.hessian(lambda t: t.pow(3).sum())(torch.ones(3, device="tpu"))
+    torch.testing.assert_close(h.cpu(), torch.diag(torch.full((3,), 6.0)))
+
+
+@pytest.mark.parametrize("dtype", [torch.uint16, torch.uint32, torch.uint64])
+def test_unsigned_fill(dtype):
+    """PyTorch's barebones unsigned dtypes fill as on the CPU: a negative
+    value wraps, one past the range raises c10's overflow message."""
+    for value in (1, -1, 70000, 2**33, 3.7):
+        try:
+            want = torch.ones(3, dtype=dtype).fill_(value).tolist()
+        except RuntimeError as e:
+            with pytest.raises(RuntimeError, match=re.escape(str(e))):
+                torch.ones(3, dtype=dtype, device="tpu").fill_(value)
+        else:
+            assert torch.ones(3, dtype=dtype, device="tpu").fill_(value).cpu().tolist() == want
+    assert torch.full((2,), 7, dtype=dtype, device="tpu").cpu().tolist() == [7, 7]
 
 
 def test_events_time_the_work_between_them():

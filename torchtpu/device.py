@@ -1,5 +1,6 @@
 """torch.tpu: the device module PyTorch looks up for the "tpu" device."""
-import os
+
+import contextlib
 
 import torch
 
@@ -124,6 +125,32 @@ def Event(enable_timing=False, blocking=False, interprocess=False):
     return torch.Event("tpu", enable_timing=enable_timing, blocking=blocking, interprocess=interprocess)
 
 
+# --- streams -------------------------------------------------------------------
+# One in-order queue per device (PJRT orders work by data dependencies):
+# every stream is the device's default stream, so code written for CUDA's
+# streams runs, in order.
+
+def Stream(device=None, priority=0):
+    return torch.Stream(f"tpu:{_index(device)}", priority=priority)
+
+
+def current_stream(device=None):
+    return torch.accelerator.current_stream(_index(device))
+
+
+def default_stream(device=None):
+    return current_stream(device)
+
+
+def set_stream(stream):
+    torch.accelerator.set_stream(stream)
+
+
+def stream(stream):
+    """Context manager that makes |stream| current (None: no change)."""
+    return contextlib.nullcontext() if stream is None else stream
+
+
 def get_amp_supported_dtype():
     return [torch.bfloat16, torch.float16]
 
@@ -135,71 +162,79 @@ def is_bf16_supported(including_emulation=True):
 
 # --- memory --------------------------------------------------------------------
 # Counted as PyTorch counts CUDA memory: the bytes of live tensor storages
-# (not XLA's scratch inside a program). PJRT allocates and frees device
-# memory itself, so there is no cache: reserved equals allocated and
-# empty_cache has nothing to release.
+# (not XLA's scratch inside a program), kept by the tpu allocator, which is
+# PyTorch's DeviceAllocator for tpu: torch.accelerator's memory functions and
+# these read the same statistics. PJRT allocates and frees device memory
+# itself, so there is no cache: reserved equals allocated and empty_cache has
+# nothing to release.
+
+def memory_stats(device=None):
+    """PyTorch's allocator statistics ("allocated_bytes.all.current" and the
+    rest) for the device."""
+    return torch.accelerator.memory_stats(_index(device))
+
 
 def memory_allocated(device=None):
     """Bytes held by tensors on the device."""
-    return _C._memory(_index(device))[0]
+    return torch.accelerator.memory_allocated(_index(device))
 
 
 def max_memory_allocated(device=None):
     """The peak of memory_allocated since start or reset_peak_memory_stats."""
-    return _C._memory(_index(device))[1]
+    return torch.accelerator.max_memory_allocated(_index(device))
 
 
 def memory_reserved(device=None):
-    return memory_allocated(device)
+    return torch.accelerator.memory_reserved(_index(device))
 
 
 def max_memory_reserved(device=None):
-    return max_memory_allocated(device)
+    return torch.accelerator.max_memory_reserved(_index(device))
 
 
 def reset_peak_memory_stats(device=None):
-    _C._reset_peak_memory(_index(device))
+    torch.accelerator.reset_peak_memory_stats(_index(device))
+
+
+def reset_accumulated_memory_stats(device=None):
+    torch.accelerator.reset_accumulated_memory_stats(_index(device))
 
 
 def reset_max_memory_allocated(device=None):
     reset_peak_memory_stats(device)
 
 
-def memory_stats(device=None):
-    """The counters of memory_allocated under PyTorch's names."""
-    current, peak = _C._memory(_index(device))
-    return {"allocated_bytes.all.current": current, "allocated_bytes.all.peak": peak,
-            "reserved_bytes.all.current": current, "reserved_bytes.all.peak": peak}
-
-
 def empty_cache():
     """Nothing to release: freed tensors return their memory to PJRT at once."""
-
-
-def _host_memory():
-    """(available, total) bytes of host memory: the CPU plugin's device memory."""
-    try:
-        with open("/proc/meminfo") as f:
-            info = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f if line.split()[1:]}
-        return info["MemAvailable"], info["MemTotal"]
-    except (OSError, KeyError, ValueError):
-        page = os.sysconf("SC_PAGE_SIZE")
-        return os.sysconf("SC_AVPHYS_PAGES") * page, os.sysconf("SC_PHYS_PAGES") * page
 
 
 def mem_get_info(device=None):
     """(free, total) bytes of device memory: from the plugin's allocator
     statistics where it keeps them (CUDA, TPU), the host's available memory
     on the CPU plugin, whose device memory is host memory."""
-    index = _index(device)
-    stats = _C._device_memory(index)
-    if stats is not None and stats[1] >= 0:
-        return stats[1] - stats[0], stats[1]
-    if _C._info()["platform"] == "cpu":
-        return _host_memory()
-    raise RuntimeError("tpu: the PJRT plugin reports no memory limit for this device")
+    return torch.accelerator.get_memory_info(_index(device))
 
 
 def get_device_name(device=None):
     info = _C._info()
     return f"{info['platform']}:{info['devices'][_index(device)]}"
+
+
+class _DeviceProperties:
+    """What get_device_properties reports: the name (platform:kind), the
+    PJRT platform and device kind, and total_memory in bytes."""
+
+    def __init__(self, index):
+        info = _C._info()
+        self.name = get_device_name(index)
+        self.platform = info["platform"]
+        self.device_kind = info["devices"][index]
+        self.total_memory = mem_get_info(index)[1]
+
+    def __repr__(self):
+        return (f"_TpuDeviceProperties(name='{self.name}', platform='{self.platform}', "
+                f"device_kind='{self.device_kind}', total_memory={self.total_memory // 2**20}MB)")
+
+
+def get_device_properties(device=None):
+    return _DeviceProperties(_index(device))

@@ -162,11 +162,19 @@ tpu_status_t tpu_eager_execute(const tpu_eager_entry *e, const tpu_eager_call *c
 /* --- storages ---------------------------------------------------------------- */
 tpu_storage *tpu_storage_new(int device, int64_t nbytes);
 void tpu_storage_free(tpu_storage *s);
-/* The bytes of |device|'s live storages (what torch.tpu.memory_allocated
- * reports: the tensors' own memory, not XLA's scratch inside a program) and
- * their peak since start or the last reset. */
-void tpu_storage_memory(int device, int64_t *out_allocated, int64_t *out_peak);
-void tpu_storage_reset_peak(int device);
+/* The statistics of |device|'s live storages, as PyTorch's allocators report
+ * them (torch.accelerator.memory_stats: the tensors' own memory, not XLA's
+ * scratch inside a program): bytes (|out_bytes|) and storages (|out_count|)
+ * live now, their peak since start or the last reset of peaks, and the totals
+ * made and freed since start or the last reset of accumulated statistics;
+ * for all storages or one pool (small: under 1 MiB). */
+enum { TPU_MEMORY_ALL, TPU_MEMORY_SMALL, TPU_MEMORY_LARGE, TPU_MEMORY_POOLS }; /* as c10's StatType */
+typedef struct tpu_memory_stat {
+  int64_t current, peak, allocated, freed;
+} tpu_memory_stat;
+void tpu_storage_memory(int device, int pool, tpu_memory_stat *out_bytes, tpu_memory_stat *out_count);
+/* Peaks back to the live values, and/or the made/freed totals to zero. */
+void tpu_storage_reset_memory(int device, bool peak, bool accumulated);
 /* Replaces the buffer, of type |type| (the old one is released; pending
  * reads still finish). */
 void tpu_storage_set(tpu_storage *s, tpu_buffer *buf, const tpu_hlo_type *type);

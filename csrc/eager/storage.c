@@ -5,19 +5,34 @@
 
 #include "eager/eager.h"
 
-/* Per-device byte counts of live storages; devices past the table go
+/* Per-device statistics of live storages, as PyTorch's allocators keep
+ * them: bytes and counts, for all storages and for each pool (small: under
+ * 1 MiB, as CUDA's allocator splits them); devices past the table go
  * uncounted. */
-enum { COUNTED_DEVICES = 64 };
-static _Atomic int64_t g_allocated[COUNTED_DEVICES], g_peak[COUNTED_DEVICES];
+enum { COUNTED_DEVICES = 64, SMALL_POOL_BYTES = 1 << 20 };
+typedef struct counter {
+  _Atomic int64_t current, peak, allocated, freed;
+} counter;
+static counter g_stats[COUNTED_DEVICES][TPU_MEMORY_POOLS][2]; /* [device][pool][bytes, count] */
 
 static bool counted(int device) { return device >= 0 && device < COUNTED_DEVICES; }
 
-static void count(int device, int64_t delta) {
+static void add(counter *c, int64_t delta) {
+  int64_t now = atomic_fetch_add_explicit(&c->current, delta, memory_order_relaxed) + delta;
+  atomic_fetch_add_explicit(delta > 0 ? &c->allocated : &c->freed, delta > 0 ? delta : -delta, memory_order_relaxed);
+  int64_t peak = atomic_load_explicit(&c->peak, memory_order_relaxed);
+  while (now > peak &&
+         !atomic_compare_exchange_weak_explicit(&c->peak, &peak, now, memory_order_relaxed, memory_order_relaxed)) {
+  }
+}
+
+/* One storage of |nbytes| made (|sign| 1) or freed (-1). */
+static void count(int device, int64_t nbytes, int sign) {
   if (!counted(device)) return;
-  int64_t now = atomic_fetch_add_explicit(&g_allocated[device], delta, memory_order_relaxed) + delta;
-  int64_t peak = atomic_load_explicit(&g_peak[device], memory_order_relaxed);
-  while (now > peak && !atomic_compare_exchange_weak_explicit(&g_peak[device], &peak, now, memory_order_relaxed,
-                                                              memory_order_relaxed)) {
+  int pools[2] = {TPU_MEMORY_ALL, nbytes < SMALL_POOL_BYTES ? TPU_MEMORY_SMALL : TPU_MEMORY_LARGE};
+  for (int i = 0; i < 2; i++) {
+    add(&g_stats[device][pools[i]][0], sign * nbytes);
+    add(&g_stats[device][pools[i]][1], sign);
   }
 }
 
@@ -26,27 +41,43 @@ tpu_storage *tpu_storage_new(int device, int64_t nbytes) {
   if (s != NULL) {
     s->nbytes = nbytes;
     s->device = device;
-    count(device, nbytes);
+    count(device, nbytes, 1);
   }
   return s;
 }
 
 void tpu_storage_free(tpu_storage *s) {
   if (s == NULL) return;
-  count(s->device, -s->nbytes);
+  count(s->device, s->nbytes, -1);
   tpu_buffer_destroy(tpu_eager_runtime(), s->buf);
   free(s);
 }
 
-void tpu_storage_memory(int device, int64_t *out_allocated, int64_t *out_peak) {
-  *out_allocated = counted(device) ? atomic_load_explicit(&g_allocated[device], memory_order_relaxed) : 0;
-  *out_peak = counted(device) ? atomic_load_explicit(&g_peak[device], memory_order_relaxed) : 0;
+void tpu_storage_memory(int device, int pool, tpu_memory_stat *out_bytes, tpu_memory_stat *out_count) {
+  tpu_memory_stat *out[2] = {out_bytes, out_count};
+  for (int k = 0; k < 2; k++) {
+    *out[k] = (tpu_memory_stat){0};
+    if (!counted(device) || pool < 0 || pool >= TPU_MEMORY_POOLS) continue;
+    counter *c = &g_stats[device][pool][k];
+    out[k]->current = atomic_load_explicit(&c->current, memory_order_relaxed);
+    out[k]->peak = atomic_load_explicit(&c->peak, memory_order_relaxed);
+    out[k]->allocated = atomic_load_explicit(&c->allocated, memory_order_relaxed);
+    out[k]->freed = atomic_load_explicit(&c->freed, memory_order_relaxed);
+  }
 }
 
-void tpu_storage_reset_peak(int device) {
-  if (counted(device))
-    atomic_store_explicit(&g_peak[device], atomic_load_explicit(&g_allocated[device], memory_order_relaxed),
-                          memory_order_relaxed);
+void tpu_storage_reset_memory(int device, bool peak, bool accumulated) {
+  if (!counted(device)) return;
+  for (int p = 0; p < TPU_MEMORY_POOLS; p++)
+    for (int k = 0; k < 2; k++) {
+      counter *c = &g_stats[device][p][k];
+      if (peak) atomic_store_explicit(&c->peak, atomic_load_explicit(&c->current, memory_order_relaxed),
+                                      memory_order_relaxed);
+      if (accumulated) {
+        atomic_store_explicit(&c->allocated, 0, memory_order_relaxed);
+        atomic_store_explicit(&c->freed, 0, memory_order_relaxed);
+      }
+    }
 }
 
 void tpu_storage_set(tpu_storage *s, tpu_buffer *buf, const tpu_hlo_type *type) {

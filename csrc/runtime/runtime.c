@@ -7,10 +7,12 @@
 #include "runtime/runtime.h"
 
 #include <dlfcn.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/stats.h"
 #include "base/strbuf.h"
@@ -348,15 +350,41 @@ static tpu_status_t check_device(const tpu_runtime *rt, int device) {
   return NULL;
 }
 
-tpu_status_t tpu_runtime_memory_stats(tpu_runtime *rt, int device, int64_t *out_in_use, int64_t *out_limit) {
+/* The host's available and total memory (the CPU plugin's device memory):
+ * /proc/meminfo's MemAvailable (what the kernel could give without
+ * swapping), else the free pages. */
+static void host_memory(int64_t *out_free, int64_t *out_total) {
+  long page = sysconf(_SC_PAGE_SIZE);
+  *out_total = (int64_t)sysconf(_SC_PHYS_PAGES) * page;
+  *out_free = (int64_t)sysconf(_SC_AVPHYS_PAGES) * page;
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (f == NULL) return;
+  char line[128];
+  long long kib;
+  while (fgets(line, sizeof line, f) != NULL)
+    if (sscanf(line, "MemAvailable: %lld kB", &kib) == 1) *out_free = (int64_t)kib * 1024;
+  fclose(f);
+}
+
+tpu_status_t tpu_runtime_memory_info(tpu_runtime *rt, int device, int64_t *out_free, int64_t *out_total) {
   TPU_RETURN_IF_ERROR(check_device(rt, device));
   PJRT_Device_MemoryStats_Args a = {
       .struct_size = TPU_PJRT_SIZE(PJRT_Device_MemoryStats_Args, peak_pool_bytes_is_set),
       .device = rt->devices[device]};
-  TPU_RETURN_IF_ERROR(CALL(rt->api, PJRT_Device_MemoryStats, &a, "reading the device's memory statistics"));
-  *out_in_use = a.bytes_in_use;
-  *out_limit = a.bytes_limit_is_set ? a.bytes_limit : -1;
-  return NULL;
+  tpu_status_t st = CALL(rt->api, PJRT_Device_MemoryStats, &a, "reading the device's memory statistics");
+  if (st == NULL && a.bytes_limit_is_set) {
+    *out_total = a.bytes_limit;
+    *out_free = a.bytes_limit - a.bytes_in_use;
+    return NULL;
+  }
+  if (strcmp(rt->platform_name, "cpu") == 0) {
+    tpu_status_free(st);
+    host_memory(out_free, out_total);
+    return NULL;
+  }
+  if (st != NULL) return st;
+  return tpu_status_new(TPU_ERR_UNAVAILABLE, "the PJRT plugin of %s reports no memory limit for device %d",
+                        rt->platform_name, device);
 }
 
 static uint64_t dense_bytes(tpu_dtype_t dtype, const int64_t *dims, int rank) {

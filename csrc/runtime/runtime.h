@@ -52,11 +52,12 @@ const char *tpu_runtime_plugin_path(const tpu_runtime *rt);
  * lives; may change once, when the plugin refuses an XLA option). */
 const char *tpu_runtime_compile_options(const tpu_runtime *rt, size_t *out_size);
 const char *tpu_runtime_device_kind(const tpu_runtime *rt, int device);
-/* The device allocator's bytes in use and its limit (-1 when the plugin
- * reports none); TPU_ERR_UNAVAILABLE where the plugin keeps no statistics
- * (the CPU plugin). */
-tpu_status_t tpu_runtime_memory_stats(tpu_runtime *rt, int device, int64_t *out_in_use,
-                                      int64_t *out_limit) TPU_MUST_USE;
+/* The device's free and total memory: the plugin's allocator statistics
+ * where it reports a limit (CUDA, TPU), the host's available memory on the
+ * CPU plugin, whose device memory is host memory; TPU_ERR_UNAVAILABLE
+ * otherwise. */
+tpu_status_t tpu_runtime_memory_info(tpu_runtime *rt, int device, int64_t *out_free,
+                                     int64_t *out_total) TPU_MUST_USE;
 void tpu_runtime_api_version(const tpu_runtime *rt, int *out_major, int *out_minor);
 
 /* Registers |handler| (an XLA_FFI_Handler*, see runtime/xla_ffi.h) as the

@@ -1,6 +1,12 @@
 // The tpu allocator: a storage's data pointer is its storage box (see
 // eager.h), a unique, stable, non-dereferenceable identity. Device memory is
 // the PJRT buffer inside the box, created when the storage is first written.
+// It is PyTorch's DeviceAllocator for tpu, so torch.accelerator's memory
+// functions report the live storages' statistics (eager/storage.c). PJRT
+// allocates and frees device memory itself, so nothing is cached: reserved
+// equals allocated, and emptyCache has nothing to release.
+#include <c10/core/CachingDeviceAllocator.h>
+
 #include "torch/tpu_torch.h"
 
 namespace torchtpu {
@@ -8,7 +14,14 @@ namespace {
 
 void delete_box(void* ctx) { tpu_storage_free(static_cast<tpu_storage*>(ctx)); }
 
-struct TpuAllocator final : public c10::Allocator {
+void fill(c10::CachingAllocator::Stat& out, const tpu_memory_stat& in) {
+  out.current = in.current;
+  out.peak = in.peak;
+  out.allocated = in.allocated;
+  out.freed = in.freed;
+}
+
+struct TpuAllocator final : public c10::DeviceAllocator {
   c10::DataPtr allocate(size_t nbytes) override {
     c10::DeviceIndex device = current_device();
     c10::Device dev(c10::DeviceType::PrivateUse1, device);
@@ -24,6 +37,34 @@ struct TpuAllocator final : public c10::Allocator {
   // between storages (CPU-style resize, copy-on-write) must not reach here.
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     TORCH_CHECK_NOT_IMPLEMENTED(false, "tpu storages cannot be copied byte-wise; use tensor.copy_()");
+  }
+
+  bool initialized() override { return true; }
+  void emptyCache(c10::MempoolId_t) override {}
+  // One stream per device, and PJRT keeps a buffer alive while a program reads it.
+  void recordStream(const c10::DataPtr&, c10::Stream) override {}
+
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
+    c10::CachingDeviceAllocator::DeviceStats stats;
+    for (int pool = 0; pool < TPU_MEMORY_POOLS; pool++) {
+      tpu_memory_stat bytes, count;
+      tpu_storage_memory(device, pool, &bytes, &count);
+      // Each storage is its own PJRT buffer: one segment, one active block.
+      for (auto* s : {&stats.allocation, &stats.segment, &stats.active}) fill((*s)[pool], count);
+      for (auto* s : {&stats.allocated_bytes, &stats.reserved_bytes, &stats.active_bytes, &stats.requested_bytes})
+        fill((*s)[pool], bytes);
+    }
+    stats.num_device_alloc = stats.segment[TPU_MEMORY_ALL].allocated;
+    stats.num_device_free = stats.segment[TPU_MEMORY_ALL].freed;
+    return stats;
+  }
+  void resetAccumulatedStats(c10::DeviceIndex device) override { tpu_storage_reset_memory(device, false, true); }
+  void resetPeakStats(c10::DeviceIndex device) override { tpu_storage_reset_memory(device, true, false); }
+
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
+    int64_t free = 0, total = 0;
+    TPU_CHECK(tpu_runtime_memory_info(runtime(), device, &free, &total));
+    return {static_cast<size_t>(free), static_cast<size_t>(total)};
   }
 };
 

@@ -87,24 +87,6 @@ PYBIND11_MODULE(_C, m) {
     TPU_CHECK(tpu_runtime_synchronize(runtime(), device));
   });
   m.def("_info", &info);
-  m.def("_memory", [](int device) {
-    int64_t allocated = 0, peak = 0;
-    tpu_storage_memory(device, &allocated, &peak);
-    return py::make_tuple(allocated, peak);
-  });
-  m.def("_reset_peak_memory", [](int device) { tpu_storage_reset_peak(device); });
-  // The plugin's own allocator statistics, (bytes in use, limit or -1); None
-  // where the plugin keeps none.
-  m.def("_device_memory", [](int device) -> py::object {
-    int64_t in_use = 0, limit = -1;
-    tpu_status_t st = tpu_runtime_memory_stats(runtime(), device, &in_use, &limit);
-    if (st != nullptr && tpu_status_code(st) == TPU_ERR_UNAVAILABLE) {
-      tpu_status_free(st);
-      return py::none();
-    }
-    TPU_CHECK(st);
-    return py::make_tuple(in_use, limit);
-  });
   m.def("_stats", &stats);
   m.def("_reset_stats", []() { tpu_stats_reset(); });
   m.def("_set_fallback_mode", [](const std::string& mode) {

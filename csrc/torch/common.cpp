@@ -171,9 +171,9 @@ c10::ScalarType to_torch(tpu_dtype_t t) {
   }
 }
 
-tpu_storage* storage_of(const at::Tensor& t) {
-  return static_cast<tpu_storage*>(t.storage().data_ptr().get_context());
-}
+tpu_storage* storage_of(const c10::Storage& s) { return static_cast<tpu_storage*>(s.data_ptr().get()); }
+
+tpu_storage* storage_of(const at::Tensor& t) { return storage_of(t.storage()); }
 
 tpu_tensor_ref tensor_ref(const at::Tensor& t) {
   tpu_tensor_ref r{};

@@ -31,8 +31,9 @@ struct TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     }
   }
 
+  // A device without an index (torch.Stream(device="tpu")) is the current one.
   c10::Stream getStream(c10::Device d) const override {
-    return c10::Stream(c10::Stream::DEFAULT, d);
+    return c10::Stream(c10::Stream::DEFAULT, d.has_index() ? d : getDevice());
   }
   c10::Stream getDefaultStream(c10::Device d) const override { return getStream(d); }
   c10::Stream getNewStream(c10::Device d, int priority) const override { return getStream(d); }

@@ -28,10 +28,10 @@ struct TpuHooks final : public at::PrivateUse1HooksInterface {
   c10::Allocator* getPinnedMemoryAllocator() const override { return at::getCPUAllocator(); }
 
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
-    tpu_storage* old = static_cast<tpu_storage*>(storage.data_ptr().get_context());
+    tpu_storage* old = storage_of(storage);
     c10::DeviceGuard guard(storage.device());
     c10::DataPtr fresh = allocator()->allocate(newsize);
-    tpu_storage* box = static_cast<tpu_storage*>(fresh.get_context());
+    tpu_storage* box = static_cast<tpu_storage*>(fresh.get());
     if (old != nullptr && box != nullptr && old->buf != nullptr)
       TPU_CHECK(tpu_storage_copy_prefix(box, old));
     storage.unsafeGetStorageImpl()->set_data_ptr_noswap(std::move(fresh));

@@ -4,6 +4,7 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/InferSize.h>
 #include <ATen/native/Resize.h>
+#include <ATen/native/TensorFactories.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/unfold_native.h>
 #include <ATen/ops/view_as_complex_native.h>
@@ -46,6 +47,21 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::op
   return at::detail::empty_strided_generic(size, stride, allocator(),
                                            c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
                                            c10::dtype_or_default(dtype));
+}
+
+// The zero tensors autograd makes for gradients that are known to be zero
+// (the ZeroTensor key: no storage; PyTorch's ZeroTensor kernels and fallback
+// materialize zeros where an op needs them), as on the CPU and CUDA.
+at::Tensor efficient_zero_tensor(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
+                                 std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                                 std::optional<bool> pin_memory) {
+  check_options(layout, pin_memory);
+  c10::Device dev(c10::DeviceType::PrivateUse1, device_of(device));
+  c10::DeviceGuard guard(dev);
+  at::native::ZeroTensorAllocator zeros(dev);
+  return at::detail::empty_generic(size, &zeros, c10::DispatchKeySet(c10::DispatchKey::PrivateUse1) |
+                                                     c10::DispatchKeySet(c10::DispatchKey::ZeroTensor),
+                                   c10::dtype_or_default(dtype), std::nullopt);
 }
 
 // Sets sizes (and strides, or contiguous ones) and grows the storage when
@@ -123,6 +139,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   using namespace torchtpu;
   m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
   m.impl("empty_strided", TORCH_FN(empty_strided));
+  m.impl("_efficientzerotensor", TORCH_FN(efficient_zero_tensor));
   m.impl("resize_", TORCH_FN(resize_));
   m.impl("set_.source_Storage_storage_offset", TORCH_FN(set_storage));
   m.impl("set_.source_Storage", TORCH_FN(set_source_storage));

@@ -49,7 +49,11 @@ tpu_dtype_t to_tpu(c10::ScalarType t);
 c10::ScalarType to_torch(tpu_dtype_t t);
 
 c10::Allocator* allocator();
-// The storage box behind a tpu tensor (nullptr for a zero-byte storage).
+// The storage box behind a tpu storage or tensor (nullptr for a zero-byte
+// storage): its data pointer, which is also the context of the storages our
+// allocator makes; a storage that PyTorch wraps around a tpu data pointer
+// (at::from_blob: the legacy serializer, DLPack) has only the pointer.
+tpu_storage* storage_of(const c10::Storage& s);
 tpu_storage* storage_of(const at::Tensor& t);
 // The C description of a tpu tensor (its storage box and view).
 tpu_tensor_ref tensor_ref(const at::Tensor& t);

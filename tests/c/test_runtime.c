@@ -55,13 +55,12 @@ static void test_client(void) {
   size_t size = 0;
   const char *options = tpu_runtime_compile_options(rt, &size);
   CHECK(size > 8 && memmem(options, size, "xla_cpu_experimental_ynn_fusion_type", 36) != NULL);
-  /* The CPU plugin keeps no allocator statistics: a status that says so, not
-   * garbage; a bad device index is an error of its own. */
-  int64_t in_use = -7, limit = -7;
-  tpu_status_t st = tpu_runtime_memory_stats(rt, 0, &in_use, &limit);
-  CHECK(st == NULL ? in_use >= 0 : tpu_status_code(st) == TPU_ERR_UNAVAILABLE);
-  tpu_status_free(st);
-  st = tpu_runtime_memory_stats(rt, 5, &in_use, &limit);
+  /* The CPU plugin keeps no allocator statistics: its device memory is the
+   * host's, free within total; a bad device index is an error. */
+  int64_t free_bytes = -7, total = -7;
+  CHECK_OK(tpu_runtime_memory_info(rt, 0, &free_bytes, &total));
+  CHECK(total > 0 && free_bytes > 0 && free_bytes <= total);
+  tpu_status_t st = tpu_runtime_memory_info(rt, 5, &free_bytes, &total);
   CHECK(st != NULL && tpu_status_code(st) == TPU_ERR_RUNTIME);
   tpu_status_free(st);
 }
