@@ -496,3 +496,33 @@ def test_corrupt_cache_files_are_survived_and_rewritten(tmp_path):
     assert second["cache_misses"] == 2 and second["loss"] == first["loss"]
     third = run_workload(tmp_path)
     assert third["cache_misses"] == 0  # both were rewritten
+
+
+def test_default_backend_compiles_tpu_graphs_with_tpu():
+    """torch.compile(model) without a backend: Inductor's own "tpu" target
+    (Pallas kernels for another runtime) failed here with "No module named
+    'jax'"; a graph on tpu now compiles with backend="tpu", with a one-time
+    note, forward and backward; a CPU graph stays Inductor's."""
+    from torchtpu import compile as tpu_compile
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    ref = copy.deepcopy(model)
+    x = torch.randn(3, 4)
+    torch._dynamo.reset()
+    tpu_compile._warned_inductor = False
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        compiled = torch.compile(model.to("tpu"))
+        out = compiled(x.to("tpu"))
+        out.square().sum().backward()
+        compiled(x.to("tpu") + 1)
+    notes = [w for w in caught if 'backend="tpu"' in str(w.message)]
+    assert len(notes) == 1, [str(w.message) for w in caught]
+    want = ref(x)
+    want.square().sum().backward()
+    torch.testing.assert_close(out.detach().cpu(), want.detach())
+    torch.testing.assert_close(model[0].weight.grad.cpu(), ref[0].weight.grad)
+    # the routing itself: a graph with nothing on tpu goes to Inductor
+    gm = torch.fx.symbolic_trace(lambda a: a.relu())
+    chosen = tpu_compile.inductor_or_tpu(lambda g, inputs: "inductor", gm, [torch.ones(2)])
+    assert chosen == "inductor"

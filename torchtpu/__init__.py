@@ -47,6 +47,26 @@ from . import _decomp  # noqa: E402
 from . import _meta  # noqa: E402,F401
 
 _C._set_decomposer(_decomp.run)
+
+
+def _route_inductor():
+    """torch.compile(model) on tpu tensors compiles with backend="tpu":
+    Inductor's own "tpu" target is another runtime's (compile.inductor_or_tpu).
+    The hook sits in the wrapper torch.compile makes for Inductor, so that
+    importing torchtpu imports neither dynamo nor Inductor."""
+    wrapper = getattr(torch, "_TorchCompileInductorWrapper", None)
+    if wrapper is None:  # a PyTorch without it: torch.compile(fn) is Inductor's alone
+        return
+    inductor = wrapper.__call__
+
+    def __call__(self, model_, inputs_, **kwargs):
+        from .compile import inductor_or_tpu
+        return inductor_or_tpu(lambda *a, **k: inductor(self, *a, **k), model_, inputs_, **kwargs)
+
+    wrapper.__call__ = __call__
+
+
+_route_inductor()
 if os.environ.get("TORCHTPU_DUMP_DIR"):
     _C._set_dump_dir(os.environ["TORCHTPU_DUMP_DIR"])
 

@@ -95,6 +95,27 @@ def _on_tpu(gm):
     return any(t.device.type == "tpu" for n in gm.graph.nodes for t in _values(n))
 
 
+_warned_inductor = False
+
+
+def inductor_or_tpu(inductor, gm, example_inputs, **kwargs):
+    """torch.compile's default backend, Inductor, generates Pallas kernels
+    for a device named "tpu" (Google's TPU runtime, which this is not), and
+    they fail here. A Dynamo graph that computes on tpu (an input, or a
+    value Dynamo traced, on tpu) goes to backend="tpu" instead, with a
+    one-time note; any other graph is Inductor's (|inductor|)."""
+    global _warned_inductor
+    traced = (n.meta.get("example_value") for n in gm.graph.nodes)
+    if not any(t.device.type == "tpu" for v in (list(example_inputs), *traced) for t in _values(v)):
+        return inductor(gm, example_inputs, **kwargs)
+    if not _warned_inductor:
+        _warned_inductor = True
+        warnings.warn('torchtpu: torch.compile\'s default backend, Inductor, has no code generator for this '
+                      'tpu device; graphs on tpu compile with backend="tpu" instead (Inductor\'s mode and options '
+                      'do not apply). Pass backend="tpu" to choose it and silence this note.')
+    return tpu_backend(gm, example_inputs)
+
+
 class _Support(OperatorSupport):
     """Nodes a program computes: those with a rule whose tensors are on tpu.
     Work on the CPU (a .cpu() result used on the host, a CPU factory before
