@@ -134,21 +134,134 @@ def test_same_error_as_cpu(name):
     torch.testing.assert_close((keep * 2).cpu(), torch.arange(5.0) * 2)
 
 
+def _t(v, d):
+    return torch.tensor(v, device=d)
+
+
+# Data-dependent errors: tpu reads back the check's flag and the values its
+# message reports (the first offending index in row-major order, the dim and
+# its size), so the message is the CPU kernel's, word for word.
 DATA_DEPENDENT = {
-    "index_select": (lambda d: torch.ones(3, device=d).index_select(0, torch.tensor([0, 7], device=d)), IndexError),
-    "embedding": (lambda d: torch.nn.functional.embedding(torch.tensor([[1, 9]], device=d), torch.ones(4, 2, device=d)),
-                  IndexError),
-    "gather": (lambda d: torch.ones(3, device=d).gather(0, torch.tensor([4], device=d)), RuntimeError),
-    "advanced_index": (lambda d: torch.ones(3, device=d)[torch.tensor([0, 3], device=d)], IndexError),
+    "index_select": lambda d: torch.ones(3, device=d).index_select(0, _t([0, 7], d)),
+    "embedding": lambda d: torch.nn.functional.embedding(_t([[1, 9]], d), torch.ones(4, 2, device=d)),
+    "gather": lambda d: torch.ones(3, device=d).gather(0, _t([4], d)),
+    "gather_second_bad_of_two": lambda d: torch.zeros(5, 3, device=d).gather(0, _t([[0, 1, 2], [3, 8, 9]], d)),
+    "gather_negative_int32": lambda d: torch.zeros(5, 3, device=d).gather(1, _t([[-1, 0, 0]], d).int()),
+    "scatter": lambda d: torch.zeros(5, 3, device=d).scatter(1, _t([[0, 4, 0]], d), 1.0),
+    "scatter_add": lambda d: torch.zeros(5, 3, device=d).scatter_add(0, _t([[0, 9, 0]], d), torch.ones(1, 3, device=d)),
+    "index_add": lambda d: torch.zeros(5, 3, device=d).index_add(0, _t([6], d), torch.ones(1, 3, device=d)),
+    "index_copy": lambda d: torch.zeros(5, 3, device=d).index_copy(0, _t([6], d), torch.ones(1, 3, device=d)),
+    "index_fill_negative": lambda d: torch.zeros(5, 3, device=d).index_fill(0, _t([-6], d), 1.0),
+    "advanced_index": lambda d: torch.ones(3, device=d)[_t([0, 3], d)],
+    "advanced_index_negative": lambda d: torch.ones(5, device=d)[_t([-6], d)],
+    "advanced_index_second_tensor": lambda d: torch.zeros(5, 3, device=d)[_t([1], d), _t([5], d)],
+    "advanced_index_after_slice": lambda d: torch.zeros(5, 3, device=d)[:, _t([3], d)],
+    "advanced_index_2d": lambda d: torch.zeros(5, 3, device=d)[_t([[0, 1], [2, 11]], d)],
+    "index_put": lambda d: torch.zeros(5, 3, device=d).index_put((_t([1], d), _t([-4], d)), _t(1.0, d)),
+    "setitem": lambda d: torch.zeros(5, device=d).__setitem__(_t([8], d), 1.0),
+    "take": lambda d: torch.zeros(5, 3, device=d).take(_t([20], d)),
+    "put_negative": lambda d: torch.zeros(5, 3, device=d).put(_t([-16], d), torch.ones(1, device=d)),
+    "nll_loss_target": lambda d: torch.nn.functional.nll_loss(torch.zeros(2, 3, device=d), _t([0, 5], d)),
+    "nll_loss_negative_target": lambda d: torch.nn.functional.nll_loss(torch.zeros(2, 3, device=d), _t([0, -3], d)),
+    "cross_entropy_2d_target": lambda d: torch.nn.functional.cross_entropy(torch.zeros(2, 3, 2, 2, device=d),
+                                                                           _t([[[0, 5], [0, 0]]] * 2, d)),
+    "multi_margin_target": lambda d: torch.nn.functional.multi_margin_loss(torch.zeros(2, 3, device=d), _t([0, 5], d)),
 }
 
 
+def assert_cpu_error(fn):
+    """fn raises on tpu the CPU's exception type with the CPU's first line."""
+    cpu_err, tpu_err = error_of(fn, "cpu"), error_of(fn, "tpu")
+    assert cpu_err is not None and type(tpu_err) is type(cpu_err), (cpu_err, tpu_err)
+    assert str(tpu_err).splitlines()[0] == str(cpu_err).splitlines()[0]
+
+
 @pytest.mark.parametrize("name", sorted(DATA_DEPENDENT))
-def test_data_dependent_index_errors(name):
-    fn, kind = DATA_DEPENDENT[name]
-    assert isinstance(error_of(fn, "cpu"), kind)
-    assert isinstance(error_of(fn, "tpu"), kind)
+def test_data_dependent_errors_as_cpu(name):
+    assert_cpu_error(DATA_DEPENDENT[name])
     torch.testing.assert_close((torch.ones(2, device="tpu") + 1).cpu(), torch.full((2,), 2.0))
+
+
+def test_empty_indices_pass_the_checks():
+    x = torch.zeros(5, 3, device="tpu")
+    empty = torch.zeros(0, 3, dtype=torch.long, device="tpu")
+    assert x.gather(0, empty).shape == (0, 3)
+    assert x.scatter_add(0, empty, torch.ones(0, 3, device="tpu")).sum().item() == 0
+    assert x[torch.zeros(0, dtype=torch.long, device="tpu")].shape == (0, 3)
+    assert x.take(torch.zeros(0, dtype=torch.long, device="tpu")).shape == (0,)
+    assert torch.nn.functional.nll_loss(torch.zeros(0, 3, device="tpu"), torch.zeros(0, dtype=torch.long,
+                                                                                        device="tpu"),
+                                        reduction="sum").item() == 0
+
+
+def test_compiled_graph_reports_the_failing_index():
+    """Checks of one kind share a flag in a compiled graph; the values
+    reported are the first failing check's."""
+    def f(a, b, i, j):
+        return a.gather(0, i).sum() + b.gather(1, j).sum()
+
+    a, b = torch.zeros(5, 3, device="tpu"), torch.zeros(4, 6, device="tpu")
+    cf = torch.compile(f, backend="tpu")
+    good = _t([[0, 1, 2]], "tpu")
+    with pytest.raises(RuntimeError, match="^index 9 is out of bounds for dimension 1 with size 6$"):
+        cf(a, b, good, _t([[0, 9]], "tpu"))
+    with pytest.raises(RuntimeError, match="^index 7 is out of bounds for dimension 0 with size 5$"):
+        cf(a, b, _t([[0, 1, 7]], "tpu"), _t([[0, 9]], "tpu"))
+    assert cf(a, b, good, _t([[0, 5]], "tpu")).item() == 0
+
+
+def _o(*shape, d):
+    return torch.ones(*shape, device=d)
+
+
+# Shape and dtype mistakes of the matmul family (a Linear of the wrong width
+# is the most common): the CPU kernels' messages, not the meta functions'.
+MATMUL = {
+    "mm": lambda d: _o(2, 3, d=d) @ _o(2, 3, d=d),
+    "mm_vector": lambda d: torch.mm(_o(3, d=d), _o(3, 2, d=d)),
+    "mm_dtype": lambda d: torch.mm(_o(2, 2, d=d), _o(2, 2, d=d).double()),
+    "addmm_bias": lambda d: torch.addmm(_o(3, 3, d=d), _o(2, 3, d=d), _o(3, 2, d=d)),
+    "addmm_3d_bias": lambda d: torch.addmm(_o(1, 2, 2, d=d), _o(2, 2, d=d), _o(2, 2, d=d)),
+    "linear": lambda d: torch.nn.Linear(5, 4).to(d)(_o(2, 3, d=d)),
+    "linear_3d": lambda d: torch.nn.functional.linear(_o(2, 2, 3, d=d), _o(4, 5, d=d)),
+    "linear_bias": lambda d: torch.nn.functional.linear(_o(2, 3, d=d), _o(4, 3, d=d), _o(5, d=d)),
+    "bmm_dtype": lambda d: torch.bmm(_o(2, 3, 3, d=d), _o(2, 3, 3, d=d).half()),
+    "bmm_batch": lambda d: torch.bmm(_o(2, 2, 3, d=d), _o(3, 3, 3, d=d)),
+    "baddbmm_dtype": lambda d: torch.baddbmm(_o(2, 3, 3, d=d), _o(2, 3, 3, d=d), _o(2, 3, 3, d=d).half()),
+    "mv": lambda d: torch.mv(_o(2, 3, d=d), _o(2, d=d)),
+    "mv_vector": lambda d: torch.mv(_o(3, d=d), _o(3, d=d)),
+    "matmul_matrix_vector": lambda d: _o(2, 3, d=d) @ _o(2, d=d),
+    "addmv_input": lambda d: torch.addmv(_o(3, d=d), _o(2, 3, d=d), _o(3, d=d)),
+    "dot": lambda d: torch.dot(_o(3, d=d), _o(2, d=d)),
+    "dot_dtype": lambda d: torch.dot(_o(3, d=d), _o(3, d=d).double()),
+    "vdot_rank": lambda d: torch.vdot(_o(3, 1, d=d), _o(3, d=d)),
+    "addr_vector": lambda d: torch.addr(_o(2, 2, d=d), _o(2, 1, d=d), _o(2, d=d)),
+    "addr_input": lambda d: torch.addr(_o(3, 2, d=d), _o(2, d=d), _o(2, d=d)),
+    "argmax_empty": lambda d: torch.empty(0, device=d).argmax(),
+    "argmin_empty_dim": lambda d: torch.empty(2, 0, device=d).argmin(1),
+    "argmax_scalar_dim": lambda d: torch.tensor(1.0, device=d).argmax(2),
+    # a mask that does not broadcast to the scores: the math path's error, not an internal one
+    "sdpa_mask": lambda d: torch.nn.functional.scaled_dot_product_attention(
+        _o(1, 2, 4, 8, d=d), _o(1, 2, 4, 8, d=d), _o(1, 2, 4, 8, d=d), attn_mask=_o(3, 3, d=d)),
+    "sdpa_bool_mask": lambda d: torch.nn.functional.scaled_dot_product_attention(
+        _o(1, 2, 4, 8, d=d), _o(1, 2, 4, 8, d=d), _o(1, 2, 4, 8, d=d), attn_mask=_o(3, 3, d=d).bool()),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MATMUL))
+def test_matmul_family_errors_as_cpu(name):
+    assert_cpu_error(MATMUL[name])
+
+
+def test_addr_and_mv_still_compute():
+    v1, v2, m = torch.randn(3), torch.randn(4), torch.randn(3, 4)
+    want = torch.addr(m, v1, v2, beta=0.5, alpha=2.0)
+    got = torch.addr(m.to("tpu"), v1.to("tpu"), v2.to("tpu"), beta=0.5, alpha=2.0)
+    torch.testing.assert_close(got.cpu(), want)
+    out = torch.empty(3, 4, device="tpu")
+    torch.addr(m.to("tpu"), v1.to("tpu"), v2.to("tpu"), out=out)
+    torch.testing.assert_close(out.cpu(), torch.addr(m, v1, v2))
+    torch.testing.assert_close(torch.mv(m.to("tpu"), v2.to("tpu")).cpu(), torch.mv(m, v2))
 
 
 def test_failed_in_place_write_leaves_target_intact():

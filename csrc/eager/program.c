@@ -120,11 +120,25 @@ struct tpu_eager_entry {
   int num_meta;
   tpu_eager_out_meta *meta; /* per output index */
   bool track; /* ask for completion tracking (see tpu_executable_execute) */
-  /* Runtime checks: the last |num_checks| results are i1 flags. */
+  /* Runtime checks: the last |num_checks| results, each s64[1 +
+   * TPU_LOWER_CHECK_VALUES]: the flag, then the values its message reports. */
   int num_checks;
   tpu_code_t check_codes[MAX_CHECKS_PER_PROGRAM];
   const char *check_messages[MAX_CHECKS_PER_PROGRAM];
+  int check_num_values[MAX_CHECKS_PER_PROGRAM];
 };
+
+/* The error of check |i| of |e|, its message filled with |values|. */
+static tpu_status_t check_failure(const tpu_eager_entry *e, int i, const int64_t *values) {
+  if (e->check_num_values[i] == 0) return tpu_status_new(e->check_codes[i], "%s", e->check_messages[i]);
+  char text[512];
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+  /* the rules' static formats, of check_num_values[i] %lld */
+  snprintf(text, sizeof text, e->check_messages[i], (long long)values[0], (long long)values[1], (long long)values[2]);
+#pragma GCC diagnostic pop
+  return tpu_status_new(e->check_codes[i], "%s", text);
+}
 
 void tpu_eager_entry_free(tpu_eager_entry *e) {
   if (e == NULL) return;
@@ -383,10 +397,15 @@ tpu_status_t tpu_program_apply(tpu_program *p, const tpu_lower_rule *rule, const
   for (int i = 0; i < c.num_checks; i++) {
     int j = 0;
     while (j < p->num_checks &&
-           (p->checks[j].code != c.checks[i].code || strcmp(p->checks[j].message, c.checks[i].message) != 0))
+           (p->checks[j].code != c.checks[i].code || p->checks[j].num_values != c.checks[i].num_values ||
+            strcmp(p->checks[j].message, c.checks[i].message) != 0))
       j++;
     if (j < p->num_checks) {
-      p->checks[j].ok = tpu_hlo_binary(p->b, TPU_HLO_AND, p->checks[j].ok, c.checks[i].ok);
+      /* The values of the first check that fails. */
+      tpu_lower_check *k = &p->checks[j];
+      for (int v = 0; v < k->num_values; v++)
+        k->values[v] = tpu_hlo_select(p->b, k->ok, c.checks[i].values[v], k->values[v]);
+      k->ok = tpu_hlo_binary(p->b, TPU_HLO_AND, k->ok, c.checks[i].ok);
     } else if (p->num_checks == MAX_CHECKS_PER_PROGRAM) {
       return tpu_status_new(TPU_ERR_NOT_IMPLEMENTED, "%s: too many kinds of runtime checks in one program",
                             p->name);
@@ -533,10 +552,19 @@ tpu_status_t tpu_program_finish(tpu_program *p, tpu_eager_entry **out_entry) {
     n++;
   }
   for (int i = 0; i < p->num_checks; i++) {
-    results[n] = (result_dst){.ref = -1, .output = -1, .type = tpu_hlo_make_type(TPU_BOOL, 0, NULL)};
-    values[n++] = p->checks[i].ok;
-    e->check_codes[i] = p->checks[i].code;
-    e->check_messages[i] = p->checks[i].message;
+    const tpu_lower_check *k = &p->checks[i];
+    int64_t one = 1;
+    tpu_hlo_value parts[1 + TPU_LOWER_CHECK_VALUES];
+    parts[0] = tpu_hlo_reshape(b, tpu_hlo_convert(b, k->ok, TPU_S64), 1, &one);
+    for (int v = 0; v < TPU_LOWER_CHECK_VALUES; v++)
+      parts[1 + v] = v < k->num_values ? tpu_hlo_reshape(b, k->values[v], 1, &one)
+                                       : tpu_hlo_const_i64_list(b, (const int64_t[]){0}, 1);
+    values[n] = tpu_hlo_concatenate(b, parts, 1 + TPU_LOWER_CHECK_VALUES, 0);
+    results[n] = (result_dst){.ref = -1, .output = -1, .type = *tpu_hlo_type_of(b, values[n])};
+    n++;
+    e->check_codes[i] = k->code;
+    e->check_messages[i] = k->message;
+    e->check_num_values[i] = k->num_values;
   }
   e->num_checks = p->num_checks;
   e->num_results = n;
@@ -714,12 +742,12 @@ tpu_status_t tpu_eager_execute(const tpu_eager_entry *e, const tpu_eager_call *c
   /* Data-dependent checks wait for their flags (a sync, like PyTorch's CPU
    * kernels that raise before returning). */
   for (int i = 0; i < e->num_checks; i++) {
-    unsigned char ok = 1;
-    tpu_status_t cst = tpu_buffer_to_host(rt, outs[first_check + i], &ok, 1);
+    int64_t flag[1 + TPU_LOWER_CHECK_VALUES] = {1};
+    tpu_status_t cst = tpu_buffer_to_host(rt, outs[first_check + i], flag, sizeof flag);
     tpu_buffer_destroy(rt, outs[first_check + i]);
     if (st == NULL && cst != NULL) st = cst;
     else tpu_status_free(cst);
-    if (st == NULL && !ok) st = tpu_status_new(e->check_codes[i], "%s", e->check_messages[i]);
+    if (st == NULL && !flag[0]) st = check_failure(e, i, flag + 1);
   }
 done:
   tpu_buffer_destroy(rt, rng);

@@ -18,7 +18,6 @@
 /* Static messages for runtime checks (the failing value is not known when
  * the program is built, so PyTorch's "index 5 is out of bounds for
  * dimension 0 with size 2" loses its numbers). */
-static const char OUT_OF_BOUNDS[] = "index is out of bounds for the dimension it indexes";
 
 static tpu_hlo_value reshape(tpu_lower_ctx *c, tpu_hlo_value x, int rank, const int64_t *dims) {
   return tpu_hlo_reshape(B, x, rank, dims);
@@ -61,6 +60,50 @@ static tpu_hlo_value all_in_range(tpu_lower_ctx *c, tpu_hlo_value idx, int64_t l
   int rank = tpu_hlo_rank(B, ok);
   for (int i = 0; i < rank; i++) dims[i] = i;
   return tpu_lower_reduce(B, ok, TPU_HLO_AND, dims, rank);
+}
+
+/* The CPU kernels' bounds message, with the first offending index (in
+ * row-major order), the dim and its size. */
+static const char IN_BOUNDS[] = "index %lld is out of bounds for dimension %lld with size %lld";
+
+/* Whether every index of |idx| lies in [lo, hi), and the values IN_BOUNDS
+ * reports: the first index that does not, |dim| and |size|. */
+typedef struct bounds {
+  tpu_hlo_value ok, values[3];
+} bounds;
+
+static bounds index_bounds(tpu_lower_ctx *c, tpu_hlo_value idx, int64_t lo, int64_t hi, int64_t dim, int64_t size) {
+  tpu_hlo_type t = *tpu_hlo_type_of(B, idx);
+  tpu_hlo_value in = tpu_hlo_binary(B, TPU_HLO_AND, tpu_hlo_compare(B, TPU_HLO_GE, idx, tpu_hlo_const_i64(B, &t, lo)),
+                                    tpu_hlo_compare(B, TPU_HLO_LT, idx, tpu_hlo_const_i64(B, &t, hi)));
+  bounds r;
+  r.ok = tpu_lower_all_or_first(c, in, idx, &r.values[0]);
+  r.values[1] = tpu_hlo_scalar_i64(B, TPU_S64, dim);
+  r.values[2] = tpu_hlo_scalar_i64(B, TPU_S64, size);
+  return r;
+}
+
+/* |acc| and |next| as one check, reporting the values of the first that fails. */
+static void fold_bounds(tpu_lower_ctx *c, bounds *acc, const bounds *next) {
+  for (int i = 0; i < 3; i++) acc->values[i] = tpu_hlo_select(B, acc->ok, next->values[i], acc->values[i]);
+  acc->ok = tpu_hlo_binary(B, TPU_HLO_AND, acc->ok, next->ok);
+}
+
+/* take's and put's check of flat indices into |n| elements. */
+static void require_take(tpu_lower_ctx *c, tpu_hlo_value idx, int64_t n) {
+  bounds b = index_bounds(c, idx, -n, n, 0, n);
+  tpu_hlo_value values[2] = {b.values[0], b.values[2]};
+  tpu_lower_require_values(c, b.ok, 2, values, TPU_ERR_INDEX,
+                           "out of range: tried to access index %lld on a tensor of %lld elements.");
+}
+
+/* Requires |idx| in [lo, size) along |dim| (lo = -size where negatives
+ * count from the end), with the CPU's message |format| (IN_BOUNDS, or one
+ * of its three values). */
+static void require_index(tpu_lower_ctx *c, tpu_hlo_value idx, int64_t lo, int64_t size, int64_t dim, tpu_code_t code,
+                          const char *format) {
+  bounds b = index_bounds(c, idx, lo, size, dim, size);
+  tpu_lower_require_values(c, b.ok, 3, b.values, code, format);
 }
 
 /* Python-style negative indices: idx + size where idx < 0. */
@@ -231,7 +274,7 @@ static tpu_status_t gather_rule(tpu_lower_ctx *c) {
   tpu_hlo_value x = at_least_1d(c, tpu_lower_tensor(c, 0));
   tpu_hlo_value idx = at_least_1d(c, index_arg(c, 2));
   int rank = tpu_hlo_rank(B, x), dim = tpu_lower_wrap_dim(tpu_lower_int(c, 1, 0), rank);
-  tpu_lower_require(c, all_in_range(c, idx, 0, tpu_hlo_type_of(B, x)->dims[dim]), TPU_ERR_RUNTIME, OUT_OF_BOUNDS);
+  require_index(c, idx, 0, tpu_hlo_type_of(B, x)->dims[dim], dim, TPU_ERR_RUNTIME, IN_BOUNDS);
   index_plan p = by_coords(rank, rank);
   return done(c, plan_gather(c, &p, x, coords_along(c, idx, dim)));
 }
@@ -241,8 +284,7 @@ static tpu_status_t take_rule(tpu_lower_ctx *c) {
   tpu_hlo_value x = flat(c, tpu_lower_tensor(c, 0));
   tpu_hlo_value idx = index_arg(c, 1);
   int64_t n = numel_of(c, x);
-  tpu_lower_require(c, all_in_range(c, idx, -n, n), TPU_ERR_INDEX,
-                    "out of range: tried to access an index outside of the tensor's elements");
+  require_take(c, idx, n);
   tpu_hlo_type vt = *tpu_hlo_type_of(B, idx);
   vt.dims[vt.rank++] = 1;
   index_plan p = by_coords(1, vt.rank - 1);
@@ -272,8 +314,7 @@ static tpu_status_t put_rule(tpu_lower_ctx *c) {
   tpu_hlo_value x = flat(c, tpu_hlo_convert(B, tpu_lower_tensor(c, 0), t));
   tpu_hlo_value idx = flat(c, index_arg(c, 1));
   int64_t n = numel_of(c, x);
-  tpu_lower_require(c, all_in_range(c, idx, -n, n), TPU_ERR_INDEX,
-                    "out of range: tried to access an index outside of the tensor's elements");
+  require_take(c, idx, n);
   tpu_hlo_value src = flat(c, tpu_hlo_convert(B, tpu_lower_tensor(c, 2), t));
   index_plan p = by_coords(1, 1);
   tpu_hlo_value r = plan_scatter(c, &p, x, as_vectors(c, wrap_negative(c, idx, n)), src, accumulate ? COMBINE_ADD : REPLACE);
@@ -382,7 +423,7 @@ static tpu_status_t scatter_rule(tpu_lower_ctx *c) {
     upd = tpu_hlo_convert(B, at_least_1d(c, tpu_lower_tensor(c, 3)), t);
     upd = tpu_hlo_slice(B, upd, start, it.dims, NULL);
   }
-  tpu_lower_require(c, all_in_range(c, idx, 0, tpu_hlo_type_of(B, x)->dims[dim]), TPU_ERR_RUNTIME, OUT_OF_BOUNDS);
+  require_index(c, idx, 0, tpu_hlo_type_of(B, x)->dims[dim], dim, TPU_ERR_RUNTIME, IN_BOUNDS);
   index_plan p = by_coords(rank, it.rank);
   return done(c, reduce_into(c, &p, x, coords_along(c, idx, dim), upd, so, include_self));
 }
@@ -415,9 +456,10 @@ static tpu_status_t index_add_rule(tpu_lower_ctx *c) {
   }
   int64_t size = tpu_hlo_type_of(B, x)->dims[dim];
   if (op == REPLACE)
-    tpu_lower_require(c, all_in_range(c, idx, 0, size), TPU_ERR_INDEX, "index_copy_(): index is out of bounds for the dimension it indexes");
+    require_index(c, idx, 0, size, dim, TPU_ERR_INDEX,
+                  "index_copy_(): index %lld is out of bounds for dimension %lld with size %lld");
   else
-    tpu_lower_require(c, all_in_range(c, idx, 0, size), TPU_ERR_RUNTIME, OUT_OF_BOUNDS);
+    require_index(c, idx, 0, size, dim, TPU_ERR_RUNTIME, IN_BOUNDS);
   index_plan p = along_dim(tpu_hlo_rank(B, x), dim);
   return done(c, plan_scatter(c, &p, x, as_vectors(c, idx), src, op));
 }
@@ -442,7 +484,7 @@ static tpu_status_t index_fill_rule(tpu_lower_ctx *c) {
   int rank = xt.rank, dim = tpu_lower_wrap_dim(tpu_lower_int(c, 1, 0), rank);
   int64_t size = xt.dims[dim];
   tpu_hlo_value idx = flat(c, index_arg(c, 2));
-  tpu_lower_require(c, all_in_range(c, idx, -size, size), TPU_ERR_INDEX, OUT_OF_BOUNDS);
+  require_index(c, idx, -size, size, dim, TPU_ERR_INDEX, IN_BOUNDS);
   /* A mask along dim: true at every index, broadcast across the rest. */
   tpu_hlo_type mt = tpu_hlo_make_type(TPU_BOOL, 1, &size);
   tpu_hlo_value ones = tpu_hlo_convert(B, const_like(c, idx, 1.0), TPU_BOOL);
@@ -503,7 +545,7 @@ static tpu_status_t check_indices(tpu_lower_ctx *c, int *out_mask, int *out_tens
 typedef struct advanced_index {
   index_plan plan;
   tpu_hlo_value coords;
-  tpu_hlo_value in_range;
+  bounds in_range; /* IN_BOUNDS's, the dim being the index tensor's place among them */
 } advanced_index;
 
 static tpu_status_t advanced(tpu_lower_ctx *c, advanced_index *a) {
@@ -543,12 +585,12 @@ static tpu_status_t advanced(tpu_lower_ctx *c, advanced_index *a) {
   one.dims[srank] = 1;
   tpu_hlo_type bt = tpu_hlo_make_type(TPU_S64, srank, shape);
   tpu_hlo_value parts[TPU_HLO_MAX_RANK];
-  a->in_range = TPU_HLO_NONE;
   for (int i = 0; i < p->num; i++) {
     int64_t size = x->sizes[p->dims[i]];
     tpu_hlo_value idx = tpu_hlo_broadcast_to(B, tpu_lower_list_item(c, 1, (int)p->dims[i]), &bt);
-    tpu_hlo_value ok = all_in_range(c, idx, -size, size);
-    a->in_range = i == 0 ? ok : tpu_hlo_binary(B, TPU_HLO_AND, a->in_range, ok);
+    bounds ok = index_bounds(c, idx, -size, size, i, size);
+    if (i == 0) a->in_range = ok;
+    else fold_bounds(c, &a->in_range, &ok);
     parts[i] = reshape(c, wrap_negative(c, idx, size), one.rank, one.dims);
   }
   a->coords = tpu_hlo_concatenate(B, parts, p->num, srank);
@@ -567,7 +609,7 @@ static tpu_status_t index_rule(tpu_lower_ctx *c) {
   if (tensors == 0) return done(c, x);
   advanced_index a;
   TPU_RETURN_IF_ERROR(advanced(c, &a));
-  tpu_lower_require(c, a.in_range, TPU_ERR_INDEX, OUT_OF_BOUNDS);
+  tpu_lower_require_values(c, a.in_range.ok, 3, a.in_range.values, TPU_ERR_INDEX, IN_BOUNDS);
   return done(c, plan_gather(c, &a.plan, x, a.coords));
 }
 
@@ -688,7 +730,7 @@ static tpu_status_t index_put_rule(tpu_lower_ctx *c) {
   tpu_hlo_type rt = plan_result(&a.plan, tpu_hlo_type_of(B, x), tpu_hlo_type_of(B, a.coords));
   if (tpu_hlo_failed(B)) return NULL;
   if (!broadcasts(va->rank, va->sizes, rt.rank, rt.dims)) return value_shape_error(c, rt.rank, rt.dims);
-  tpu_lower_require(c, a.in_range, TPU_ERR_INDEX, OUT_OF_BOUNDS);
+  tpu_lower_require_values(c, a.in_range.ok, 3, a.in_range.values, TPU_ERR_INDEX, IN_BOUNDS);
   tpu_hlo_value v = tpu_hlo_broadcast_to(B, tpu_lower_tensor(c, 2), &rt);
   return done(c, plan_scatter(c, &a.plan, x, a.coords, v, accumulate ? COMBINE_ADD : REPLACE));
 }

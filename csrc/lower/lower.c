@@ -80,8 +80,22 @@ tpu_status_t tpu_lower_error(tpu_lower_ctx *c, tpu_code_t code, const char *fmt,
   return tpu_status_new(code, "%s", msg);
 }
 
-void tpu_lower_require(tpu_lower_ctx *c, tpu_hlo_value ok, tpu_code_t code, const char *message) {
-  if (c->num_checks == TPU_LOWER_MAX_CHECKS) {
+tpu_hlo_value tpu_lower_all_or_first(tpu_lower_ctx *c, tpu_hlo_value ok, tpu_hlo_value x, tpu_hlo_value *out_value) {
+  tpu_hlo_builder *b = c->b;
+  int64_t n = tpu_hlo_type_numel(tpu_hlo_type_of(b, ok)), axis = 0;
+  tpu_hlo_value good = tpu_hlo_reshape(b, ok, 1, &n), f = tpu_hlo_reshape(b, tpu_hlo_convert(b, x, TPU_S64), 1, &n);
+  tpu_hlo_type t = *tpu_hlo_type_of(b, f);
+  tpu_hlo_value pos = tpu_hlo_iota(b, &t, 0), none = tpu_hlo_const_i64(b, &t, n);
+  tpu_hlo_value first = tpu_lower_reduce(b, tpu_hlo_select(b, good, none, pos), TPU_HLO_MIN, &axis, 1);
+  tpu_hlo_value at_first = tpu_hlo_compare(b, TPU_HLO_EQ, pos, tpu_hlo_broadcast_to(b, first, &t));
+  *out_value = tpu_lower_reduce(b, tpu_hlo_select(b, at_first, f, tpu_hlo_const_i64(b, &t, 0)), TPU_HLO_ADD, &axis, 1);
+  /* GE: an empty |ok|'s minimum is the reduction's identity, past n */
+  return tpu_hlo_compare(b, TPU_HLO_GE, first, tpu_hlo_scalar_i64(b, TPU_S64, n));
+}
+
+void tpu_lower_require_values(tpu_lower_ctx *c, tpu_hlo_value ok, int n, const tpu_hlo_value *values, tpu_code_t code,
+                              const char *format) {
+  if (c->num_checks == TPU_LOWER_MAX_CHECKS || n > TPU_LOWER_CHECK_VALUES) {
     tpu_hlo_fail(c->b, TPU_ERR_RUNTIME, "%s: internal: too many runtime checks", c->op);
     return;
   }
@@ -90,7 +104,13 @@ void tpu_lower_require(tpu_lower_ctx *c, tpu_hlo_value ok, tpu_code_t code, cons
     tpu_hlo_fail(c->b, TPU_ERR_RUNTIME, "%s: internal: a check must be a boolean scalar", c->op);
     return;
   }
-  c->checks[c->num_checks++] = (tpu_lower_check){ok, code, message};
+  tpu_lower_check *k = &c->checks[c->num_checks++];
+  *k = (tpu_lower_check){.ok = ok, .code = code, .message = format, .num_values = n};
+  for (int i = 0; i < n; i++) k->values[i] = tpu_hlo_convert(c->b, values[i], TPU_S64);
+}
+
+void tpu_lower_require(tpu_lower_ctx *c, tpu_hlo_value ok, tpu_code_t code, const char *message) {
+  tpu_lower_require_values(c, ok, 0, NULL, code, message);
 }
 
 bool tpu_lower_is_none(const tpu_lower_ctx *c, int arg) {

@@ -72,11 +72,17 @@ typedef struct tpu_lower_arg {
 typedef struct tpu_lower_ctx tpu_lower_ctx;
 
 /* A runtime check a rule asks for: |ok| is a rank-0 i1 value; when false the
- * op raises |code| with |message| (a static string) and writes nothing. */
+ * op raises |code| with |message| and writes nothing. The message is a
+ * static string, or (|num_values| > 0) a printf format of that many %lld,
+ * filled with |values| (rank-0 s64: the offending index, say) read back with
+ * the flag. */
+#define TPU_LOWER_CHECK_VALUES 3
 typedef struct tpu_lower_check {
   tpu_hlo_value ok;
   tpu_code_t code;
   const char *message;
+  int num_values;
+  tpu_hlo_value values[TPU_LOWER_CHECK_VALUES];
 } tpu_lower_check;
 #define TPU_LOWER_MAX_CHECKS 4
 
@@ -206,6 +212,14 @@ void tpu_lower_loop(tpu_lower_ctx *c, int64_t count, int n, tpu_hlo_value *state
  * an index out of range. Eager waits for the flag and raises PyTorch's
  * error; the op's writes are dropped when a check fails. */
 void tpu_lower_require(tpu_lower_ctx *c, tpu_hlo_value ok, tpu_code_t code, const char *message);
+/* Whether i1 |ok| (any shape) holds everywhere (rank-0 i1), and into
+ * |out_value| the s64 value of |x| (ok's shape) at the first place, in
+ * row-major order, where it does not (0 where it holds everywhere): what a
+ * CPU kernel's message reports ("index 7 is out of bounds ..."). */
+tpu_hlo_value tpu_lower_all_or_first(tpu_lower_ctx *c, tpu_hlo_value ok, tpu_hlo_value x, tpu_hlo_value *out_value);
+/* A check whose message |format| (static, |n| %lld) reports |values|. */
+void tpu_lower_require_values(tpu_lower_ctx *c, tpu_hlo_value ok, int n, const tpu_hlo_value *values, tpu_code_t code,
+                              const char *format);
 /* "[2, 3]": a shape as PyTorch prints sizes in messages, into |buf| (|cap|
  * bytes). */
 void tpu_lower_shape_str(char *buf, size_t cap, int rank, const int64_t *dims);

@@ -382,7 +382,8 @@ static tpu_status_t reduced(tpu_lower_ctx *c, tpu_hlo_value loss, int64_t reduct
 /* The targets (argument |ti|, one per position of |xt| without its class
  * dim |cd|), checked: targets equal to *|ignore| (if given) are ignored (and
  * *|out_kept|, an i1 value of the targets' shape, is false there); any other
- * target outside [0, C) fails the op with |code| and |message|, as PyTorch. */
+ * target outside [0, C) fails the op with |code| and |message| (a format
+ * of the first such target's %lld, or none), as PyTorch. */
 static tpu_hlo_value class_targets(tpu_lower_ctx *c, int ti, const tpu_hlo_type *xt, int cd, const int64_t *ignore,
                                    tpu_code_t code, const char *message, tpu_hlo_value *out_kept) {
   int64_t dims[MAXR];
@@ -396,7 +397,8 @@ static tpu_hlo_value class_targets(tpu_lower_ctx *c, int ti, const tpu_hlo_type 
     *out_kept = cmp(c, TPU_HLO_NE, t, k(c, t, (double)*ignore));
     ok = tpu_hlo_binary(B, TPU_HLO_OR, ok, tpu_hlo_unary(B, TPU_HLO_NOT, *out_kept));
   }
-  tpu_lower_require(c, all(c, ok), code, message);
+  tpu_hlo_value target;
+  tpu_lower_require_values(c, tpu_lower_all_or_first(c, ok, t, &target), 1, &target, code, message);
   return t;
 }
 
@@ -441,7 +443,7 @@ static tpu_hlo_value class_hit(tpu_lower_ctx *c, tpu_hlo_value t, tpu_hlo_value 
 static tpu_hlo_value nll_targets(tpu_lower_ctx *c, int ti, int ignore_arg, const tpu_hlo_type *xt, int cd,
                                  tpu_hlo_value *out_kept) {
   int64_t ignore = tpu_lower_int(c, ignore_arg, -100);
-  return class_targets(c, ti, xt, cd, &ignore, TPU_ERR_INDEX, "Target is out of bounds.", out_kept);
+  return class_targets(c, ti, xt, cd, &ignore, TPU_ERR_INDEX, "Target %lld is out of bounds.", out_kept);
 }
 
 /* A per-target (reduction none) or single upstream gradient, broadcast to

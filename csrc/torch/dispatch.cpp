@@ -4,10 +4,17 @@
 // PyTorch's meta function for the output metadata. Registration walks the C
 // rule registry: adding a rule in csrc/lower is all it takes to add an op.
 #include <ATen/Dispatch.h>
+#include <ATen/Dispatch_v2.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/TypeProperties.h>
+#include <ATen/ops/addmm_meta_dispatch.h>
+#include <ATen/ops/addmv_meta_dispatch.h>
+#include <ATen/ops/addr_native.h>
+#include <ATen/ops/baddbmm_meta_dispatch.h>
+#include <ATen/ops/bmm_meta_dispatch.h>
+#include <ATen/ops/mm_meta_dispatch.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
@@ -345,6 +352,103 @@ void fill_meta(const at::Tensor& t, tpu_eager_out_meta& m) {
   }
 }
 
+// A CPU tensor with |t|'s sizes and dtype over one element (zero strides):
+// what the CPU kernels' shape checks read, with their messages.
+at::Tensor stand_in(const at::Tensor& t) {
+  return at::empty({1}, at::TensorOptions().dtype(t.scalar_type())).as_strided(t.sizes(), c10::DimVector(t.dim(), 0));
+}
+
+at::Tensor stand_in(const c10::IValue& v) { return stand_in(v.toTensor()); }
+
+void check_1d(const at::Tensor& t, const char* arg, const char* op) {
+  TORCH_CHECK(t.dim() == 1, op, ": Expected 1-D argument ", arg, ", but got ", t.dim(), "-D");
+}
+
+void check_dot(c10::ArrayRef<c10::IValue> v) {
+  const at::Tensor &self = v[0].toTensor(), &other = v[1].toTensor();
+  TORCH_CHECK(self.dim() == 1 && other.dim() == 1, "1D tensors expected, but got ", self.dim(), "D and ", other.dim(),
+              "D tensors");
+  TORCH_CHECK(self.scalar_type() == other.scalar_type(), "dot : expected both vectors to have same dtype, but found ",
+              self.scalar_type(), " and ", other.scalar_type());
+  TORCH_CHECK(self.numel() == other.numel(), "inconsistent tensor size, expected tensor [", self.numel(),
+              "] and src [", other.numel(), "] to have the same number of elements, but got ", self.numel(), " and ",
+              other.numel(), " elements respectively");
+}
+
+// The CPU's bmm kernel, after the meta function: both batches of one dtype.
+void check_batch_dtypes(const c10::IValue& batch1, const c10::IValue& batch2) {
+  at::ScalarType a = batch1.toTensor().scalar_type(), b = batch2.toTensor().scalar_type();
+  TORCH_CHECK(a == b, "expected scalar type ", a, " but found ", b);
+}
+
+// The matmul family's shape and dtype checks as the CPU kernels make them
+// (PyTorch's Python meta functions word them their own way: a Linear of the
+// wrong width said "a and b must have same reduction dim"): the structured
+// kernels' C++ meta functions, then what the CPU kernels check after them;
+// mv is the CPU's addmv into a result of vec's dtype, dot and vdot check as
+// the CPU's dot_check.
+using ArgCheck = void (*)(c10::ArrayRef<c10::IValue>);
+const std::unordered_map<std::string, ArgCheck>& matmul_checks() {
+  static const std::unordered_map<std::string, ArgCheck> table = {
+      {"aten::mm", [](c10::ArrayRef<c10::IValue> v) { at::meta::mm(stand_in(v[0]), stand_in(v[1])); }},
+      {"aten::bmm",
+       [](c10::ArrayRef<c10::IValue> v) {
+         at::meta::bmm(stand_in(v[0]), stand_in(v[1]));
+         check_batch_dtypes(v[0], v[1]);
+       }},
+      {"aten::baddbmm",
+       [](c10::ArrayRef<c10::IValue> v) {
+         at::meta::baddbmm(stand_in(v[0]), stand_in(v[1]), stand_in(v[2]));
+         check_batch_dtypes(v[1], v[2]);
+       }},
+      {"aten::addmm",
+       [](c10::ArrayRef<c10::IValue> v) {
+         at::Tensor self = stand_in(v[0]), mat1 = stand_in(v[1]), mat2 = stand_in(v[2]);
+         at::meta::addmm(self, mat1, mat2);
+         (void)self.expand({mat1.size(0), mat2.size(1)});
+       }},
+      {"aten::addmv",
+       [](c10::ArrayRef<c10::IValue> v) { at::meta::addmv(stand_in(v[0]), stand_in(v[1]), stand_in(v[2])); }},
+      {"aten::mv",
+       [](c10::ArrayRef<c10::IValue> v) {
+         at::Tensor self = stand_in(v[0]), vec = stand_in(v[1]);
+         at::meta::addmv(at::empty({self.size(0)}, vec.options().device(c10::kMeta)), self, vec);
+       }},
+      {"aten::dot", [](c10::ArrayRef<c10::IValue> v) { check_dot(v); }},
+      {"aten::vdot", [](c10::ArrayRef<c10::IValue> v) { check_dot(v); }},
+  };
+  return table;
+}
+
+// addr has no rule (an outer product and an add): PyTorch's composite
+// after the CPU kernel's checks.
+void check_addr(const at::Tensor& self, const at::Tensor& vec1, const at::Tensor& vec2) {
+  check_1d(vec1, "vec1", "addr");
+  check_1d(vec2, "vec2", "addr");
+  (void)stand_in(self).expand({vec1.size(0), vec2.size(0)});
+}
+
+at::Tensor addr(const at::Tensor& self, const at::Tensor& vec1, const at::Tensor& vec2, const at::Scalar& beta,
+                const at::Scalar& alpha) {
+  check_addr(self, vec1, vec2);
+  return at::native::math_addr(self, vec1, vec2, beta, alpha);
+}
+
+at::Tensor& addr_out(const at::Tensor& self, const at::Tensor& vec1, const at::Tensor& vec2, const at::Scalar& beta,
+                     const at::Scalar& alpha, at::Tensor& out) {
+  check_addr(self, vec1, vec2);
+  return at::native::math_addr_out(self, vec1, vec2, beta, alpha, out);
+}
+
+}  // namespace
+
+void check_matmul_family(const c10::OperatorHandle& handle, c10::ArrayRef<c10::IValue> ivs) {
+  auto check = matmul_checks().find(handle.schema().name());
+  if (check != matmul_checks().end()) check->second(ivs);
+}
+
+namespace {
+
 // Checks PyTorch 2.13's meta functions (Python references) make differently
 // from its CPU kernels, or not at all; made here with the kernels' exception
 // and message before the meta function runs. |promotes| marks the arguments
@@ -352,6 +456,7 @@ void fill_meta(const at::Tensor& t, tpu_eager_out_meta& m) {
 void check_before_meta(const c10::OperatorHandle& handle, const std::vector<bool>& promotes,
                        c10::ArrayRef<c10::IValue> ivs) {
   const std::string& name = handle.schema().name();
+  check_matmul_family(handle, ivs);
   if (handle.hasTag(at::Tag::pointwise)) {
     // TensorIterator broadcasts the operands in order, with infer_size's
     // message ("The size of tensor a (3) must match the size of tensor b
@@ -425,6 +530,17 @@ void check_before_meta(const c10::OperatorHandle& handle, const std::vector<bool
     for (int64_t d : dims)
       TORCH_CHECK_INDEX(self.dim() == 0 || self.size(c10::maybe_wrap_dim(d, self.dim())) != 0, op,
                         "(): Expected reduction dim ", d, " to have non-zero size.");
+  } else if (name == "aten::argmax" || name == "aten::argmin") {
+    // The CPU's check_argmax_argmin, as IndexErrors.
+    const at::Tensor& self = ivs[0].toTensor();
+    const char* op = name == "aten::argmax" ? "argmax()" : "argmin()";
+    if (ivs[1].isNone()) {
+      TORCH_CHECK_INDEX(self.numel() != 0, op, ": Expected reduction dim to be specified for input.numel() == 0.");
+    } else {
+      int64_t d = c10::maybe_wrap_dim(ivs[1].toInt(), self.dim());  // a scalar's dim is -1 or 0
+      TORCH_CHECK_INDEX(self.dim() == 0 || self.size(d) != 0, op, ": Expected reduction dim ", d,
+                        " to have non-zero size.");
+    }
   } else if (name == "aten::embedding") {
     TORCH_CHECK(ivs[0].toTensor().dim() == 2, "'weight' must be 2-D");
   }
@@ -507,8 +623,8 @@ void check_scalars_fit(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs) {
   for (size_t i = 0; i < ivs.size(); i++) {
     if (info.arg_types[i] != ArgType::kScalar || !ivs[i].isScalar()) continue;
     c10::Scalar value = ivs[i].toScalar();
-    AT_DISPATCH_ALL_TYPES_AND_COMPLEX_AND3(at::kHalf, at::kBFloat16, at::kBool, dtype, "fill_",
-                                           [&] { (void)value.to<scalar_t>(); });
+    AT_DISPATCH_V2(dtype, "fill_", AT_WRAP([&] { (void)value.to<scalar_t>(); }), AT_EXPAND(AT_ALL_TYPES_AND_COMPLEX),
+                   at::kHalf, at::kBFloat16, at::kBool, AT_EXPAND(AT_BAREBONES_UNSIGNED_TYPES));
   }
 }
 
@@ -1092,4 +1208,6 @@ void register_foreach(torch::Library& m) {
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   torchtpu::register_rules(m, "aten");
   torchtpu::register_foreach(m);
+  m.impl("addr", TORCH_FN(torchtpu::addr));
+  m.impl("addr.out", TORCH_FN(torchtpu::addr_out));
 }

@@ -44,6 +44,9 @@ std::optional<OpInfo> make_op_info(const c10::OperatorHandle& handle, const tpu_
 // Runs an op through its rule. |ivs| are the arguments in schema order.
 // Returns the new tensors (undefined for returns that alias arguments).
 std::vector<at::Tensor> run_rule(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs);
+// The matmul family's shape and dtype checks, with the CPU kernels'
+// messages (mm, addmm, bmm, baddbmm, addmv, mv, dot, vdot).
+void check_matmul_family(const c10::OperatorHandle& handle, c10::ArrayRef<c10::IValue> ivs);
 // Refuses out= tensors whose dtype the op's CPU kernel would refuse.
 void check_out_dtypes(const c10::OperatorHandle& handle, c10::ArrayRef<c10::IValue> ivs);
 

@@ -37,9 +37,21 @@ int64_t fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Ten
     if (k.sym_size(1) == q.sym_size(1)) return true;
     return enable_gqa && k.sym_size(1) > 0 && q.sym_size(1) % k.sym_size(1) == 0;
   };
+  // A mask that does not broadcast to the scores goes to math, which raises
+  // PyTorch's error (known sizes only: no guard on a dynamic length).
+  auto mask_fits = [&] {
+    if (!mask.has_value() || !mask->defined()) return true;
+    if (mask->dim() > r) return false;
+    const c10::SymInt scores[r] = {q.sym_size(0), q.sym_size(1), q.sym_size(2), k.sym_size(2)};
+    for (int64_t i = 1; i <= mask->dim(); i++) {
+      std::optional<int64_t> m = mask->sym_size(-i).maybe_as_int(), n = scores[r - i].maybe_as_int();
+      if (m && n && *m != 1 && *m != *n) return false;
+    }
+    return true;
+  };
   bool fused = dropout_p == 0.0 && q.dim() == r && k.dim() == r && v.dim() == r && !q.is_nested() &&
                at::isFloatingType(q.scalar_type()) && k.scalar_type() == q.scalar_type() &&
-               v.scalar_type() == q.scalar_type() && shapes_fit();
+               v.scalar_type() == q.scalar_type() && shapes_fit() && mask_fits();
   return static_cast<int64_t>(fused ? at::SDPBackend::overrideable : at::SDPBackend::math);
 }
 
