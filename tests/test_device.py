@@ -37,6 +37,16 @@ def test_streams_and_device_properties():
         x = x * 2
     torch.tpu.current_stream().synchronize()
     assert x.cpu().tolist() == [4.0, 4.0, 4.0]
+    # query: whether the work launched so far has finished (launches return
+    # at once; 8 products of 2048^3, 137 GFLOP, are far from done right after)
+    a = torch.randn(2048, 2048, device="tpu")
+    torch.tpu.synchronize()
+    assert torch.tpu.current_stream().query()
+    for _ in range(8):
+        a = a @ a / 2048
+    assert not torch.tpu.current_stream().query()
+    torch.tpu.current_stream().synchronize()
+    assert torch.tpu.current_stream().query()
     props = torch.tpu.get_device_properties(0)
     assert props.name == torch.tpu.get_device_name(0) and props.total_memory == torch.tpu.mem_get_info()[1]
 

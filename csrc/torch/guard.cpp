@@ -64,7 +64,15 @@ struct TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   void synchronizeEvent(void* event) const override {
     if (event != nullptr) tpu_marker_wait(static_cast<tpu_marker*>(event));
   }
-  bool queryStream(const c10::Stream& stream) const override { return true; }
+  // Whether everything launched on the stream's device has finished: a
+  // marker at the queue's end, reached or not.
+  bool queryStream(const c10::Stream& stream) const override {
+    tpu_marker* m = tpu_marker_record(runtime(), stream.device_index());
+    TORCH_CHECK_WITH(OutOfMemoryError, m != nullptr, "tpu: out of host memory");
+    bool done = tpu_marker_done(m);
+    tpu_marker_release(m);
+    return done;
+  }
   void synchronizeStream(const c10::Stream& stream) const override { synchronizeDevice(stream.device_index()); }
   void synchronizeDevice(const c10::DeviceIndex device_index) const override {
     TPU_CHECK(tpu_runtime_synchronize(runtime(), device_index));
