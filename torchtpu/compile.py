@@ -91,8 +91,10 @@ def _placeable(t):
     return t.device.type == "tpu" or (t.device.type == "cpu" and t.dim() == 0)
 
 
-def _on_tpu(gm):
-    return any(t.device.type == "tpu" for n in gm.graph.nodes for t in _values(n))
+def _on_tpu(gm, inputs=(), key="val"):
+    """Whether a tensor of the graph (its nodes' meta[|key|], |inputs|) is on tpu."""
+    values = (list(inputs), *(n.meta.get(key) for n in gm.graph.nodes))
+    return any(t.device.type == "tpu" for v in values for t in _values(v))
 
 
 _warned_inductor = False
@@ -105,8 +107,7 @@ def inductor_or_tpu(inductor, gm, example_inputs, **kwargs):
     value Dynamo traced, on tpu) goes to backend="tpu" instead, with a
     one-time note; any other graph is Inductor's (|inductor|)."""
     global _warned_inductor
-    traced = (n.meta.get("example_value") for n in gm.graph.nodes)
-    if not any(t.device.type == "tpu" for v in (list(example_inputs), *traced) for t in _values(v)):
+    if not _on_tpu(gm, example_inputs, key="example_value"):  # Dynamo's graphs keep values there
         return inductor(gm, example_inputs, **kwargs)
     if not _warned_inductor:
         _warned_inductor = True

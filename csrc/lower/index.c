@@ -15,10 +15,6 @@
 
 #include "lower/rules.h"
 
-/* Static messages for runtime checks (the failing value is not known when
- * the program is built, so PyTorch's "index 5 is out of bounds for
- * dimension 0 with size 2" loses its numbers). */
-
 static tpu_hlo_value reshape(tpu_lower_ctx *c, tpu_hlo_value x, int rank, const int64_t *dims) {
   return tpu_hlo_reshape(B, x, rank, dims);
 }
@@ -52,10 +48,15 @@ static tpu_hlo_value const_like(tpu_lower_ctx *c, tpu_hlo_value x, double v) {
 }
 
 /* Rank-0 i1: every element of s64 |idx| lies in [lo, hi). */
-static tpu_hlo_value all_in_range(tpu_lower_ctx *c, tpu_hlo_value idx, int64_t lo, int64_t hi) {
+/* Where |lo| <= idx < |hi| (i1, idx's shape). */
+static tpu_hlo_value in_range(tpu_lower_ctx *c, tpu_hlo_value idx, int64_t lo, int64_t hi) {
   tpu_hlo_type t = *tpu_hlo_type_of(B, idx);
-  tpu_hlo_value ok = tpu_hlo_binary(B, TPU_HLO_AND, tpu_hlo_compare(B, TPU_HLO_GE, idx, tpu_hlo_const_i64(B, &t, lo)),
-                                    tpu_hlo_compare(B, TPU_HLO_LT, idx, tpu_hlo_const_i64(B, &t, hi)));
+  return tpu_hlo_binary(B, TPU_HLO_AND, tpu_hlo_compare(B, TPU_HLO_GE, idx, tpu_hlo_const_i64(B, &t, lo)),
+                        tpu_hlo_compare(B, TPU_HLO_LT, idx, tpu_hlo_const_i64(B, &t, hi)));
+}
+
+static tpu_hlo_value all_in_range(tpu_lower_ctx *c, tpu_hlo_value idx, int64_t lo, int64_t hi) {
+  tpu_hlo_value ok = in_range(c, idx, lo, hi);
   int64_t dims[TPU_HLO_MAX_RANK];
   int rank = tpu_hlo_rank(B, ok);
   for (int i = 0; i < rank; i++) dims[i] = i;
@@ -73,11 +74,8 @@ typedef struct bounds {
 } bounds;
 
 static bounds index_bounds(tpu_lower_ctx *c, tpu_hlo_value idx, int64_t lo, int64_t hi, int64_t dim, int64_t size) {
-  tpu_hlo_type t = *tpu_hlo_type_of(B, idx);
-  tpu_hlo_value in = tpu_hlo_binary(B, TPU_HLO_AND, tpu_hlo_compare(B, TPU_HLO_GE, idx, tpu_hlo_const_i64(B, &t, lo)),
-                                    tpu_hlo_compare(B, TPU_HLO_LT, idx, tpu_hlo_const_i64(B, &t, hi)));
   bounds r;
-  r.ok = tpu_lower_all_or_first(c, in, idx, &r.values[0]);
+  r.ok = tpu_lower_all_or_first(c, in_range(c, idx, lo, hi), idx, &r.values[0]);
   r.values[1] = tpu_hlo_scalar_i64(B, TPU_S64, dim);
   r.values[2] = tpu_hlo_scalar_i64(B, TPU_S64, size);
   return r;
@@ -98,8 +96,8 @@ static void require_take(tpu_lower_ctx *c, tpu_hlo_value idx, int64_t n) {
 }
 
 /* Requires |idx| in [lo, size) along |dim| (lo = -size where negatives
- * count from the end), with the CPU's message |format| (IN_BOUNDS, or one
- * of its three values). */
+ * count from the end), with the CPU's message |format|: IN_BOUNDS, or
+ * another format of its three values. */
 static void require_index(tpu_lower_ctx *c, tpu_hlo_value idx, int64_t lo, int64_t size, int64_t dim, tpu_code_t code,
                           const char *format) {
   bounds b = index_bounds(c, idx, lo, size, dim, size);

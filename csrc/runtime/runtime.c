@@ -7,8 +7,8 @@
 #include "runtime/runtime.h"
 
 #include <dlfcn.h>
-#include <stdio.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
