@@ -123,6 +123,43 @@ def test_compiled_optimizer_step(opt_name):
         torch.testing.assert_close(q.detach().cpu(), p.detach(), rtol=1e-4, atol=1e-5)
 
 
+def _foreach_mix(xs, ys, t):
+    a = torch._foreach_add(xs, ys, alpha=0.5)
+    b = torch._foreach_maximum(a, 0.1)  # eager's item op: clamp_min
+    torch._foreach_mul_(b, ys)  # in place: functionalized
+    c = torch._foreach_pow(2.0, xs)  # a number to tensor powers
+    d = torch._foreach_addcdiv(xs, ys, c, t)
+    e = torch._foreach_clone(d)  # no item rule: decomposed
+    return b, c, d, torch.stack(torch._foreach_norm(e, 2.0))
+
+
+def test_foreach_ops_stay_whole_in_a_graph(monkeypatch):
+    """A _foreach_ op stays one node of the graph (an optimizer's update of
+    a hundred parameters traces as a few dozen nodes) and the walker runs the
+    per-tensor op eager runs per item; ops without one are decomposed."""
+    from torchtpu import compile as backend
+    made = []
+    real = backend._Runner
+
+    def runner(gm, name):
+        made.append({n.target for n in gm.graph.nodes if n.op == "call_function"})
+        return real(gm, name)
+    monkeypatch.setattr(backend, "_Runner", runner)
+    xs = [torch.randn(3, 4), torch.randn(5), torch.randn(2, 2, 2)]
+    ys = [torch.rand(x.shape) + 0.5 for x in xs]
+    t = 0.5
+    got = torch.compile(_foreach_mix, backend="tpu")([x.to("tpu") for x in xs], [y.to("tpu") for y in ys], t)
+    want = _foreach_mix(xs, ys, t)
+    for g, w in zip(got, want):
+        for u, v in zip(g if isinstance(g, (list, tuple)) else [g], w if isinstance(w, (list, tuple)) else [w]):
+            torch.testing.assert_close(u.cpu(), v)
+    aten = torch.ops.aten
+    (targets,) = made
+    assert {aten._foreach_add.List, aten._foreach_maximum.Scalar, aten._foreach_mul.List,
+            aten._foreach_pow.ScalarAndTensor, aten._foreach_norm.Scalar} <= targets
+    assert aten._foreach_clone.default not in targets
+
+
 def test_graph_breaks():
     def f(x):
         y = torch.sin(x) * 2

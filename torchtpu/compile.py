@@ -125,9 +125,34 @@ class _Support(OperatorSupport):
     def is_node_supported(self, submodules, node):
         if node.op != "call_function":
             return False
-        if not (rule_name(node.target) is not None or _host_side(node) or _writes_input(node)):
+        if node.target is operator.getitem:  # an item of a value checked where it is made
+            return all(_placeable(t) for t in _values(node))
+        if not (rule_name(node.target) is not None or _foreach_item(node.target) is not None or _host_side(node)
+                or _writes_input(node)):
             return False
         return all(_placeable(t) for t in (*_values(node), *_values(list(node.args)), *_values(node.kwargs)))
+
+
+_FOREACH_ITEMS = {}
+
+
+def _foreach_item(target):
+    """(per-tensor OpOverload, per argument of it the _foreach_ argument it
+    comes from, -1 for its default) of a _foreach_ op that eager runs item by
+    item through the per-tensor op's rule; None for others. A graph keeps
+    such ops whole (an optimizer's update traces as a few dozen nodes, not a
+    few per parameter; functionalization leaves the functional overloads)
+    and the walker applies the rule per item."""
+    if not isinstance(target, torch._ops.OpOverload) or not target.__name__.startswith("_foreach_"):
+        return None
+    if target not in _FOREACH_ITEMS:
+        schema, item = target._schema, None
+        found = _C._foreach_item(schema.name, schema.overload_name)
+        if found is not None:
+            name, overload, source = found
+            item = (getattr(getattr(torch.ops.aten, name.split("::", 1)[1]), overload or "default"), source)
+        _FOREACH_ITEMS[target] = item
+    return _FOREACH_ITEMS[target]
 
 
 # foreach overload -> the per-tensor overloads that take one element's args
@@ -172,14 +197,14 @@ def _decompositions():
     from torch._decomp import core_aten_decompositions
     table = core_aten_decompositions()
     items = table.items() if hasattr(table, "items") else dict(table).items()
-    decomps = {op: fn for op, fn in items if rule_name(op) is None}
+    decomps = {op: fn for op, fn in items if rule_name(op) is None and _foreach_item(op) is None}
     for name in dir(torch.ops.aten):
         if not name.startswith("_foreach_") or name.endswith("_"):
             continue
         packet = getattr(torch.ops.aten, name)
         for overload in packet.overloads():
             op = getattr(packet, overload)
-            fn = _foreach_decomposition(op)
+            fn = _foreach_decomposition(op) if _foreach_item(op) is None else None
             if fn is not None:
                 decomps[op] = fn
     for packet in (torch.ops.aten.linspace, torch.ops.aten.logspace):
@@ -358,16 +383,27 @@ class _Program:
 
     @staticmethod
     def _apply(b, node, env):
-        target = node.target
+        item = _foreach_item(node.target)
+        if item is None:
+            return _Program._apply_rule(b, node.target, _arguments(node), node.meta.get("val"), env)
+        # A _foreach_ op: its per-tensor op's rule, item by item
+        op, source = item
+        values = _arguments(node)
+        lists = [a.type.kind() == "ListType" for a in node.target._schema.arguments]
+        n = len(next(v for v, is_list in zip(values, lists) if is_list))
+        return [_Program._apply_rule(b, op, [_DEFAULT if j < 0 else values[j][k] if lists[j] else values[j]
+                                             for j in source], node.meta["val"][k], env)
+                for k in range(n)]
+
+    @staticmethod
+    def _apply_rule(b, target, values, val, env):
+        """|target|'s rule on |values| (one per schema argument; _DEFAULT:
+        the argument's default), with results typed by |val|."""
         schema = target._schema
         args = []
         promote = []
-        for i, arg in enumerate(schema.arguments):
-            if i < len(node.args):
-                v = node.args[i]
-            elif arg.name in node.kwargs:
-                v = node.kwargs[arg.name]
-            else:
+        for v, arg in zip(values, schema.arguments):
+            if v is _DEFAULT:
                 v = arg.default_value if arg.has_default_value() else None
             args.append(_encode(v, arg.type, env))
             if (arg.alias_info is None or not arg.alias_info.is_write) and arg.name not in ("alpha", "value"):
@@ -376,7 +412,6 @@ class _Program:
         alias = _ALIASES.get(f"{base}.{schema.overload_name}" if schema.overload_name else base)
         if alias is not None and alias[1] is not None:
             del args[alias[1]]
-        val = node.meta.get("val")
         vals = b.apply(rule_name(target), args, _meta_specs(val), _common_dtype(promote))
         if isinstance(val, (list, tuple)):
             return vals
@@ -399,6 +434,16 @@ class _Program:
                 result.append(outs[v] if kind == "new" else outs[v].cpu() if kind == "host"
                               else inputs[v] if kind == "input" else v)
         return result[0] if self.single else result
+
+
+_DEFAULT = object()
+
+
+def _arguments(node):
+    """A call_function node's value per schema argument (_DEFAULT where the
+    call leaves it to its default)."""
+    return [node.args[i] if i < len(node.args) else node.kwargs.get(arg.name, _DEFAULT)
+            for i, arg in enumerate(node.target._schema.arguments)]
 
 
 _AS_STRIDED = (torch.ops.aten.as_strided.default, torch.ops.aten.as_strided_copy.default)

@@ -1085,12 +1085,17 @@ bool default_arg(const c10::IValue& v, ArgType type, tpu_lower_arg* out) {
   return true;
 }
 
-// A _foreach_ op as its per-tensor op's rule run item by item, or nullopt
-// (the op keeps PyTorch's kernel, which calls the per-tensor op per item).
-std::optional<OpInfo> make_foreach_info(const c10::OperatorHandle& handle) {
+// How a _foreach_ op runs as its per-tensor op's rule item by item: its
+// OpInfo less the eager op (item_handle, item_source, item_promotes set), the
+// rule, and each item argument's source with defaults as constants; nullopt
+// where it cannot (the op keeps PyTorch's kernel, which calls the per-tensor
+// op per item).
+std::optional<OpInfo> describe_foreach(const c10::OperatorHandle& handle, const tpu_lower_rule** out_rule,
+                                       std::vector<tpu_eager_item_arg>* out_sources) {
   const c10::FunctionSchema& schema = handle.schema();
   std::string name = schema.name().substr(strlen("aten::"));
   const std::string& overload = schema.overload_name();
+  if (name.rfind("_foreach_", 0) != 0) return std::nullopt;
   const tpu_lower_rule* rule = nullptr;
   std::vector<int> source;
   auto item = find_item_op(name, overload, &rule, &source);
@@ -1137,15 +1142,35 @@ std::optional<OpInfo> make_foreach_info(const c10::OperatorHandle& handle) {
   if (in_place != (item_rets[0].alias_info() != nullptr) || (in_place && !info.mutated[0])) return std::nullopt;
   for (size_t i = in_place ? 1 : 0; i < args.size(); i++)
     if (info.mutated[i]) return std::nullopt;
+  *out_rule = rule;
+  *out_sources = std::move(sources);
+  return info;
+}
+
+std::optional<OpInfo> make_foreach_info(const c10::OperatorHandle& handle) {
+  const tpu_lower_rule* rule = nullptr;
+  std::vector<tpu_eager_item_arg> sources;
+  auto info = describe_foreach(handle, &rule, &sources);
+  if (!info) return std::nullopt;
+  bool in_place = handle.schema().returns().empty();
   int alias = in_place ? 0 : -1;
   tpu_eager_op* op = nullptr;
-  TPU_CHECK(tpu_eager_op_new(c10::toString(schema.operator_name()).c_str(), rule, 1, in_place ? 0 : 1, &alias,
-                             static_cast<int>(sources.size()), sources.data(), &op));
-  info.op = op;
+  TPU_CHECK(tpu_eager_op_new(c10::toString(handle.schema().operator_name()).c_str(), rule, 1, in_place ? 0 : 1,
+                             &alias, static_cast<int>(sources.size()), sources.data(), &op));
+  info->op = op;
   return info;
 }
 
 }  // namespace
+
+std::optional<std::pair<c10::OperatorName, std::vector<int>>> foreach_item(const c10::OperatorName& name) {
+  auto handle = c10::Dispatcher::singleton().findSchema(name);
+  const tpu_lower_rule* rule = nullptr;
+  std::vector<tpu_eager_item_arg> sources;
+  auto info = handle ? describe_foreach(*handle, &rule, &sources) : std::nullopt;
+  if (!info) return std::nullopt;
+  return std::make_pair(info->item_handle->schema().operator_name(), info->item_source);
+}
 
 static std::vector<std::string>& unregistered() {
   static std::vector<std::string> names;

@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "torch/tpu_torch.h"
@@ -53,6 +54,11 @@ void check_out_dtypes(const c10::OperatorHandle& handle, c10::ArrayRef<c10::IVal
 // Registers the generic kernel as |m|'s PrivateUse1 kernel of every rule
 // named in namespace |ns| ("aten": unqualified names; others: "ns::op").
 void register_rules(torch::Library& m, const char* ns);
+
+// The per-tensor op a _foreach_ op runs item by item through its rule, as
+// eager runs it, and per argument of that op the _foreach_ op's argument it
+// comes from (item k of a list; -1: its default); nullopt where there is none.
+std::optional<std::pair<c10::OperatorName, std::vector<int>>> foreach_item(const c10::OperatorName& name);
 
 // Rule names that could not be registered, and why (for `python -m torchtpu info`).
 const std::vector<std::string>& unregistered_rule_names();

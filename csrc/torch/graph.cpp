@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "torch/dispatch.h"
 #include "torch/generator.h"
 #include "torch/tpu_torch.h"
 
@@ -383,6 +384,11 @@ void bind_graph(py::module& m) {
       .def("finish", &GraphBuilder::finish);
   m.def("_graph_signature", &signature);
   m.def("_has_rule", [](const std::string& op) { return tpu_lower_find(op.c_str()) != nullptr; });
+  m.def("_foreach_item", [](const std::string& name, const std::string& overload) -> py::object {
+    auto item = foreach_item(c10::OperatorName(name, overload));
+    if (!item) return py::none();
+    return py::make_tuple(item->first.name, item->first.overload_name, item->second);
+  });
 }
 
 }  // namespace torchtpu
