@@ -490,6 +490,7 @@ def test_graph_with_many_index_checks():
 
 WORKLOAD = textwrap.dedent("""
     import json, sys, torch, torchtpu
+    from torch._dynamo.utils import counters
     sys.path.insert(0, {tests!r})
     from models import GPT
     torch.manual_seed(0)
@@ -502,25 +503,50 @@ WORKLOAD = textwrap.dedent("""
         loss = step(x[:, :-1].to("tpu"), x[:, 1:].to("tpu"))
         loss.backward()
         opt.step()
-    print(json.dumps({{"loss": loss.item(), **{{k: v for k, v in torchtpu.stats().items() if k != "fallbacks"}}}}))
+    aot = counters["aot_autograd"]
+    print(json.dumps({{"loss": loss.item(), "aot_hits": aot["autograd_cache_hit"],
+                      "aot_misses": aot["autograd_cache_miss"], "aot_saved": aot["autograd_cache_saved"],
+                      **{{k: v for k, v in torchtpu.stats().items() if k != "fallbacks"}}}}))
 """)
 
 
-def run_workload(cache_dir):
+def run_workload(cache_dir, **env):
+    """The workload in a fresh process, with torchtpu's cache in |cache_dir|
+    and PyTorch's (AOTAutograd's entries) in its "torch" folder."""
     code = WORKLOAD.format(tests=os.path.dirname(__file__))
-    env = dict(os.environ, TORCHTPU_CACHE_DIR=str(cache_dir))
+    env = {"TORCHTPU_CACHE_DIR": str(cache_dir), "TORCHINDUCTOR_CACHE_DIR": str(cache_dir / "torch"), **env}
+    env = dict(os.environ, **env)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     import json
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def test_persistent_cache_serves_a_second_process(tmp_path):
+    """A second process compiles nothing: XLA's executables come from
+    torchtpu's cache and AOTAutograd's graphs (the forward and backward it
+    traces) from PyTorch's, with torchtpu's compiled graphs bundled in."""
     first = run_workload(tmp_path)
     assert first["cache_misses"] > 0 and first["cache_loads"] == 0
+    assert first["aot_misses"] == first["aot_saved"] == 1 and first["aot_hits"] == 0
     second = run_workload(tmp_path)
     assert second["cache_misses"] == 0
     assert second["cache_loads"] == first["cache_misses"]
+    assert second["aot_hits"] == 1 and second["aot_misses"] == 0
     assert second["loss"] == first["loss"]
+
+
+def test_aot_cache_entries_are_per_torchtpu_build_and_off_with_the_cache(tmp_path):
+    """AOTAutograd's entries are keyed by torchtpu's build and settings too
+    (a kernel setting traces anew), and TORCHTPU_CACHE_DIR=off keeps none."""
+    first = run_workload(tmp_path)
+    other = run_workload(tmp_path, TORCHTPU_KERNELS="0")
+    assert other["aot_hits"] == 0 and other["aot_misses"] == 1
+    assert abs(other["loss"] - first["loss"]) < 1e-4 * abs(first["loss"])
+    entries = sorted((tmp_path / "torch").rglob("aotautograd/*/*"))
+    assert len(entries) == 2
+    off = run_workload(tmp_path, TORCHTPU_CACHE_DIR="off")  # the same entries are there to find
+    assert off["aot_hits"] == off["aot_saved"] == 0 and off["cache_loads"] == 0
+    assert sorted((tmp_path / "torch").rglob("aotautograd/*/*")) == entries
 
 
 def test_corrupt_cache_files_are_survived_and_rewritten(tmp_path):
@@ -529,10 +555,88 @@ def test_corrupt_cache_files_are_survived_and_rewritten(tmp_path):
     assert len(files) == first["cache_misses"]
     files[0].write_bytes(files[0].read_bytes()[:100])  # truncated
     files[1].write_bytes(b"garbage" * 50)              # not an entry at all
+    (entry,) = (tmp_path / "torch").rglob("aotautograd/*/*")
+    entry.write_bytes(entry.read_bytes()[:1000])      # AOTAutograd's entry, truncated
     second = run_workload(tmp_path)
     assert second["cache_misses"] == 2 and second["loss"] == first["loss"]
+    assert second["aot_hits"] == 0 and second["aot_saved"] == 1
     third = run_workload(tmp_path)
     assert third["cache_misses"] == 0  # both were rewritten
+    assert third["aot_hits"] == 1 and third["loss"] == first["loss"]
+
+
+def test_graphs_from_the_aot_cache_run_as_compiled(tmp_path, monkeypatch):
+    """A graph AOTAutograd's cache hands back (rebuilt from its packed form:
+    views of inputs and of values, an input written in place, a tensor
+    constant, a backward) gives the results and gradients of the graph it
+    was, in the same process after dynamo forgets the function."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    from torch._dynamo.utils import counters
+
+    def f(x, w, buf):
+        h = torch.tanh(x @ w) * torch.tensor([1.0, 2.0, 3.0, 4.0], device=x.device)
+        buf.add_(h.detach().sum(0))
+        return h.t(), h[:, 1:3], x.view(-1)
+
+    torch.manual_seed(0)
+    x, w = torch.randn(5, 3), torch.randn(3, 4, requires_grad=True)
+    expected = f(x, w, torch.zeros(4))
+    sum(o.sum() for o in expected[:2]).backward()
+    results = []
+    for _ in range(2):
+        torch._dynamo.reset()
+        counters.clear()
+        wt = w.detach().to("tpu").requires_grad_()
+        buf = torch.zeros(4, device="tpu")
+        got = torch.compile(f, backend="tpu")(x.to("tpu"), wt, buf)
+        sum(o.sum() for o in got[:2]).backward()
+        for g, e in zip(got, expected):
+            torch.testing.assert_close(g.cpu(), e.detach())
+        torch.testing.assert_close(wt.grad.cpu(), w.grad)
+        torch.testing.assert_close(buf.cpu(), expected[0].t().detach().sum(0))
+        results.append(dict(counters["aot_autograd"]))
+    assert results[0].get("autograd_cache_hit", 0) == 0 and results[0]["autograd_cache_saved"] == 1
+    assert results[1]["autograd_cache_hit"] == 1
+
+
+def test_packed_graphs_keep_nodes_values_and_aliasing():
+    """A graph packed for AOTAutograd's cache (and pickled) comes back with
+    its nodes, arguments, fake values' layouts and devices, and the same
+    values sharing a storage; symbolic graphs are not packed."""
+    import pickle
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torchtpu import _graph_pack
+
+    def f(x, y, n):
+        a = x.t()
+        c = torch.mm(a, y) + n
+        p, q = torch.ops.aten._foreach_add.Scalar([x, y], 1.0)
+        return a[1:, :2], c.view(-1), c, p, q, x.view(torch.int32), n.cpu()
+
+    args = (torch.randn(4, 3, device="tpu"), torch.randn(4, 2, device="tpu"), torch.tensor(2.0))
+    gm = make_fx(f, tracing_mode="fake")(*args)
+    back = _graph_pack.unpack(pickle.loads(pickle.dumps(_graph_pack.pack(gm))))
+
+    def shape(g):
+        storages = {}
+
+        def layout(v):
+            if isinstance(v, torch.fx.Node):
+                return ("node", v.name)
+            if isinstance(v, torch.Tensor):
+                s = storages.setdefault(v.untyped_storage()._cdata, len(storages))
+                return (v.dtype, tuple(v.shape), v.stride(), v.storage_offset(), str(v.device), s)
+            if isinstance(v, (list, tuple)):
+                return [layout(x) for x in v]
+            return v
+        return [(n.op, n.name, n.target, layout(n.args), layout(n.kwargs), layout(n.meta.get("val")))
+                for n in g.graph.nodes]
+
+    assert shape(back) == shape(gm)
+    assert len({v for *_, v in (row[-1] for row in shape(gm) if isinstance(row[-1], tuple))}) < len(shape(gm))
+    torch.testing.assert_close([t.cpu() for t in back(*args)], [t.cpu() for t in gm(*args)])
+    with pytest.raises(_graph_pack.Unpackable, match="symbolic"):
+        _graph_pack.pack(make_fx(f, tracing_mode="symbolic")(*args))
 
 
 def test_default_backend_compiles_tpu_graphs_with_tpu():

@@ -9,20 +9,26 @@ input mutations are written back through the storage model, as eager in-place
 ops are. Nodes without a rule split the graph: the partitioner fuses the
 supported regions into programs and the rest runs op by op in eager mode,
 where torchtpu.stats()["fallbacks"] counts what falls back to the CPU.
+AOTAutograd's cache keeps what it traced, with the graphs as this backend
+compiled them (_Compiled), so a later process traces nothing again.
 """
 import operator
+import os
 import warnings
 
 import torch
 import torch.fx
 from torch._dynamo.backends.common import aot_autograd
+from torch._functorch._aot_autograd.autograd_cache import BypassAOTAutogradCache, should_use_local_autograd_cache
+from torch._functorch._aot_autograd.schemas import SerializableAOTDispatchCompiler
+from torch._inductor.output_code import OutputCode
 from torch._prims_common import (ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes,
                                  is_non_overlapping_and_dense_or_false)
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupport
 
-from . import _C
+from . import _C, _graph_pack
 
 _warned_dynamic = False
 
@@ -651,10 +657,13 @@ class _Fused(torch.nn.Module):
 _counter = [0]
 
 
-def _compile_graph(gm, example_inputs):
+def _compile_graph(gm):
+    """A callable (boxed: it takes a list of inputs) that runs |gm|, a graph
+    AOTAutograd hands over: one program per input signature where every node
+    has a rule, else fused regions as programs and the rest op by op."""
     global _warned_dynamic
-    if not _warned_dynamic and any(isinstance(s, torch.SymInt) for t in example_inputs
-                                   if isinstance(t, torch.Tensor) for s in t.shape):
+    inputs = _values(list(gm.graph.find_nodes(op="placeholder")))
+    if not _warned_dynamic and any(isinstance(s, torch.SymInt) for t in inputs for s in t.shape):
         _warned_dynamic = True
         warnings.warn("torchtpu: dynamic shapes are specialized: each new input shape compiles its own XLA "
                       "program (once per shape, then cached)")
@@ -663,33 +672,90 @@ def _compile_graph(gm, example_inputs):
     on_tpu = _on_tpu(gm)
     supported = all(_Support().is_node_supported(None, n) for n in gm.graph.nodes if n.op == "call_function")
     if supported and on_tpu:
-        runner = _Runner(gm, name)
+        return _Runner(gm, name).run
+    fused = gm  # a graph of CPU tensors is PyTorch's to run
+    if on_tpu:
+        partitioner = CapabilityBasedPartitioner(gm, _Support(), allows_single_node_partition=True)
+        fused = partitioner.fuse_partitions(partitioner.propose_partitions())
+        for sub_name, sub in list(fused.named_children()):
+            setattr(fused, sub_name, _Fused(_Runner(sub, f"{name}_{sub_name}")))
 
-        def run(args):
-            return runner.run(args)
-    else:
-        fused = gm  # a graph of CPU tensors is PyTorch's to run
-        if on_tpu:
-            partitioner = CapabilityBasedPartitioner(gm, _Support(), allows_single_node_partition=True)
-            fused = partitioner.fuse_partitions(partitioner.propose_partitions())
-            for sub_name, sub in list(fused.named_children()):
-                setattr(fused, sub_name, _Fused(_Runner(sub, f"{name}_{sub_name}")))
-
-        def run(args):
-            out = fused(*args)
-            return list(out) if isinstance(out, (list, tuple)) else [out]
-    run._boxed_call = True
+    def run(args):
+        out = fused(*args)
+        return list(out) if isinstance(out, (list, tuple)) else [out]
     return run
 
 
-_aot = None
+class _Compiled(OutputCode):
+    """A graph compiled by _compile_graph, in the form AOTAutograd's cache
+    keeps beside its own metadata: the graph as plain data (_graph_pack),
+    from which a later process rebuilds the runner; the XLA programs come
+    from torchtpu's disk cache."""
+
+    def __init__(self, gm, example_inputs=None):
+        self._boxed_call = True  # an instance's: wrappers copy its __dict__
+        self._packed = None  # or why it is not packed
+        if should_use_local_autograd_cache():
+            try:  # before compiling: splitting a graph rewrites it
+                self._packed = _graph_pack.pack(gm)
+            except _graph_pack.Unpackable as e:
+                self._packed = e
+        self._run = _compile_graph(gm)
+
+    def __call__(self, args):
+        return self._run(args)
+
+    def prepare_for_serialization(self):
+        if not isinstance(self._packed, tuple):
+            # AOTAutograd takes this as "not cacheable" and says so at INFO level
+            raise BypassAOTAutogradCache(f"torchtpu does not keep this graph: {self._packed}")
+        self._run = None
+
+    def post_compile(self, example_inputs, constants, graph_kwargs):
+        if self._run is None:
+            self._run = _compile_graph(_graph_pack.unpack(self._packed))
+
+    def set_triton_bundle(self, triton_bundle):
+        pass
+
+
+def _cache_tag():
+    """What AOTAutograd's cache key must cover besides the graph, its inputs
+    and PyTorch's own state: this build of torchtpu (its rules decide the
+    decomposition table, its meta functions and kernels what tracing sees),
+    the plugin and the kernel setting."""
+    import hashlib
+    import pathlib
+    import torchtpu
+    digest = hashlib.sha256()
+    for path in sorted(pathlib.Path(__file__).parent.iterdir()):
+        if path.suffix in (".py", ".so"):
+            digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    digest.update(f"{torchtpu._platform}\0{torchtpu._plugin_path}\0{os.environ.get('TORCHTPU_KERNELS', '1')}".encode())
+    return digest.hexdigest()
+
+
+_setup = None
 
 
 def tpu_backend(gm, example_inputs, **kwargs):
     """The dynamo backend registered as "tpu" (an entry point of the package,
-    so `import torchtpu` does not import dynamo)."""
-    global _aot
-    if _aot is None:
-        _aot = aot_autograd(fw_compiler=_compile_graph, bw_compiler=_compile_graph,
-                            decompositions=_decompositions(), keep_inference_input_mutations=True)
-    return _aot(gm, example_inputs, **kwargs)
+    so `import torchtpu` does not import dynamo). AOTAutograd keeps its
+    results in its cache (PyTorch's cache directory), the compiled graphs
+    bundled in, so a later process skips AOTAutograd's tracing as it skips
+    XLA's compiles; TORCHTPU_CACHE_DIR=off turns both off."""
+    global _setup
+    if _setup is None:
+        _setup = (_decompositions(), _cache_tag())
+    decompositions, tag = _setup
+    gm._torchtpu_build = tag  # AOTAutograd's cache key hashes the graph module's attributes
+    # New compilers per graph: AotAutograd wraps the backward one in place.
+    aot = aot_autograd(fw_compiler=SerializableAOTDispatchCompiler(_Compiled, _Compiled),
+                       bw_compiler=SerializableAOTDispatchCompiler(_Compiled, _Compiled),
+                       decompositions=decompositions, keep_inference_input_mutations=True)
+    # The backward is compiled with the forward (not at its first call), so
+    # that the cache entry, made then, holds both.
+    cache = torch._functorch.config.enable_autograd_cache and bool(_C._cache_dir())
+    with torch._functorch.config.patch(bundled_autograd_cache=True, force_non_lazy_backward_lowering=True,
+                                       enable_autograd_cache=cache):
+        return aot(gm, example_inputs, **kwargs)

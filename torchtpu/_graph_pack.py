@@ -1,0 +1,170 @@
+"""A graph AOTAutograd hands to the tpu backend, as plain data and back.
+
+AOTAutograd's cache keeps the backend's compiled graphs (compile._Compiled);
+ours are FX graphs whose nodes carry fake values, which the walker reads for
+types, layouts and aliasing. PyTorch's GraphPickler rebuilds each fake value
+through its meta converter (about 0.4 ms a tensor: 2.7 s for an optimizer
+graph over 101 parameters); this keeps only what the walker reads (dtype,
+sizes, strides, offset, device, and which values share a storage) and makes
+each fake tensor directly from a meta tensor over its storage (~0.07 ms).
+
+Graphs with what this does not describe (symbolic sizes, submodules, targets
+other than operators) raise Unpackable: they are compiled, not cached.
+"""
+import gc
+
+import torch
+import torch.fx
+from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+
+class Unpackable(Exception):
+    pass
+
+
+class _Ref:
+    """A node argument: the node at |index| of the graph."""
+    __slots__ = ("index",)
+
+    def __init__(self, index):
+        self.index = index
+
+    def __reduce__(self):
+        return (type(self), (self.index,))
+
+
+class _TensorRef(_Ref):
+    """A fake value: the tensor at |index| of the packed tensors."""
+    __slots__ = ()
+
+
+_HOST_MODULES = ("_operator", "operator", "math", "builtins")
+_PLAIN = (type(None), bool, int, float, str, slice, torch.dtype, torch.device, torch.memory_format, torch.layout)
+
+
+class _Packer:
+    def __init__(self):
+        self.tensors = []   # (dtype, sizes, strides, offset, device, storage index)
+        self.storages = []  # bytes per storage
+        self._tensor_ids = {}
+        self._storage_ids = {}
+
+    def tensor(self, t):
+        if t.layout != torch.strided or any(isinstance(s, torch.SymInt)
+                                            for s in (*t.shape, *t.stride(), t.storage_offset())):
+            raise Unpackable("a symbolic or non-strided tensor")
+        key = id(t)
+        if key not in self._tensor_ids:
+            storage = t.untyped_storage()
+            s = self._storage_ids.setdefault(storage._cdata, len(self.storages))
+            if s == len(self.storages):
+                self.storages.append(int(storage.nbytes()))
+            self._tensor_ids[key] = len(self.tensors)
+            self.tensors.append((t.dtype, tuple(t.shape), tuple(t.stride()), int(t.storage_offset()), str(t.device),
+                                 s))
+        return _TensorRef(self._tensor_ids[key])
+
+    def value(self, v, nodes):
+        """|v| (a node argument or a fake value) with nodes and tensors as references."""
+        if isinstance(v, torch.fx.Node):
+            return _Ref(nodes[v])
+        if isinstance(v, torch.Tensor):
+            return self.tensor(v)
+        if isinstance(v, (list, tuple)):
+            items = [self.value(x, nodes) for x in v]
+            return items if isinstance(v, list) else tuple(items)
+        if isinstance(v, dict):
+            return {k: self.value(x, nodes) for k, x in v.items()}
+        if isinstance(v, _PLAIN):
+            return v
+        raise Unpackable(f"a value of type {type(v).__name__}")
+
+
+def _target(node):
+    target = node.target
+    if node.op in ("placeholder", "output", "get_attr"):
+        return target
+    if node.op != "call_function":
+        raise Unpackable(f"a {node.op} node")
+    if isinstance(target, torch._ops.OpOverload):
+        return ("op", target.namespace, target._schema.name.split("::", 1)[1], target._overloadname)
+    if getattr(target, "__module__", None) in _HOST_MODULES:
+        return target
+    raise Unpackable(f"the target {target}")
+
+
+def pack(gm):
+    """|gm| as picklable plain data."""
+    packer = _Packer()
+    nodes, rows, constants = {}, [], {}
+    for i, node in enumerate(gm.graph.nodes):
+        nodes[node] = i
+        if node.op == "get_attr":
+            value = gm
+            for part in node.target.split("."):
+                value = getattr(value, part)
+            if not isinstance(value, torch.Tensor):
+                raise Unpackable("a constant that is not a tensor")
+            with unset_fake_temporarily():  # compilers may be called in AOTAutograd's fake mode
+                constants[node.target] = (value.detach().cpu(), str(value.device))
+        has_val = "val" in node.meta
+        rows.append((node.op, node.name, _target(node), packer.value(node.args, nodes),
+                     packer.value(node.kwargs, nodes), has_val, packer.value(node.meta.get("val"), nodes)))
+    return (rows, packer.tensors, packer.storages, constants)
+
+
+def unpack(data):
+    """The GraphModule pack() described, its fake values in a new fake mode."""
+    # It makes thousands of objects that all live on: the cyclic collector's
+    # runs over the process's heap in between would cost more than the work.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _unpack(data)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _unpack(data):
+    from torch._subclasses import FakeTensorMode
+    rows, tensors, storages, constants = data
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    bases = [torch.empty(n, dtype=torch.uint8, device="meta").untyped_storage() for n in storages]
+    fakes = []
+    for dtype, sizes, strides, offset, device, s in tensors:
+        meta = torch.empty(0, dtype=dtype, device="meta").set_(bases[s], offset, sizes, strides)
+        fakes.append(mode.fake_tensor_converter.from_meta_and_device(mode, meta, torch.device(device)))
+
+    graph = torch.fx.Graph()
+    made = []
+
+    def value(v):
+        if isinstance(v, _Ref):
+            return (fakes if isinstance(v, _TensorRef) else made)[v.index]
+        if isinstance(v, list):
+            return [value(x) for x in v]
+        if isinstance(v, tuple):
+            return tuple(value(x) for x in v)
+        if isinstance(v, dict):
+            return {k: value(x) for k, x in v.items()}
+        return v
+
+    for op, name, target, args, kwargs, has_val, val in rows:
+        if isinstance(target, tuple) and target[0] == "op":
+            _, namespace, opname, overload = target
+            target = getattr(getattr(getattr(torch.ops, namespace), opname), overload)
+        node = graph.create_node(op, target, value(args), value(kwargs), name)
+        if has_val:
+            node.meta["val"] = value(val)
+        made.append(node)
+    root = torch.nn.Module()
+    for path, (tensor, device) in constants.items():
+        owner = root
+        *parents, leaf = path.split(".")
+        for part in parents:
+            if not hasattr(owner, part):
+                owner.add_module(part, torch.nn.Module())
+            owner = getattr(owner, part)
+        setattr(owner, leaf, tensor.to(device))
+    return torch.fx.GraphModule(root, graph)
