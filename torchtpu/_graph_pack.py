@@ -12,6 +12,7 @@ Graphs with what this does not describe (symbolic sizes, submodules, targets
 other than operators) raise Unpackable: they are compiled, not cached.
 """
 import gc
+import pickle
 
 import torch
 import torch.fx
@@ -94,7 +95,7 @@ def _target(node):
 
 
 def pack(gm):
-    """|gm| as picklable plain data."""
+    """|gm| as bytes, unpickled by unpack() with the collector paused."""
     packer = _Packer()
     nodes, rows, constants = {}, [], {}
     for i, node in enumerate(gm.graph.nodes):
@@ -110,7 +111,7 @@ def pack(gm):
         has_val = "val" in node.meta
         rows.append((node.op, node.name, _target(node), packer.value(node.args, nodes),
                      packer.value(node.kwargs, nodes), has_val, packer.value(node.meta.get("val"), nodes)))
-    return (rows, packer.tensors, packer.storages, constants)
+    return pickle.dumps((rows, packer.tensors, packer.storages, constants), protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def unpack(data):
@@ -128,7 +129,7 @@ def unpack(data):
 
 def _unpack(data):
     from torch._subclasses import FakeTensorMode
-    rows, tensors, storages, constants = data
+    rows, tensors, storages, constants = pickle.loads(data)
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     bases = [torch.empty(n, dtype=torch.uint8, device="meta").untyped_storage() for n in storages]
     fakes = []

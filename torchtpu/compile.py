@@ -706,7 +706,7 @@ class _Compiled(OutputCode):
         return self._run(args)
 
     def prepare_for_serialization(self):
-        if not isinstance(self._packed, tuple):
+        if not isinstance(self._packed, bytes):
             # AOTAutograd takes this as "not cacheable" and says so at INFO level
             raise BypassAOTAutogradCache(f"torchtpu does not keep this graph: {self._packed}")
         self._run = None
