@@ -599,6 +599,19 @@ def test_graphs_from_the_aot_cache_run_as_compiled(tmp_path, monkeypatch):
     assert results[1]["autograd_cache_hit"] == 1
 
 
+def test_aot_cache_keeps_autocast_apart(tmp_path, monkeypatch):
+    """The same function traced under tpu autocast is another entry of
+    AOTAutograd's cache, not the float32 one."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    x, w = torch.randn(4, 8, device="tpu"), torch.randn(8, 2, device="tpu")
+    dtypes = []
+    for autocast in (False, True, False, True):
+        torch._dynamo.reset()
+        with torch.autocast("tpu", dtype=torch.bfloat16, enabled=autocast):
+            dtypes.append(torch.compile(lambda a, b: a @ b, backend="tpu")(x, w).dtype)
+    assert dtypes == [torch.float32, torch.bfloat16] * 2
+
+
 def test_packed_graphs_keep_nodes_values_and_aliasing():
     """A graph packed for AOTAutograd's cache comes back with
     its nodes, arguments, fake values' layouts and devices, and the same
