@@ -2,6 +2,7 @@
 same rules as eager. Compiled, eager and CPU agree; training works; graphs
 split around ops without a rule; the on-disk cache serves a second process."""
 import copy
+import json
 import os
 import subprocess
 import sys
@@ -517,7 +518,6 @@ def run_workload(cache_dir, **env):
     env = {"TORCHTPU_CACHE_DIR": str(cache_dir), "TORCHINDUCTOR_CACHE_DIR": str(cache_dir / "torch"), **env}
     env = dict(os.environ, **env)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    import json
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -610,6 +610,36 @@ def test_aot_cache_keeps_autocast_apart(tmp_path, monkeypatch):
         with torch.autocast("tpu", dtype=torch.bfloat16, enabled=autocast):
             dtypes.append(torch.compile(lambda a, b: a @ b, backend="tpu")(x, w).dtype)
     assert dtypes == [torch.float32, torch.bfloat16] * 2
+
+
+ARTIFACTS = textwrap.dedent("""
+    import json, sys, torch, torchtpu
+    from torch._dynamo.utils import counters
+    path = sys.argv[1]
+    if sys.argv[2] == "load":
+        torch.compiler.load_cache_artifacts(open(path, "rb").read())
+    w = torch.ones(3, 3, device="tpu", requires_grad=True)
+    loss = torch.compile(lambda x: (x @ w).tanh().sum(), backend="tpu")(torch.ones(2, 3, device="tpu"))
+    loss.backward()
+    if sys.argv[2] == "save":
+        open(path, "wb").write(torch.compiler.save_cache_artifacts()[0])
+    print(json.dumps([loss.item(), w.grad.sum().item(), counters["aot_autograd"]["autograd_cache_hit"]]))
+""")
+
+
+def test_cache_artifacts_carry_the_aot_entries(tmp_path):
+    """torch.compiler.save_cache_artifacts() takes the tpu backend's
+    AOTAutograd entries along; another cache directory that loads them
+    traces nothing again."""
+    def run(cache, mode):
+        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / cache), TORCHTPU_CACHE_DIR=str(tmp_path / "x"))
+        out = subprocess.run([sys.executable, "-c", ARTIFACTS, str(tmp_path / "artifacts"), mode], env=env,
+                             capture_output=True, text=True, check=True)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    saved = run("a", "save")
+    loaded = run("b", "load")
+    assert saved[2] == 0 and loaded[2] == 1 and loaded[:2] == saved[:2]
 
 
 def test_packed_graphs_keep_nodes_values_and_aliasing():
