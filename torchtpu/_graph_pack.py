@@ -12,6 +12,7 @@ Graphs with what this does not describe (symbolic sizes, submodules, targets
 other than operators) raise Unpackable: they are compiled, not cached.
 """
 import gc
+import operator
 import pickle
 
 import torch
@@ -101,9 +102,7 @@ def pack(gm):
     for i, node in enumerate(gm.graph.nodes):
         nodes[node] = i
         if node.op == "get_attr":
-            value = gm
-            for part in node.target.split("."):
-                value = getattr(value, part)
+            value = operator.attrgetter(node.target)(gm)
             if not isinstance(value, torch.Tensor):
                 raise Unpackable("a constant that is not a tensor")
             with unset_fake_temporarily():  # compilers may be called in AOTAutograd's fake mode
@@ -159,13 +158,5 @@ def _unpack(data):
         if has_val:
             node.meta["val"] = value(val)
         made.append(node)
-    root = torch.nn.Module()
-    for path, (tensor, device) in constants.items():
-        owner = root
-        *parents, leaf = path.split(".")
-        for part in parents:
-            if not hasattr(owner, part):
-                owner.add_module(part, torch.nn.Module())
-            owner = getattr(owner, part)
-        setattr(owner, leaf, tensor.to(device))
-    return torch.fx.GraphModule(root, graph)
+    # A dict root: GraphModule puts each get_attr target (dotted paths too) in place.
+    return torch.fx.GraphModule({path: tensor.to(device) for path, (tensor, device) in constants.items()}, graph)

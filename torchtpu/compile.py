@@ -627,9 +627,7 @@ class _Runner:
         with unset_fake_temporarily():
             for node in gm.graph.nodes:
                 if node.op == "get_attr":
-                    value = gm
-                    for part in node.target.split("."):
-                        value = getattr(value, part)
+                    value = operator.attrgetter(node.target)(gm)
                     self.constants.append(value.to("tpu") if isinstance(value, torch.Tensor) else value)
 
     def run(self, inputs):
