@@ -3,7 +3,11 @@ bench/train_step.py (forward, backward and AdamW, model and optimizer step
 compiled) has taken its first step, with empty caches (cold) and with the
 caches a previous process filled (warm), torchtpu beside Inductor.
 
-    python bench/first_step.py [--warm-runs 3] [--systems tpu,tpu_no_aot,inductor] [--layers 8]
+    python bench/first_step.py [--warm-runs 3] [--systems tpu,tpu_no_aot,inductor] [--layers 8] [--dynamic]
+
+--dynamic compiles as torch.compile(..., dynamic=True) does: the graphs' input
+sizes are symbolic (the batch and sequence lengths of a workload whose
+lengths vary).
 
 Systems:
   tpu          torch.compile(backend="tpu"): XLA executables from torchtpu's
@@ -38,6 +42,9 @@ def worker(a):
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import train_step
     shape = types.SimpleNamespace(layers=a.layers, d=256, heads=8, vocab=8192, seq=128, batch=8)
+    if a.dynamic:
+        import torch._dynamo
+        torch._dynamo.config.assume_static_by_default = False  # what dynamic=True sets
     _, step, _ = train_step.torch_case(shape, SYSTEMS[a.worker][0])
     t0 = time.perf_counter()
     step()
@@ -53,8 +60,9 @@ def worker(a):
 def run(name, cache_root, a):
     env = dict(os.environ, TORCHTPU_CACHE_DIR=os.path.join(cache_root, "torchtpu"),
                TORCHINDUCTOR_CACHE_DIR=os.path.join(cache_root, "torch"), **SYSTEMS[name][1])
-    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", name, f"--layers={a.layers}"],
-                         env=env, stdout=subprocess.PIPE, text=True, check=True)
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", name, f"--layers={a.layers}",
+                          *(["--dynamic"] if a.dynamic else [])], env=env, stdout=subprocess.PIPE, text=True,
+                         check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -63,6 +71,7 @@ def main():
     p.add_argument("--warm-runs", type=int, default=3)
     p.add_argument("--systems", default="tpu,tpu_no_aot,inductor")
     p.add_argument("--layers", type=int, default=8)
+    p.add_argument("--dynamic", action="store_true", help="symbolic input sizes, as dynamic=True")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.worker:
@@ -74,8 +83,8 @@ def main():
         for _ in range(a.warm_runs):  # interleaved, so drift of the machine affects all alike
             for n in names:
                 warm[n].append(run(n, os.path.join(root, n), a))
-    print(f"GPT of bench/train_step.py, {a.layers} layers; first training step in seconds; warm: median of "
-          f"{a.warm_runs} fresh processes")
+    print(f"GPT of bench/train_step.py, {a.layers} layers{', dynamic=True' if a.dynamic else ''}; first training "
+          f"step in seconds; warm: median of {a.warm_runs} fresh processes")
     print("| system | cold | warm | warm: Dynamo tracing | warm: backend | warm: AOTAutograd cache hits |")
     print("|---|---|---|---|---|---|")
     for n in names:

@@ -497,11 +497,11 @@ WORKLOAD = textwrap.dedent("""
     torch.manual_seed(0)
     m = GPT().to("tpu")
     opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
-    step = torch.compile(m, backend="tpu")
+    step = torch.compile(m, backend="tpu", dynamic={dynamic})
     x = torch.randint(0, 64, (2, 17))
-    for _ in range(2):
+    for n in (16, 12) if {dynamic} else (16, 16):
         opt.zero_grad()
-        loss = step(x[:, :-1].to("tpu"), x[:, 1:].to("tpu"))
+        loss = step(x[:, :n].to("tpu"), x[:, 1:n + 1].to("tpu"))
         loss.backward()
         opt.step()
     aot = counters["aot_autograd"]
@@ -511,27 +511,34 @@ WORKLOAD = textwrap.dedent("""
 """)
 
 
-def run_workload(cache_dir, **env):
+def run_workload(cache_dir, dynamic=False, **env):
     """The workload in a fresh process, with torchtpu's cache in |cache_dir|
-    and PyTorch's (AOTAutograd's entries) in its "torch" folder."""
-    code = WORKLOAD.format(tests=os.path.dirname(__file__))
+    and PyTorch's (AOTAutograd's entries) in its "torch" folder; |dynamic|:
+    compiled with dynamic=True, sequences of two lengths."""
+    code = WORKLOAD.format(tests=os.path.dirname(__file__), dynamic=dynamic)
     env = {"TORCHTPU_CACHE_DIR": str(cache_dir), "TORCHINDUCTOR_CACHE_DIR": str(cache_dir / "torch"), **env}
     env = dict(os.environ, **env)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_persistent_cache_serves_a_second_process(tmp_path):
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_persistent_cache_serves_a_second_process(tmp_path, dynamic):
     """A second process compiles nothing: XLA's executables come from
     torchtpu's cache and AOTAutograd's graphs (the forward and backward it
-    traces) from PyTorch's, with torchtpu's compiled graphs bundled in."""
-    first = run_workload(tmp_path)
+    traces) from PyTorch's, with torchtpu's compiled graphs bundled in;
+    with dynamic=True too, whose graphs have symbolic sizes. (Dynamo's
+    first attempt at the dynamic forward restarts once it finds that a
+    float it made symbolic must be a constant: that attempt's lookup misses
+    in every process and saves nothing.)"""
+    first = run_workload(tmp_path, dynamic)
     assert first["cache_misses"] > 0 and first["cache_loads"] == 0
-    assert first["aot_misses"] == first["aot_saved"] == 1 and first["aot_hits"] == 0
-    second = run_workload(tmp_path)
+    assert first["aot_saved"] == 1 and first["aot_hits"] == 0
+    assert first["aot_misses"] == (2 if dynamic else 1)
+    second = run_workload(tmp_path, dynamic)
     assert second["cache_misses"] == 0
     assert second["cache_loads"] == first["cache_misses"]
-    assert second["aot_hits"] == 1 and second["aot_misses"] == 0
+    assert second["aot_hits"] == 1 and second["aot_saved"] == 0 and second["aot_misses"] == first["aot_misses"] - 1
     assert second["loss"] == first["loss"]
 
 
@@ -565,11 +572,13 @@ def test_corrupt_cache_files_are_survived_and_rewritten(tmp_path):
     assert third["aot_hits"] == 1 and third["loss"] == first["loss"]
 
 
-def test_graphs_from_the_aot_cache_run_as_compiled(tmp_path, monkeypatch):
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_graphs_from_the_aot_cache_run_as_compiled(tmp_path, monkeypatch, dynamic):
     """A graph AOTAutograd's cache hands back (rebuilt from its packed form:
     views of inputs and of values, an input written in place, a tensor
-    constant, a backward) gives the results and gradients of the graph it
-    was, in the same process after dynamo forgets the function."""
+    constant, a backward; sizes symbolic or not) gives the results and
+    gradients of the graph it was, in the same process after dynamo forgets
+    the function, for every input size."""
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
     from torch._dynamo.utils import counters
 
@@ -579,24 +588,30 @@ def test_graphs_from_the_aot_cache_run_as_compiled(tmp_path, monkeypatch):
         return h.t(), h[:, 1:3], x.view(-1)
 
     torch.manual_seed(0)
-    x, w = torch.randn(5, 3), torch.randn(3, 4, requires_grad=True)
-    expected = f(x, w, torch.zeros(4))
-    sum(o.sum() for o in expected[:2]).backward()
+    w = torch.randn(3, 4, requires_grad=True)
     results = []
     for _ in range(2):
         torch._dynamo.reset()
         counters.clear()
-        wt = w.detach().to("tpu").requires_grad_()
-        buf = torch.zeros(4, device="tpu")
-        got = torch.compile(f, backend="tpu")(x.to("tpu"), wt, buf)
-        sum(o.sum() for o in got[:2]).backward()
-        for g, e in zip(got, expected):
-            torch.testing.assert_close(g.cpu(), e.detach())
-        torch.testing.assert_close(wt.grad.cpu(), w.grad)
-        torch.testing.assert_close(buf.cpu(), expected[0].t().detach().sum(0))
+        compiled = torch.compile(f, backend="tpu", dynamic=dynamic)
+        for rows in (5, 7) if dynamic else (5,):
+            x = torch.randn(rows, 3)
+            w.grad = None
+            expected = f(x, w, torch.zeros(4))
+            sum(o.sum() for o in expected[:2]).backward()
+            wt = w.detach().to("tpu").requires_grad_()
+            buf = torch.zeros(4, device="tpu")
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # the one-time note on specialized shapes
+                got = compiled(x.to("tpu"), wt, buf)
+            sum(o.sum() for o in got[:2]).backward()
+            for g, e in zip(got, expected):
+                torch.testing.assert_close(g.cpu(), e.detach())
+            torch.testing.assert_close(wt.grad.cpu(), w.grad)
+            torch.testing.assert_close(buf.cpu(), expected[0].t().detach().sum(0))
         results.append(dict(counters["aot_autograd"]))
     assert results[0].get("autograd_cache_hit", 0) == 0 and results[0]["autograd_cache_saved"] == 1
-    assert results[1]["autograd_cache_hit"] == 1
+    assert results[1]["autograd_cache_hit"] == 1 and "autograd_cache_miss" not in results[1]
 
 
 def test_aot_cache_keeps_autocast_apart(tmp_path, monkeypatch):
@@ -645,9 +660,12 @@ def test_cache_artifacts_carry_the_aot_entries(tmp_path):
 def test_packed_graphs_keep_nodes_values_and_aliasing():
     """A graph packed for AOTAutograd's cache comes back with
     its nodes, arguments, fake values' layouts and devices, and the same
-    values sharing a storage; symbolic graphs are not packed."""
+    values sharing a storage, and symbolic sizes as expressions over symbols
+    of their own; data-dependent sizes are not packed."""
+    import sympy
     from torch.fx.experimental.proxy_tensor import make_fx
     from torchtpu import _graph_pack
+    from torchtpu.compile import _values
 
     def f(x, y, n):
         a = x.t()
@@ -677,8 +695,37 @@ def test_packed_graphs_keep_nodes_values_and_aliasing():
     assert shape(back) == shape(gm)
     assert len({v for *_, v in (row[-1] for row in shape(gm) if isinstance(row[-1], tuple))}) < len(shape(gm))
     torch.testing.assert_close([t.cpu() for t in back(*args)], [t.cpu() for t in gm(*args)])
-    with pytest.raises(_graph_pack.Unpackable, match="symbolic"):
-        _graph_pack.pack(make_fx(f, tracing_mode="symbolic")(*args))
+
+    # A dynamic graph: its sizes come back as the same expressions over new
+    # symbols of their own shape environment, with the values traced.
+    sym = make_fx(f, tracing_mode="symbolic")(*args)
+    back = _graph_pack.unpack(_graph_pack.pack(sym))
+
+    def canonical(g):
+        names = {}
+
+        def rename(v):
+            if isinstance(v, (torch.SymInt, torch.SymBool)):
+                expr = v.node.expr
+                for s in sorted(expr.free_symbols, key=str):
+                    names.setdefault(s, f"a{len(names)}")
+                return (type(v).__name__, str(expr.subs({s: sympy.Symbol(n) for s, n in names.items()})),
+                        v.node.hint)
+            if isinstance(v, (list, tuple)):
+                return [rename(x) for x in v]
+            return v
+        return [[rename(x) for x in row] for row in shape(g)]
+
+    back_shape = canonical(back)
+    assert back_shape == canonical(sym)
+    assert any("a0" in str(row) for row in back_shape)  # sizes are symbolic
+    envs = {s.node.shape_env for n in back.graph.nodes for v in _values(n) for s in v.shape
+            if isinstance(s, torch.SymInt)}
+    assert len(envs) == 1
+    bigger = (torch.randn(6, 5, device="tpu"), torch.randn(6, 2, device="tpu"), torch.tensor(2.0))
+    torch.testing.assert_close([t.cpu() for t in back(*bigger)], [t.cpu() for t in f(*bigger)])
+    with pytest.raises(_graph_pack.Unpackable, match="data-dependent"):
+        _graph_pack.pack(make_fx(lambda x: x.nonzero(), tracing_mode="symbolic")(args[0].cpu()))
 
 
 def test_default_backend_compiles_tpu_graphs_with_tpu():

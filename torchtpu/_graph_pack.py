@@ -8,8 +8,11 @@ graph over 101 parameters); this keeps only what the walker reads (dtype,
 sizes, strides, offset, device, and which values share a storage) and makes
 each fake tensor directly from a meta tensor over its storage (~0.07 ms).
 
-Graphs with what this does not describe (symbolic sizes, submodules, targets
-other than operators) raise Unpackable: they are compiled, not cached.
+A dynamic graph's symbolic sizes are kept as sympy expressions over its
+shape symbols, each with the value it was traced with; unpacking makes the
+symbols anew in a shape environment of the graph's own. Graphs with what this
+does not describe (data-dependent sizes, submodules, targets other than
+operators) raise Unpackable: they are compiled, not cached.
 """
 import gc
 import operator
@@ -40,6 +43,20 @@ class _TensorRef(_Ref):
     __slots__ = ()
 
 
+class _Sym:
+    """A symbolic value: its kind (SymInt, SymFloat or SymBool) and sympy expression."""
+    __slots__ = ("kind", "expr")
+
+    def __init__(self, kind, expr):
+        self.kind, self.expr = kind, expr
+
+    def __reduce__(self):
+        return (type(self), (self.kind, self.expr))
+
+
+_SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
 _HOST_MODULES = ("_operator", "operator", "math", "builtins")
 _PLAIN = (type(None), bool, int, float, str, slice, torch.dtype, torch.device, torch.memory_format, torch.layout)
 
@@ -48,22 +65,35 @@ class _Packer:
     def __init__(self):
         self.tensors = []   # (dtype, sizes, strides, offset, device, storage index)
         self.storages = []  # bytes per storage
+        self.symbols = {}   # shape symbol -> the value it was traced with
         self._tensor_ids = {}
         self._storage_ids = {}
 
+    def sym(self, v):
+        """|v|, an int or a symbolic value, as an int or a _Sym."""
+        if not isinstance(v, _SYMBOLIC):
+            return v
+        expr = v.node.expr
+        hints = v.node.shape_env.backed_var_to_val
+        for symbol in expr.free_symbols:
+            if symbol not in hints:
+                raise Unpackable(f"the data-dependent size {symbol}")
+            hint = hints[symbol]
+            self.symbols[symbol] = int(hint) if hint.is_integer else float(hint)
+        return _Sym(type(v).__name__, expr)
+
     def tensor(self, t):
-        if t.layout != torch.strided or any(isinstance(s, torch.SymInt)
-                                            for s in (*t.shape, *t.stride(), t.storage_offset())):
-            raise Unpackable("a symbolic or non-strided tensor")
+        if t.layout != torch.strided:
+            raise Unpackable("a tensor that is not strided")
         key = id(t)
         if key not in self._tensor_ids:
             storage = t.untyped_storage()
             s = self._storage_ids.setdefault(storage._cdata, len(self.storages))
             if s == len(self.storages):
-                self.storages.append(int(storage.nbytes()))
+                self.storages.append(self.sym(storage.nbytes()))
             self._tensor_ids[key] = len(self.tensors)
-            self.tensors.append((t.dtype, tuple(t.shape), tuple(t.stride()), int(t.storage_offset()), str(t.device),
-                                 s))
+            self.tensors.append((t.dtype, tuple(self.sym(x) for x in t.shape), tuple(self.sym(x) for x in t.stride()),
+                                 self.sym(t.storage_offset()), str(t.device), s))
         return _TensorRef(self._tensor_ids[key])
 
     def value(self, v, nodes):
@@ -72,6 +102,8 @@ class _Packer:
             return _Ref(nodes[v])
         if isinstance(v, torch.Tensor):
             return self.tensor(v)
+        if isinstance(v, _SYMBOLIC):
+            return self.sym(v)
         if isinstance(v, (list, tuple)):
             items = [self.value(x, nodes) for x in v]
             return items if isinstance(v, list) else tuple(items)
@@ -110,7 +142,8 @@ def pack(gm):
         has_val = "val" in node.meta
         rows.append((node.op, node.name, _target(node), packer.value(node.args, nodes),
                      packer.value(node.kwargs, nodes), has_val, packer.value(node.meta.get("val"), nodes)))
-    return pickle.dumps((rows, packer.tensors, packer.storages, constants), protocol=pickle.HIGHEST_PROTOCOL)
+    return pickle.dumps((rows, packer.tensors, packer.storages, list(packer.symbols.items()), constants),
+                        protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def unpack(data):
@@ -126,13 +159,43 @@ def unpack(data):
             gc.enable()
 
 
+def _symbols(symbols):
+    """A new shape environment (None for a static graph) with a symbol per
+    packed (symbol, traced value), and a function that makes a packed value
+    (an int or a _Sym) a value over the new symbols."""
+    import sympy
+    from torch._dynamo.source import ConstantSource
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
+
+    env = ShapeEnv() if symbols else None
+    new, hints = {}, {}
+    for symbol, hint in symbols:
+        new[symbol] = env.create_symbol(hint, ConstantSource(f"packed_{symbol.name}"), DimDynamic.DYNAMIC,
+                                        positive=symbol.is_positive, do_not_specialize_zero_one=True)
+        hints[symbol] = sympy.sympify(hint)
+
+    def sym(v):
+        if not isinstance(v, _Sym):
+            return v
+        expr, hint = v.expr.xreplace(new), v.expr.xreplace(hints)
+        if v.kind == "SymBool":
+            return env.create_symboolnode(expr)
+        if v.kind == "SymFloat":
+            return env.create_symfloatnode(expr, hint=float(hint))
+        return env.create_symintnode(expr, hint=int(hint))
+    return env, sym
+
+
 def _unpack(data):
     from torch._subclasses import FakeTensorMode
-    rows, tensors, storages, constants = pickle.loads(data)
-    mode = FakeTensorMode(allow_non_fake_inputs=True)
-    bases = [torch.empty(n, dtype=torch.uint8, device="meta").untyped_storage() for n in storages]
+    rows, tensors, storages, symbols, constants = pickle.loads(data)
+    shape_env, sym = _symbols(symbols)
+    mode = FakeTensorMode(allow_non_fake_inputs=True, shape_env=shape_env)
+    bases = [torch.empty(sym(n), dtype=torch.uint8, device="meta").untyped_storage() for n in storages]
     fakes = []
     for dtype, sizes, strides, offset, device, s in tensors:
+        if symbols:
+            sizes, strides, offset = [sym(x) for x in sizes], [sym(x) for x in strides], sym(offset)
         meta = torch.empty(0, dtype=dtype, device="meta").set_(bases[s], offset, sizes, strides)
         fakes.append(mode.fake_tensor_converter.from_meta_and_device(mode, meta, torch.device(device)))
 
@@ -140,6 +203,8 @@ def _unpack(data):
     made = []
 
     def value(v):
+        if isinstance(v, _Sym):
+            return sym(v)
         if isinstance(v, _Ref):
             return (fakes if isinstance(v, _TensorRef) else made)[v.index]
         if isinstance(v, list):
