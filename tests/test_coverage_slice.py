@@ -32,6 +32,8 @@ SLICE = {
     "mm": ("float32", "bfloat16"),
     "addmm": ("float32",),
     "bmm": ("float32",),
+    "linalg.eigh": ("float32",),  # eigenvectors compared up to sign, as PyTorch compares them
+    "linalg.svd": ("float32",),
     "softmax": ("float32", "bfloat16"),
     "nn.functional.gelu": ("float32",),
     "nn.functional.layer_norm": ("float32",),
@@ -93,6 +95,29 @@ def test_sweep_catches_a_wrong_result(ops, monkeypatch):
     monkeypatch.setattr(ops["exp"], "op", lambda x, *a, **k: real(x) * (1.001 if x.device.type == "tpu" else 1))
     result = coverage._run_task(ops, "exp", "float32", "eager", False, lambda message: None)
     assert result["status"] == "mismatch", result
+
+
+def test_sweep_takes_eigenvectors_up_to_sign(ops, monkeypatch):
+    """Eigenvectors are unique up to sign only: as PyTorch's own device-vs-CPU
+    test does, outputs that differ are compared again through the sample's
+    output_process_fn_grad (eigh's: the vectors' magnitudes), and gradients
+    are taken through it, so flipped vectors pass and wrong values do not."""
+    real = ops["linalg.eigh"].op
+
+    def patched(scale, sign):
+        def eigh(x, *args, **kwargs):
+            w, v = real(x, *args, **kwargs)
+            return (w * scale, v * sign) if x.device.type == "tpu" else (w, v)
+        return eigh
+
+    def run():
+        return coverage._run_task(ops, "linalg.eigh", "float32", "eager", True, lambda message: None)
+    monkeypatch.setattr(ops["linalg.eigh"], "op", patched(1.0, -1.0))
+    result = run()
+    assert result["status"] == "pass" and result.get("grad") == "pass", result
+    monkeypatch.setattr(ops["linalg.eigh"], "op", patched(1.001, -1.0))
+    result = run()
+    assert result["status"] == "mismatch" and "output[0]" in result["reason"], result  # the eigenvalues
 
 
 def test_sweep_tells_random_ops_apart(ops):
