@@ -248,3 +248,55 @@ def test_kernel_reads_heads_as_they_lie(tmp_path):
         transposed = set(re.findall(r"(%v\d+) = \"stablehlo.transpose\"", text))
         operands = re.search(r"stablehlo.custom_call\"\(([^)]*)\)", text).group(1).split(", ")[:3]
         assert transposed and not transposed & set(operands), operands
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_flex_attention(no_fallbacks, compiled):
+    """FlexAttention (PyTorch refuses devices outside its list; torchtpu lets
+    tpu through): a score_mod reading positions and the head, a causal block
+    mask and grouped heads, forward and log-sum-exp against the CPU's
+    FlexAttention, gradients against its math written out (the CPU's has no
+    backward); compiled, the op runs between the graph's programs."""
+    import warnings
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    def score_mod(score, b, h, i, j):
+        return score + (i - j) * 0.1 + h
+
+    def causal(b, h, i, j):
+        return i >= j
+
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 4, 32, 16), torch.randn(2, 2, 32, 16), torch.randn(2, 2, 32, 16)
+    tq, tk, tv = (x.to("tpu").requires_grad_() for x in (q, k, v))
+    run = torch.compile(flex_attention, backend="tpu") if compiled else flex_attention
+    torch._dynamo.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # eager FlexAttention's note that it is slow without torch.compile
+        want, want_lse = flex_attention(q, k, v, score_mod=score_mod, enable_gqa=True, return_lse=True,
+                                        block_mask=create_block_mask(causal, None, None, 32, 32, device="cpu"))
+        got, got_lse = run(tq, tk, tv, score_mod=score_mod, enable_gqa=True, return_lse=True,
+                           block_mask=create_block_mask(causal, None, None, 32, 32, device="tpu"))
+    torch.testing.assert_close(got.detach().cpu(), want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got_lse.detach().cpu(), want_lse, rtol=1e-5, atol=1e-5)
+
+    cq, ck, cv = (x.clone().requires_grad_() for x in (q, k, v))
+    pos = torch.arange(32)
+    scores = cq @ ck.repeat_interleave(2, 1).transpose(-1, -2) / 4 + (pos[:, None] - pos) * 0.1 \
+        + torch.arange(4.0)[:, None, None]
+    scores = scores.masked_fill(pos[:, None] < pos, float("-inf"))
+    expected = scores.softmax(-1) @ cv.repeat_interleave(2, 1)
+    torch.testing.assert_close(want, expected.detach(), rtol=1e-5, atol=1e-5)
+    up = torch.randn_like(expected)
+    expected.backward(up)
+    got.backward(up.to("tpu"))
+    for a, b in zip((cq, ck, cv), (tq, tk, tv)):
+        torch.testing.assert_close(b.grad.cpu(), a.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_flex_attention_keeps_other_devices_checks():
+    """Only tpu is let through: the CPU still refuses a FlexAttention backward."""
+    from torch.nn.attention.flex_attention import flex_attention
+    q = torch.randn(1, 1, 8, 4, requires_grad=True)
+    with pytest.raises(NotImplementedError, match="does not support backward on CPU"):
+        flex_attention(q, q, q)

@@ -673,10 +673,14 @@ def _compile_graph(gm):
         return _Runner(gm, name).run
     fused = gm  # a graph of CPU tensors is PyTorch's to run
     if on_tpu:
+        # Submodules the graph has already (a higher-order op's branches or
+        # score function, which the op may call under vmap) stay as they are.
+        own = {sub_name for sub_name, _ in gm.named_children()}
         partitioner = CapabilityBasedPartitioner(gm, _Support(), allows_single_node_partition=True)
         fused = partitioner.fuse_partitions(partitioner.propose_partitions())
         for sub_name, sub in list(fused.named_children()):
-            setattr(fused, sub_name, _Fused(_Runner(sub, f"{name}_{sub_name}")))
+            if sub_name not in own:
+                setattr(fused, sub_name, _Fused(_Runner(sub, f"{name}_{sub_name}")))
 
     def run(args):
         out = fused(*args)
