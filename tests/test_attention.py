@@ -256,7 +256,7 @@ def test_flex_attention(no_fallbacks, compiled):
     tpu through): a score_mod reading positions and the head, a causal block
     mask and grouped heads, forward and log-sum-exp against the CPU's
     FlexAttention, gradients against its math written out (the CPU's has no
-    backward); compiled, the op runs between the graph's programs."""
+    backward); compiled, it is part of the graph's program."""
     import warnings
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
@@ -275,8 +275,13 @@ def test_flex_attention(no_fallbacks, compiled):
         warnings.simplefilter("ignore")  # eager FlexAttention's note that it is slow without torch.compile
         want, want_lse = flex_attention(q, k, v, score_mod=score_mod, enable_gqa=True, return_lse=True,
                                         block_mask=create_block_mask(causal, None, None, 32, 32, device="cpu"))
-        got, got_lse = run(tq, tk, tv, score_mod=score_mod, enable_gqa=True, return_lse=True,
-                           block_mask=create_block_mask(causal, None, None, 32, 32, device="tpu"))
+        mask = create_block_mask(causal, None, None, 32, 32, device="tpu")
+        got, got_lse = run(tq, tk, tv, score_mod=score_mod, enable_gqa=True, return_lse=True, block_mask=mask)
+        if compiled:  # the attention is in the graph's program, not op by op
+            torchtpu.reset_stats()
+            run(tq, tk, tv, score_mod=score_mod, enable_gqa=True, return_lse=True, block_mask=mask)
+            torch.tpu.synchronize()
+            assert torchtpu.stats()["executions"] == 1
     torch.testing.assert_close(got.detach().cpu(), want, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(got_lse.detach().cpu(), want_lse, rtol=1e-5, atol=1e-5)
 
