@@ -673,8 +673,8 @@ def _compile_graph(gm):
         return _Runner(gm, name).run
     fused = gm  # a graph of CPU tensors is PyTorch's to run
     if on_tpu:
-        # Submodules the graph has already (a higher-order op's branches or
-        # score function, which the op may call under vmap) stay as they are.
+        # Submodules the graph has already (a higher-order op's subgraphs,
+        # which the op runs itself, under vmap too) stay as they are.
         own = {sub_name for sub_name, _ in gm.named_children()}
         partitioner = CapabilityBasedPartitioner(gm, _Support(), allows_single_node_partition=True)
         fused = partitioner.fuse_partitions(partitioner.propose_partitions())
