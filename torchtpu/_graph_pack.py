@@ -73,8 +73,8 @@ class _Packer:
         """|v|, an int or a symbolic value, as an int or a _Sym."""
         if not isinstance(v, _SYMBOLIC):
             return v
-        expr = v.node.expr
-        hints = v.node.shape_env.backed_var_to_val
+        expr, env = v.node.expr, v.node.shape_env
+        hints = env.backed_var_to_val if hasattr(env, "backed_var_to_val") else env.var_to_val  # older PyTorch
         for symbol in expr.free_symbols:
             if symbol not in hints:
                 raise Unpackable(f"the data-dependent size {symbol}")
