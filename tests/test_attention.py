@@ -299,6 +299,35 @@ def test_flex_attention(no_fallbacks, compiled):
         torch.testing.assert_close(b.grad.cpu(), a.grad, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_flex_attention_under_autocast(no_fallbacks, compiled):
+    """Under tpu autocast FlexAttention takes q, k and v in bfloat16 and runs in
+    its own float32 working precision, as PyTorch's rule for CPU and CUDA
+    autocast does (tpu had no rule: the op raised); the gradients come back
+    in the inputs' float32."""
+    import warnings
+    from torch.nn.attention.flex_attention import flex_attention
+
+    def score_mod(score, b, h, i, j):
+        return score + (i - j) * 0.1
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 32, 16) for _ in range(3))
+    tq, tk, tv = (x.to("tpu").requires_grad_() for x in (q, k, v))
+    run = torch.compile(flex_attention, backend="tpu") if compiled else flex_attention
+    torch._dynamo.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # eager FlexAttention's note that it is slow without torch.compile
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            want = flex_attention(q, k, v, score_mod=score_mod)
+        with torch.autocast("tpu", dtype=torch.bfloat16):
+            got = run(tq, tk, tv, score_mod=score_mod)
+    assert got.dtype == want.dtype == torch.bfloat16
+    torch.testing.assert_close(got.detach().cpu(), want)
+    got.float().sum().backward()
+    assert all(t.grad.dtype == torch.float32 and t.grad.abs().sum() > 0 for t in (tq, tk, tv))
+
+
 def test_flex_attention_keeps_other_devices_checks():
     """Only tpu is let through: the CPU still refuses a FlexAttention backward."""
     from torch.nn.attention.flex_attention import flex_attention

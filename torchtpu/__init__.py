@@ -45,6 +45,7 @@ torch.utils.generate_methods_for_privateuse1_backend(
 _C._set_fallback_mode(os.environ.get("TORCHTPU_FALLBACK", "warn"))
 from . import _decomp  # noqa: E402
 from . import _meta  # noqa: E402,F401
+from . import _flex  # noqa: E402
 
 _C._set_decomposer(_decomp.run)
 
@@ -67,27 +68,7 @@ def _route_inductor():
 
 
 _route_inductor()
-
-
-def _allow_flex_attention():
-    """FlexAttention checks its inputs' device against a list of the devices
-    PyTorch ships (cuda, cpu, xpu, hpu, mps), which no PrivateUse1 device can
-    join. On tpu it runs PyTorch's own dense implementation of its
-    higher-order op, eager and in compiled graphs, forward and backward;
-    other devices keep the check."""
-    from torch.nn.attention import flex_attention
-    check = getattr(flex_attention, "_validate_device", None)
-    if check is None:  # a PyTorch without the list
-        return
-
-    def _validate_device(query, key, value):
-        if query.device.type != "tpu":
-            check(query, key, value)
-
-    flex_attention._validate_device = _validate_device
-
-
-_allow_flex_attention()
+_flex.enable()
 if os.environ.get("TORCHTPU_DUMP_DIR"):
     _C._set_dump_dir(os.environ["TORCHTPU_DUMP_DIR"])
 

@@ -28,7 +28,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupport
 
-from . import _C, _graph_pack
+from . import _C, _flex, _graph_pack
 
 _warned_dynamic = False
 
@@ -739,18 +739,15 @@ def _cache_tag():
 
 def _dense_flex_attention(gm):
     """FlexAttention's higher-order op in a Dynamo graph becomes a call of its
-    own dense implementation (the op's CompositeExplicitAutograd kernel:
-    scores, the score and mask functions under vmap, softmax), which
-    AOTAutograd traces into ops with rules: the attention joins the graph's
-    program and its gradient is traced from those ops. Kept as the op, it ran
-    op by op, its backward too (B=4, H=8, 256 tokens, causal with a score
-    function, forward and backward: 91.6 ms and 81 executions a step
-    against 28.1 ms and 8)."""
+    dense implementation (_flex.dense), which AOTAutograd traces into ops with
+    rules: the attention joins the graph's program and its gradient is traced
+    from those ops. Kept as the op, it ran op by op, its backward too (B=4,
+    H=8, 256 tokens, causal with a score function, forward and backward:
+    91.6 ms and 81 executions a step against 28.1 ms and 8)."""
     hop = getattr(torch.ops.higher_order, "flex_attention", None)
-    dense = hop.py_kernels.get(torch._C.DispatchKey.CompositeExplicitAutograd) if hop is not None else None
-    nodes = gm.graph.find_nodes(op="call_function", target=hop) if dense is not None else []
+    nodes = gm.graph.find_nodes(op="call_function", target=hop) if hop is not None else []
     for node in nodes:
-        node.target = dense
+        node.target = _flex.dense
     if nodes:
         gm.recompile()
 
