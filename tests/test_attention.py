@@ -328,6 +328,41 @@ def test_flex_attention_under_autocast(no_fallbacks, compiled):
     assert all(t.grad.dtype == torch.float32 and t.grad.abs().sum() > 0 for t in (tq, tk, tv))
 
 
+def test_flex_attention_graphs_in_the_aot_cache(tmp_path, monkeypatch):
+    """A compiled graph with FlexAttention is kept in AOTAutograd's cache (as
+    any graph of the backend) and comes back from it with its gradient; the
+    entries of two score functions are apart."""
+    import warnings
+    from torch._dynamo.utils import counters
+    from torch.nn.attention.flex_attention import flex_attention
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+
+    def plus(score, b, h, i, j):
+        return score + (i - j) * 0.1
+
+    def minus(score, b, h, i, j):
+        return score - (i - j) * 0.1
+
+    torch.manual_seed(0)
+    q = torch.randn(2, 4, 32, 16)
+    results = []
+    for score_mod in (plus, plus, minus):
+        torch._dynamo.reset()
+        counters.clear()
+        tq = q.to("tpu").requires_grad_()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # eager FlexAttention's note that it is slow without torch.compile
+            got = torch.compile(lambda x: flex_attention(x, x, x, score_mod=score_mod), backend="tpu")(tq)
+            want = flex_attention(q, q, q, score_mod=score_mod)
+        torch.testing.assert_close(got.detach().cpu(), want, rtol=1e-5, atol=1e-5)
+        got.sum().backward()
+        results.append((dict(counters["aot_autograd"]), tq.grad.cpu()))
+    assert results[0][0].get("autograd_cache_saved") == 1
+    assert results[1][0].get("autograd_cache_hit") == 1
+    torch.testing.assert_close(results[1][1], results[0][1], rtol=0, atol=0)
+    assert results[2][0].get("autograd_cache_hit", 0) == 0 and results[2][0].get("autograd_cache_saved") == 1
+
+
 def test_flex_attention_keeps_other_devices_checks():
     """Only tpu is let through: the CPU still refuses a FlexAttention backward."""
     from torch.nn.attention.flex_attention import flex_attention

@@ -17,6 +17,7 @@ import os
 import warnings
 
 import torch
+import torch._inductor.config
 import torch.fx
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch._aot_autograd.autograd_cache import BypassAOTAutogradCache, should_use_local_autograd_cache
@@ -774,6 +775,13 @@ def tpu_backend(gm, example_inputs, **kwargs):
     # The backward is compiled with the forward (not at its first call), so
     # that the cache entry, made then, holds both.
     cache = torch._functorch.config.enable_autograd_cache and bool(_C._cache_dir())
+    # The cache refuses a graph that calls a function outside its allowlist
+    # (_flex.dense, in place of FlexAttention) unless the function is marked,
+    # with a value its key takes in: torchtpu's build.
+    marks = {}
+    if hasattr(torch._inductor.config, "unsafe_marked_cacheable_functions"):
+        marks["unsafe_marked_cacheable_functions"] = {**torch._inductor.config.unsafe_marked_cacheable_functions,
+                                                      f"{_flex.__name__}.dense": tag}
     with torch._functorch.config.patch(bundled_autograd_cache=True, force_non_lazy_backward_lowering=True,
-                                       enable_autograd_cache=cache):
+                                       enable_autograd_cache=cache), torch._inductor.config.patch(**marks):
         return aot(gm, example_inputs, **kwargs)
