@@ -738,21 +738,6 @@ def _cache_tag():
     return digest.hexdigest()
 
 
-def _dense_flex_attention(gm):
-    """FlexAttention's higher-order op in a Dynamo graph becomes a call of its
-    dense implementation (_flex.dense), which AOTAutograd traces into ops with
-    rules: the attention joins the graph's program and its gradient is traced
-    from those ops. Kept as the op, it ran op by op, its backward too (B=4,
-    H=8, 256 tokens, causal with a score function, forward and backward:
-    91.6 ms and 81 executions a step against 28.1 ms and 8)."""
-    hop = getattr(torch.ops.higher_order, "flex_attention", None)
-    nodes = gm.graph.find_nodes(op="call_function", target=hop) if hop is not None else []
-    for node in nodes:
-        node.target = _flex.dense
-    if nodes:
-        gm.recompile()
-
-
 _setup = None
 
 
@@ -766,7 +751,7 @@ def tpu_backend(gm, example_inputs, **kwargs):
     if _setup is None:
         _setup = (_decompositions(), _cache_tag())
     decompositions, tag = _setup
-    _dense_flex_attention(gm)
+    _flex.in_graph(gm)  # FlexAttention traced into the graph
     gm._torchtpu_build = tag  # AOTAutograd's cache key hashes the graph module's attributes
     # New compilers per graph: AotAutograd wraps the backward one in place.
     aot = aot_autograd(fw_compiler=SerializableAOTDispatchCompiler(_Compiled, _Compiled),
