@@ -11,7 +11,11 @@ gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
 cmake -S . -B build/ctest "${gen[@]}" -DTORCHTPU_BUILD_EXTENSION=OFF -DTORCHTPU_BUILD_TESTS=ON \
   -DTORCHTPU_ASAN=ON -DTORCHTPU_PJRT_HEADER_DIR="$plugin_dir/include" -DTORCHTPU_FFI_HEADER_DIR="$ffi_dir" >/dev/null
 cmake --build build/ctest
+# intercept_tls_get_addr=0: LeakSanitizer (GCC 12's) misreads the dynamic TLS
+# of the plugin's threads at exit now and then and dies ("Tracer caught
+# signal 11"), in 5 of 40 runs of test_eager on a loaded machine.
 TORCHTPU_TEST_PLUGIN="$plugin_dir/xla_cpu_pjrt.so" \
+ASAN_OPTIONS="intercept_tls_get_addr=0" \
 LSAN_OPTIONS="suppressions=$PWD/tests/c/lsan.supp" \
   ctest --test-dir build/ctest --output-on-failure
 

@@ -4,6 +4,7 @@
 #include "eager/program.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -618,44 +619,67 @@ fail:
 
 /* --- runtime scalars ------------------------------------------------------------- */
 
-/* Python numbers repeat (alpha=1, x * 0.5): keep their device buffers. A small
- * direct-mapped table; buffers are immutable and never donated. */
+/* Python numbers repeat (alpha=1, x * 0.5): keep their device buffers in a
+ * small direct-mapped table. A slot's buffer is replaced when another number
+ * maps to it, possibly by another thread or by a second number of the same
+ * call before the launch that reads the first: so a table buffer is counted,
+ * held by its slot and by every call between its lookup and its launch, and
+ * destroyed by whichever lets go last (a launch, once enqueued, keeps its
+ * own reference). Buffers are immutable and never donated. */
 #define SCALAR_CACHE 256
+typedef struct scalar_buf {
+  tpu_buffer *buf;
+  atomic_int refs;
+} scalar_buf;
 typedef struct scalar_slot {
   tpu_dtype_t dtype;
   int device;
   unsigned char bytes[16];
-  tpu_buffer *buf;
+  scalar_buf *held;
 } scalar_slot;
 static scalar_slot g_scalars[SCALAR_CACHE];
 static pthread_mutex_t g_scalar_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* |*out_buf| is borrowed from the cache. */
-static tpu_status_t scalar_buffer(int device, tpu_dtype_t dtype, const void *bytes, tpu_buffer **out_buf) {
-  tpu_runtime *rt = tpu_eager_runtime();
+static void scalar_release(scalar_buf *sb) {
+  if (sb == NULL || atomic_fetch_sub_explicit(&sb->refs, 1, memory_order_acq_rel) != 1) return;
+  tpu_buffer_destroy(tpu_eager_runtime(), sb->buf);
+  free(sb);
+}
+
+/* |*out| holds one reference, released with scalar_release. */
+static tpu_status_t scalar_buffer(int device, tpu_dtype_t dtype, const void *bytes, scalar_buf **out) {
+  *out = NULL;
   size_t size = tpu_dtype_size(dtype);
   unsigned char key[16] = {0};
   memcpy(key, bytes, size);
   uint64_t h = tpu_hash64(key, sizeof key, (uint64_t)dtype * 31 + (uint64_t)device);
   scalar_slot *slot = &g_scalars[h % SCALAR_CACHE];
   pthread_mutex_lock(&g_scalar_lock);
-  if (slot->buf != NULL && slot->dtype == dtype && slot->device == device && memcmp(slot->bytes, key, 16) == 0) {
-    *out_buf = slot->buf;
+  if (slot->held != NULL && slot->dtype == dtype && slot->device == device && memcmp(slot->bytes, key, 16) == 0) {
+    atomic_fetch_add_explicit(&slot->held->refs, 1, memory_order_relaxed);
+    *out = slot->held;
     pthread_mutex_unlock(&g_scalar_lock);
     return NULL;
   }
-  tpu_buffer *buf = NULL;
-  tpu_status_t st = tpu_buffer_from_host(rt, device, key, dtype, NULL, 0, &buf);
-  if (st == NULL) {
-    tpu_buffer_destroy(rt, slot->buf); /* pending launches keep their own reference */
-    slot->buf = buf;
-    slot->dtype = dtype;
-    slot->device = device;
-    memcpy(slot->bytes, key, 16);
-    *out_buf = buf;
-  }
   pthread_mutex_unlock(&g_scalar_lock);
-  return st;
+  scalar_buf *sb = malloc(sizeof *sb);
+  if (sb == NULL) return tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+  atomic_init(&sb->refs, 2); /* the slot's and the caller's */
+  tpu_status_t st = tpu_buffer_from_host(tpu_eager_runtime(), device, key, dtype, NULL, 0, &sb->buf);
+  if (st != NULL) {
+    free(sb);
+    return st;
+  }
+  pthread_mutex_lock(&g_scalar_lock);
+  scalar_buf *old = slot->held;
+  slot->held = sb;
+  slot->dtype = dtype;
+  slot->device = device;
+  memcpy(slot->bytes, key, 16);
+  pthread_mutex_unlock(&g_scalar_lock);
+  scalar_release(old);
+  *out = sb;
+  return NULL;
 }
 
 static void scalar_bytes(const tpu_lower_arg *l, unsigned char out[16]) {
@@ -684,13 +708,16 @@ tpu_status_t tpu_eager_execute(const tpu_eager_entry *e, const tpu_eager_call *c
   flat_call f;
   TPU_RETURN_IF_ERROR(tpu_flatten_call(call, &f));
   tpu_buffer *args_small[32], *outs_small[32];
+  scalar_buf *held_small[32]; /* table scalars this call reads, held until the launch */
   tpu_buffer **args = e->num_params <= 32 ? args_small : malloc((size_t)e->num_params * sizeof *args);
   tpu_buffer **outs = e->num_results <= 32 ? outs_small : malloc((size_t)e->num_results * sizeof *outs);
+  scalar_buf **held = e->num_params <= 32 ? held_small : malloc((size_t)e->num_params * sizeof *held);
+  int num_held = 0;
   tpu_buffer *rng = NULL;
   tpu_buffer *lists[64]; /* Scalar[] operands: at most one per argument (64, see tpu_eager_compile) */
   int num_lists = 0;
   tpu_status_t st = NULL;
-  if (args == NULL || outs == NULL) {
+  if (args == NULL || outs == NULL || held == NULL) {
     st = tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
     goto done;
   }
@@ -704,12 +731,13 @@ tpu_status_t tpu_eager_execute(const tpu_eager_entry *e, const tpu_eager_call *c
         break;
       }
       case SRC_HOST_SCALAR:
-        TPU_GOTO_IF_ERROR(st, scalar_buffer(call->device, p->dtype, f.refs[p->ref].ref->host_scalar, &args[i]), done);
-        break;
       case SRC_SCALAR: {
         unsigned char bytes[16];
-        scalar_bytes(&call->args[p->arg].lower, bytes);
-        TPU_GOTO_IF_ERROR(st, scalar_buffer(call->device, p->dtype, bytes, &args[i]), done);
+        const void *value = bytes;
+        if (p->kind == SRC_HOST_SCALAR) value = f.refs[p->ref].ref->host_scalar;
+        else scalar_bytes(&call->args[p->arg].lower, bytes);
+        TPU_GOTO_IF_ERROR(st, scalar_buffer(call->device, p->dtype, value, &held[num_held]), done);
+        args[i] = held[num_held++]->buf;
         break;
       }
       case SRC_SCALAR_LIST: { /* one upload per call: the numbers change (a step size) */
@@ -752,6 +780,8 @@ tpu_status_t tpu_eager_execute(const tpu_eager_entry *e, const tpu_eager_call *c
 done:
   tpu_buffer_destroy(rt, rng);
   for (int i = 0; i < num_lists; i++) tpu_buffer_destroy(rt, lists[i]);
+  for (int i = 0; i < num_held; i++) scalar_release(held[i]);
+  if (held != held_small) free(held);
   if (args != args_small) free(args);
   if (outs != outs_small) free(outs);
   tpu_flat_release(&f);

@@ -52,8 +52,9 @@ tpu_status_t tpu_compile_cache_configure(tpu_runtime *rt, const char *dir, int64
   g_max_bytes = max_bytes > 0 ? max_bytes : DEFAULT_MAX_BYTES;
   tpu_status_t st = NULL;
   if (dir != NULL && *dir != '\0') {
-    /* One subdirectory per plugin build and compile options: executables
-     * are not portable across XLA versions. */
+    /* One subdirectory per plugin build, compile options and XLA_FLAGS (XLA
+     * reads its defaults from it): executables are not portable across XLA
+     * versions, and options change what a program computes. */
     struct stat sb = {0};
     stat(tpu_runtime_plugin_path(rt), &sb);
     int major = 0, minor = 0;
@@ -64,6 +65,8 @@ tpu_status_t tpu_compile_cache_configure(tpu_runtime *rt, const char *dir, int64
     tpu_strbuf_printf(&id, "%s|%s|%d.%d|%lld|%lld|", tpu_runtime_platform_name(rt), tpu_runtime_platform_version(rt),
                       major, minor, (long long)sb.st_size, (long long)sb.st_mtime);
     tpu_strbuf_append(&id, options, options_size);
+    const char *flags = getenv("XLA_FLAGS");
+    if (flags != NULL) tpu_strbuf_printf(&id, "|XLA_FLAGS=%s", flags);
     uint64_t h = tpu_hash64(id.data, id.len, 17);
     tpu_strbuf_release(&id);
     snprintf(g_dir, sizeof g_dir, "%s/%s-%016llx", dir, tpu_runtime_platform_name(rt), (unsigned long long)h);

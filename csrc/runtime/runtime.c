@@ -39,7 +39,9 @@ struct tpu_runtime {
   pthread_mutex_t lock; /* guards |pending| and |async_error| */
   pending_list pending[TPU_MAX_DEVICES];
   tpu_status_t async_error;
-  tpu_strbuf compile_options; /* serialized CompileOptionsProto for every compile */
+  tpu_strbuf compile_options; /* serialized CompileOptionsProto for every compile; under |lock| */
+  unsigned dropped_overrides;  /* kCpuOverrides the plugin refused; under |lock| */
+  bool cpu_overrides;          /* |compile_options| carry kCpuOverrides */
 };
 
 struct tpu_executable {
@@ -53,13 +55,28 @@ struct tpu_executable {
 static const char kCompileOptions[] = {0x1a, 0x04, 0x20, 0x01, 0x28, 0x01, 0x20, 0x01};
 
 /* XLA debug options set on the CPU plugin (CompileOptionsProto
- * env_option_overrides, applied over XLA's defaults): dots and reductions go
- * to XLA's YNNPACK library kernels, as jax configures the same compiler. A
- * plugin that does not know an option fails the first compile; the runtime
- * then compiles with kCompileOptions alone. */
-static const char *const kCpuOverrides[][2] = {
+ * env_option_overrides, applied over XLA's defaults and XLA_FLAGS):
+ * - dots and reductions go to XLA's YNNPACK library kernels, as jax configures
+ *   the same compiler;
+ * - no XNNPACK thunks: an XNNPACK dot whose right-hand operand is a program
+ *   parameter packs that operand once and reuses the packed copy whenever the
+ *   parameter's address repeats, without looking at its contents (XLA's thunk
+ *   emitter, "capture_rhs"). Eager programs run again and again on buffers
+ *   whose address stays while their values change (a donated in-place update
+ *   of a weight, a freed buffer's memory reused), so products read stale
+ *   weights: gradients after an optimizer step were 20-40% off.
+ * A plugin that does not know an option fails its compile naming it; the
+ * runtime then drops that option for good and compiles again. */
+typedef struct cpu_override {
+  const char *name;
+  const char *string_value; /* OptionOverrideProto.string_field, or NULL for bool_value */
+  bool bool_value;          /* OptionOverrideProto.bool_field */
+} cpu_override;
+static const cpu_override kCpuOverrides[] = {
     {"xla_cpu_experimental_ynn_fusion_type", "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT,LIBRARY_FUSION_TYPE_REDUCE"},
+    {"xla_cpu_use_xnnpack", NULL, false},
 };
+#define NUM_CPU_OVERRIDES (sizeof kCpuOverrides / sizeof kCpuOverrides[0])
 
 static void put_varint(tpu_strbuf *sb, uint64_t v) {
   do {
@@ -78,13 +95,21 @@ static void put_bytes_field(tpu_strbuf *sb, int field, const void *data, size_t 
 }
 
 /* kCompileOptions plus one env_option_overrides entry (field 7: map<string,
- * OptionOverrideProto {string_field = 1}>) per override. */
-static tpu_status_t cpu_compile_options(tpu_strbuf *out) {
+ * OptionOverrideProto {string_field = 1}>) per override not in |dropped|. */
+static tpu_status_t cpu_compile_options(unsigned dropped, tpu_strbuf *out) {
+  tpu_strbuf_clear(out);
   tpu_strbuf_append(out, kCompileOptions, sizeof kCompileOptions);
-  for (size_t i = 0; i < sizeof kCpuOverrides / sizeof kCpuOverrides[0]; i++) {
+  for (size_t i = 0; i < NUM_CPU_OVERRIDES; i++) {
+    if (dropped & 1u << i) continue;
     tpu_strbuf value = TPU_STRBUF_INIT, entry = TPU_STRBUF_INIT;
-    put_bytes_field(&value, 1, kCpuOverrides[i][1], strlen(kCpuOverrides[i][1]));
-    put_bytes_field(&entry, 1, kCpuOverrides[i][0], strlen(kCpuOverrides[i][0]));
+    const cpu_override *o = &kCpuOverrides[i];
+    if (o->string_value != NULL) {
+      put_bytes_field(&value, 1, o->string_value, strlen(o->string_value));
+    } else {
+      put_varint(&value, 2 << 3 | 0); /* bool_field, varint */
+      put_varint(&value, o->bool_value);
+    }
+    put_bytes_field(&entry, 1, o->name, strlen(o->name));
     put_bytes_field(&entry, 2, value.data, value.len);
     put_bytes_field(out, 7, entry.data, entry.len);
     tpu_strbuf_release(&value);
@@ -272,7 +297,8 @@ tpu_status_t tpu_runtime_create(const tpu_runtime_options *opts, tpu_runtime **o
   TPU_GOTO_IF_ERROR(st, client_string(api, rt->client, false, &rt->platform_name), fail);
   TPU_GOTO_IF_ERROR(st, client_string(api, rt->client, true, &rt->platform_version), fail);
   if (strcmp(rt->platform_name, "cpu") == 0) {
-    TPU_GOTO_IF_ERROR(st, cpu_compile_options(&rt->compile_options), fail);
+    rt->cpu_overrides = true;
+    TPU_GOTO_IF_ERROR(st, cpu_compile_options(0, &rt->compile_options), fail);
   } else {
     tpu_strbuf_append(&rt->compile_options, kCompileOptions, sizeof kCompileOptions);
     TPU_GOTO_IF_ERROR(st, tpu_strbuf_status(&rt->compile_options), fail);
@@ -537,17 +563,33 @@ tpu_status_t tpu_executable_compile(tpu_runtime *rt, const char *mlir, size_t si
   };
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  tpu_status_t st = CALL(rt->api, PJRT_Client_Compile, &a, "XLA compilation failed");
-  if (st != NULL && rt->compile_options.len > sizeof kCompileOptions &&
-      strstr(tpu_status_message(st), kCpuOverrides[0][0]) != NULL) {
-    /* An older plugin without the option: drop the overrides for good. */
-    tpu_status_free(st);
-    tpu_strbuf_clear(&rt->compile_options);
-    tpu_strbuf_append(&rt->compile_options, kCompileOptions, sizeof kCompileOptions);
-    a.compile_options = rt->compile_options.data;
-    a.compile_options_size = rt->compile_options.len;
+  tpu_strbuf options = TPU_STRBUF_INIT;
+  tpu_status_t st = NULL;
+  for (;;) {
+    pthread_mutex_lock(&rt->lock);
+    tpu_strbuf_clear(&options);
+    tpu_strbuf_append(&options, rt->compile_options.data, rt->compile_options.len);
+    unsigned dropped = rt->dropped_overrides;
+    pthread_mutex_unlock(&rt->lock);
+    TPU_GOTO_IF_ERROR(st, tpu_strbuf_status(&options), done);
+    a.compile_options = options.data;
+    a.compile_options_size = options.len;
     st = CALL(rt->api, PJRT_Client_Compile, &a, "XLA compilation failed");
+    size_t refused = NUM_CPU_OVERRIDES;
+    for (size_t i = 0; st != NULL && rt->cpu_overrides && i < NUM_CPU_OVERRIDES; i++)
+      if (!(dropped & 1u << i) && strstr(tpu_status_message(st), kCpuOverrides[i].name) != NULL) refused = i;
+    if (refused == NUM_CPU_OVERRIDES) break;
+    /* An older plugin without the option: drop it for good and compile again. */
+    tpu_status_free(st);
+    st = NULL;
+    pthread_mutex_lock(&rt->lock);
+    rt->dropped_overrides |= dropped | 1u << refused;
+    st = cpu_compile_options(rt->dropped_overrides, &rt->compile_options);
+    pthread_mutex_unlock(&rt->lock);
+    if (st != NULL) goto done;
   }
+done:
+  tpu_strbuf_release(&options);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   tpu_stats_add(TPU_STAT_COMPILE_NS,
                 (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec)));

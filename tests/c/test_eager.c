@@ -1,7 +1,8 @@
 /* Eager-layer tests on the real plugin: an ordinary op, and a per-item op
  * (a _foreach_ call) over a list long enough for the hashed storage lookup,
  * with a Scalar[] operand, in place and with new outputs; the overlap test
- * that sends aliased items to the in-turn path. */
+ * that sends aliased items to the in-turn path; Python numbers through the
+ * runtime-scalar table, many of them colliding in its slots. */
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -145,11 +146,51 @@ static void test_per_item_op(void) {
   }
 }
 
+/* add.Tensor(x, other, alpha) for 400 numbers: the scalar table has
+ * 256 slots, so numbers collide with each other and with alpha=1 (a second
+ * lookup in the same call replaced, and destroyed, the first one's buffer
+ * before the launch read it). */
+static void test_scalar_table_collisions(void) {
+  float zero[4] = {0};
+  tpu_tensor_ref xr;
+  tpu_storage *x = make_storage(zero, 4, &xr);
+  const tpu_lower_rule *add = tpu_lower_find("add.Tensor");
+  CHECK(add != NULL);
+  if (add == NULL) return;
+  int alias = -1;
+  tpu_eager_op *op = NULL;
+  CHECK_OK(tpu_eager_op_new("test::add_numbers", add, 1, 1, &alias, 0, NULL, &op));
+  tpu_eager_arg args[3];
+  memset(args, 0, sizeof args);
+  int64_t four = 4;
+  args[0].lower = (tpu_lower_arg){.kind = TPU_ARG_TENSOR, .dtype = TPU_F32, .rank = 1, .sizes = &four};
+  args[0].tensor = xr;
+  tpu_eager_out_meta meta = {.dtype = TPU_F32, .rank = 1, .sizes = {4}, .strides = {1}};
+  tpu_eager_call call = {.op = op, .num_args = 3, .args = args, .common_dtype = TPU_F32, .device = 0};
+  tpu_eager_entry *e = NULL;
+  int wrong = 0;
+  for (int i = 0; i < 400; i++) {
+    args[1].lower = (tpu_lower_arg){.kind = TPU_ARG_SCALAR, .dtype = TPU_S64, .i = i, .f = i};
+    args[2].lower = (tpu_lower_arg){.kind = TPU_ARG_SCALAR, .dtype = TPU_S64, .i = 1, .f = 1};
+    if (e == NULL) CHECK_OK(tpu_eager_compile(&call, &meta, &e));
+    CHECK(tpu_eager_lookup(&call) == e);
+    tpu_storage *out = tpu_storage_new(0, 16);
+    CHECK_OK(tpu_eager_execute(e, &call, &out));
+    float got[4];
+    read_back(out, got, 4);
+    for (int j = 0; j < 4; j++) wrong += got[j] != (float)i;
+    tpu_storage_free(out);
+  }
+  CHECK(wrong == 0);
+  tpu_storage_free(x);
+}
+
 int main(void) {
   rt = test_runtime_create();
   if (rt == NULL) return 1;
   tpu_eager_init(rt, 0);
   RUN(test_per_item_op);
+  RUN(test_scalar_table_collisions);
   tpu_eager_cache_clear();
   tpu_runtime_destroy(rt);
   return check_failures ? 1 : 0;
