@@ -591,7 +591,9 @@ def _metadata_holds(placeholders, inputs):
     for node, t in zip(placeholders, inputs):
         val = node.meta.get("val")
         if not isinstance(t, torch.Tensor):
-            if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            # A number the graph was traced with (a split graph's pieces may
+            # carry none): host arithmetic on it was traced for that value.
+            if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)) or val is None or val != t:
                 return False
             continue
         if not isinstance(val, torch.Tensor):
