@@ -341,9 +341,9 @@ def run_program(program, fault=None):
         block = instrs[start:end]
         if program["mode"] == "compiled" and block[0].get("blk") is not None:
             try:
-                _run_compiled_block(block, start, tpu, cpu, ref, compiled)
+                _run_compiled_block(program, block, start, tpu, cpu, ref, compiled)
             except Failure as f:
-                if f.kind == "error" and f.detail.startswith("compiled on tpu") and _fails_upstream(program, start, end):
+                if f.kind == "error" and f.detail.startswith("compiled on tpu") and _fails_upstream(program, end):
                     raise Failure("upstream", start, f.detail) from None
                 raise
         else:
@@ -373,7 +373,7 @@ def run_program(program, fault=None):
             raise Failure("mismatch", start, why)
 
 
-def _run_compiled_block(block, start, tpu, cpu, ref, compiled):
+def _run_compiled_block(program, block, start, tpu, cpu, ref, compiled):
     fn, inputs, made = _block_function(block)
     # One compiled function per block of the same instructions over the same
     # wiring: a repeated block runs the programs compiled for the first one.
@@ -382,7 +382,7 @@ def _run_compiled_block(block, start, tpu, cpu, ref, compiled):
                       for ins in block])
     cfn = compiled.get(key)
     if cfn is None:
-        cfn = compiled[key] = torch.compile(fn, backend="tpu")
+        cfn = compiled[key] = _compile(fn, "tpu", program)
     results = {}
     for env, f in ((tpu, cfn), (cpu, fn), (ref, fn)):
         try:
@@ -398,25 +398,35 @@ def _run_compiled_block(block, start, tpu, cpu, ref, compiled):
             env.t[i] = v
 
 
-def _fails_upstream(program, start, end):
-    """Whether PyTorch's own compile stack refuses the block too: the block
-    compiled with backend="aot_eager" on the CPU, after the instructions
-    before it ran there eagerly."""
+def _fails_upstream(program, end):
+    """Whether PyTorch's own compile stack fails the same program on the CPU:
+    its blocks up to |end| compiled with backend="aot_eager" (no torchtpu)."""
     env = Env("cpu")
-    for ins in program["instrs"][:start]:
-        try:
-            env.run(ins, _cpu_random(ins, env) if ins["k"] == "random" else None)
-        except Refused:
-            pass
-    fn, inputs, made = _block_function(program["instrs"][start:end])
     torch._dynamo.reset()
     try:
-        torch.compile(fn, backend="aot_eager")(*[env.t[i] for i in inputs])
+        for start, stop in _blocks(dict(program, instrs=program["instrs"][:end])):
+            block = program["instrs"][start:stop]
+            if block[0].get("blk") is None:
+                try:
+                    env.run(block[0], _cpu_random(block[0], env) if block[0]["k"] == "random" else None)
+                except Refused:
+                    pass
+                continue
+            fn, inputs, made = _block_function(block)
+            results = _compile(fn, "aot_eager", program)(*[env.t[i] for i in inputs])
+            for i, v in zip(made, results):
+                env.t[i] = v
     except Exception:  # noqa: BLE001 - that is the answer
         return True
     finally:
         torch._dynamo.reset()
     return False
+
+
+def _compile(fn, backend, program):
+    """torch.compile as the program asks: static shapes, or PyTorch's
+    default (a dim that changes becomes dynamic) for a quarter of them."""
+    return torch.compile(fn, backend=backend, dynamic=None if program.get("dynamic") else False)
 
 
 def _cpu_random(ins, env):
@@ -555,7 +565,10 @@ class Gen:
         while len(self.instrs) < self.steps:
             maker = self.rng.choices([m for _, m in makers], weights)[0]
             maker()
-        return {"seed": self.seed, "mode": self.mode, "instrs": self.instrs}
+        program = {"seed": self.seed, "mode": self.mode, "instrs": self.instrs}
+        if self.mode == "compiled" and self.rng.random() < 0.25:
+            program["dynamic"] = True
+        return program
 
     def g_new(self):
         o = self.new(grad=self.rng.random() < 0.15)

@@ -81,9 +81,20 @@ at::Tensor to_host(const at::Tensor& src) {
 
 namespace {
 
+// copy_'s checks as the CPU's TensorIterator makes them (PyTorch sends a
+// copy that involves tpu here before building one): the written tensor's
+// overlap, then the source broadcast to the destination's shape.
+void check_copy(const at::Tensor& dst, const at::Tensor& src) {
+  if (dst.device().type() == c10::DeviceType::PrivateUse1) at::assert_no_internal_overlap(dst);
+  at::DimVector shape = at::infer_size_dimvector(dst.sizes(), src.sizes());
+  TORCH_CHECK(c10::IntArrayRef(shape) == dst.sizes(), "output with shape ", dst.sizes(),
+              " doesn't match the broadcast shape ", c10::IntArrayRef(shape));
+}
+
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   const bool src_tpu = self.device().type() == c10::DeviceType::PrivateUse1;
   const bool dst_tpu = dst.device().type() == c10::DeviceType::PrivateUse1;
+  check_copy(dst, self);
   if (dst.numel() == 0) return dst;
   if (src_tpu && dst_tpu) {
     device_copy(dst, self);

@@ -315,6 +315,9 @@ struct MetaMap {
     if (v.isTensor()) return convert(v.toTensor());
     // A factory's device argument decides its dispatch: meta, not tpu again.
     if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) return c10::Device(c10::kMeta);
+    // No meta function draws numbers, and some (the Python references of
+    // exponential_, log_normal_, cauchy_, geometric_) refuse any generator.
+    if (v.isGenerator()) return c10::IValue();
     if (v.isTensorList()) {
       c10::List<at::Tensor> out;
       for (const at::Tensor& t : v.toTensorList()) out.push_back(convert(t));
