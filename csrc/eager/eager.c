@@ -201,6 +201,7 @@ tpu_eager_entry *tpu_eager_lookup(const tpu_eager_call *call) {
     for (tpu_eager_entry *e = g_buckets[h & (g_num_buckets - 1)]; e != NULL; e = *tpu_eager_entry_chain(e))
       if (tpu_eager_entry_has_key(e, t_key.data, t_key.len, h)) {
         found = e;
+        tpu_eager_entry_retain(found);
         break;
       }
   pthread_mutex_unlock(&g_cache_lock);
@@ -247,17 +248,48 @@ size_t tpu_eager_cache_size(void) {
   return n;
 }
 
-void tpu_eager_cache_clear(void) {
+/* Entries out of the cache that nobody holds any more, whose last launch may
+ * still run: freed by the next clear, after it waited for every launch. */
+static tpu_eager_entry *g_unheld;
+
+void tpu_eager_entry_release(tpu_eager_entry *e) {
+  if (e == NULL || !tpu_eager_entry_unref(e)) return;
+  /* The cache holds a reference while it keeps an entry: this one left it. */
+  pthread_mutex_lock(&g_cache_lock);
+  *tpu_eager_entry_chain(e) = g_unheld;
+  g_unheld = e;
+  pthread_mutex_unlock(&g_cache_lock);
+}
+
+tpu_status_t tpu_eager_cache_clear(void) {
+  tpu_eager_entry *dead = NULL;
   pthread_mutex_lock(&g_cache_lock);
   for (size_t i = 0; i < g_num_buckets; i++) {
     for (tpu_eager_entry *e = g_buckets[i], *next; e != NULL; e = next) {
       next = *tpu_eager_entry_chain(e);
-      tpu_eager_entry_free(e);
+      if (tpu_eager_entry_unref(e)) { /* else a caller holds it: freed after its release */
+        *tpu_eager_entry_chain(e) = dead;
+        dead = e;
+      }
     }
     g_buckets[i] = NULL;
   }
   g_num_entries = 0;
+  for (tpu_eager_entry *e = g_unheld, *next; e != NULL; e = next) {
+    next = *tpu_eager_entry_chain(e);
+    *tpu_eager_entry_chain(e) = dead;
+    dead = e;
+  }
+  g_unheld = NULL;
   pthread_mutex_unlock(&g_cache_lock);
+  /* Nobody holds these, so every launch of theirs was made before now:
+   * wait for those before their executables go. */
+  tpu_status_t st = tpu_runtime_synchronize(tpu_eager_runtime(), -1);
+  for (tpu_eager_entry *e = dead, *next; e != NULL; e = next) {
+    next = *tpu_eager_entry_chain(e);
+    tpu_eager_entry_free(e);
+  }
+  return st;
 }
 
 /* --- programs of one op ---------------------------------------------------------------- */
@@ -397,11 +429,7 @@ tpu_status_t tpu_eager_compile(const tpu_eager_call *call, const tpu_eager_out_m
     TPU_GOTO_IF_ERROR(st, apply_once(p, call, k, meta), done);
   TPU_GOTO_IF_ERROR(st, tpu_program_finish(p, &e), done);
 
-  if (tpu_eager_cache_size() >= max_cached_programs()) {
-    /* Launches still in flight keep their executables: wait for them first. */
-    TPU_GOTO_IF_ERROR(st, tpu_runtime_synchronize(tpu_eager_runtime(), -1), done);
-    tpu_eager_cache_clear();
-  }
+  if (tpu_eager_cache_size() >= max_cached_programs()) TPU_GOTO_IF_ERROR(st, tpu_eager_cache_clear(), done);
   uint64_t h;
   if (!key_of(call, &h)) {
     st = tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
@@ -409,6 +437,7 @@ tpu_status_t tpu_eager_compile(const tpu_eager_call *call, const tpu_eager_out_m
   }
   pthread_mutex_lock(&g_cache_lock);
   tpu_eager_entry *kept = insert_locked(e, t_key.data, t_key.len, h);
+  if (kept != NULL) tpu_eager_entry_retain(kept); /* the caller's */
   pthread_mutex_unlock(&g_cache_lock);
   if (kept == NULL) {
     st = tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");

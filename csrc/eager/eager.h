@@ -139,13 +139,17 @@ int tpu_eager_call_items(const tpu_eager_call *call);
  * see the earlier items' writes, as running the items in turn does. */
 bool tpu_eager_items_overlap(const tpu_eager_call *call);
 
-/* The cached program for |call|, or NULL (a miss). */
+/* The cached program for |call|, or NULL (a miss). The caller holds a
+ * reference until tpu_eager_entry_release: the cache may drop the entry
+ * meanwhile (another thread reaching its cap), not free it. */
 tpu_eager_entry *tpu_eager_lookup(const tpu_eager_call *call);
 /* Builds, compiles and caches the program for |call|; |meta| has one entry
  * per output (items times outputs for a per-item op; entries of outputs that
- * write arguments are ignored). The entry is owned by the cache. */
+ * write arguments are ignored). |*out_entry| is a reference, as lookup's. */
 tpu_status_t tpu_eager_compile(const tpu_eager_call *call, const tpu_eager_out_meta *meta,
                                tpu_eager_entry **out_entry) TPU_MUST_USE;
+/* Lets go of a reference from lookup or compile (NULL is fine). */
+void tpu_eager_entry_release(tpu_eager_entry *e);
 /* Frees an entry not owned by the eager cache (a compiled graph's). */
 void tpu_eager_entry_free(tpu_eager_entry *e);
 /* True when running |e| draws random numbers (needs rng_seed/rng_offset). */
@@ -192,9 +196,11 @@ tpu_status_t tpu_storage_materialize(tpu_storage *s, tpu_dtype_t dtype) TPU_MUST
  * after them: storage resizing. */
 tpu_status_t tpu_storage_copy_prefix(tpu_storage *dst, const tpu_storage *src) TPU_MUST_USE;
 
-/* Number of cached programs; drops them all (tests, memory pressure). */
+/* Number of cached programs; drops them all (tests, memory pressure), and
+ * frees those nobody holds after waiting for every launch (the error of a
+ * launch that failed comes back, as from tpu_runtime_synchronize). */
 size_t tpu_eager_cache_size(void);
-void tpu_eager_cache_clear(void);
+tpu_status_t tpu_eager_cache_clear(void) TPU_MUST_USE;
 
 #ifdef __cplusplus
 }

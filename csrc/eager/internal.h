@@ -26,6 +26,9 @@ const char *tpu_eager_dump_dir(void);
 
 /* The eager cache's view of an entry. */
 tpu_eager_entry **tpu_eager_entry_chain(tpu_eager_entry *e);
+/* Entry references (an entry starts with one): unref says whether it was the last. */
+void tpu_eager_entry_retain(tpu_eager_entry *e);
+bool tpu_eager_entry_unref(tpu_eager_entry *e);
 void tpu_eager_entry_set_key(tpu_eager_entry *e, char *key, size_t len, uint64_t hash); /* takes |key| */
 bool tpu_eager_entry_has_key(const tpu_eager_entry *e, const char *key, size_t len, uint64_t hash);
 uint64_t tpu_eager_entry_hash(const tpu_eager_entry *e);

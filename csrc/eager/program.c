@@ -107,7 +107,8 @@ typedef struct result_dst {
 } result_dst;
 
 struct tpu_eager_entry {
-  struct tpu_eager_entry *next; /* the eager cache's chain */
+  struct tpu_eager_entry *next; /* the eager cache's chain (or its list of entries to free) */
+  atomic_int refs;              /* the cache's and each caller's between lookup and release */
   uint64_t hash;
   char *key;
   size_t key_len;
@@ -158,6 +159,12 @@ const tpu_eager_out_meta *tpu_eager_entry_meta(const tpu_eager_entry *e, int i) 
 }
 
 tpu_eager_entry **tpu_eager_entry_chain(tpu_eager_entry *e) { return &e->next; }
+
+void tpu_eager_entry_retain(tpu_eager_entry *e) { atomic_fetch_add_explicit(&e->refs, 1, memory_order_relaxed); }
+
+bool tpu_eager_entry_unref(tpu_eager_entry *e) {
+  return atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel) == 1;
+}
 
 void tpu_eager_entry_set_key(tpu_eager_entry *e, char *key, size_t len, uint64_t hash) {
   free(e->key);
@@ -509,6 +516,7 @@ tpu_status_t tpu_program_finish(tpu_program *p, tpu_eager_entry **out_entry) {
   *out_entry = NULL;
   tpu_hlo_builder *b = p->b;
   tpu_eager_entry *e = calloc(1, sizeof *e);
+  if (e != NULL) atomic_init(&e->refs, 1);
   int max_results = p->num_written + p->num_outputs + p->num_checks;
   result_dst *results = malloc((size_t)(max_results ? max_results : 1) * sizeof *results);
   tpu_hlo_value *values = malloc((size_t)(max_results ? max_results : 1) * sizeof *values);

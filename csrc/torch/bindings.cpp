@@ -97,7 +97,7 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_set_decomposer", [](py::object fn) { set_decomposer(fn.ptr()); });
   m.def("_set_dump_dir", [](const std::string& dir) { TPU_CHECK(tpu_eager_set_dump_dir(dir.c_str())); });
-  m.def("_cache_clear", []() { tpu_eager_cache_clear(); });
+  m.def("_cache_clear", []() { TPU_CHECK(tpu_eager_cache_clear()); });
   m.def("_default_generator", [](int device) {
     return py::reinterpret_steal<py::object>(
         THPGenerator_initDefaultGenerator(default_generator(static_cast<c10::DeviceIndex>(device))));

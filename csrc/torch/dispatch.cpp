@@ -19,6 +19,7 @@
 #include <torch/library.h>
 
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <unordered_map>
 #include <unordered_set>
@@ -789,6 +790,8 @@ std::vector<at::Tensor> run_rule(const OpInfo& info, c10::ArrayRef<c10::IValue> 
   const int items = info.per_item ? tpu_eager_call_items(&call) : 1;
   const int num_outputs = items * op->num_outputs;
   tpu_eager_entry* entry = tpu_eager_lookup(&call);
+  // Held until the launch: another thread may empty the cache meanwhile.
+  std::unique_ptr<tpu_eager_entry, void (*)(tpu_eager_entry*)> held(entry, tpu_eager_entry_release);
   if (entry == nullptr) {
     // A miss validates the call as PyTorch would (shapes, dtypes, written
     // arguments that overlap themselves) and learns the outputs' metadata.
@@ -820,6 +823,7 @@ std::vector<at::Tensor> run_rule(const OpInfo& info, c10::ArrayRef<c10::IValue> 
     call.common_dtype = common_dtype(info.promotes, ivs);
     tpu_status_t st = tpu_eager_compile(&call, meta.data(), &entry);
     if (st != nullptr) throw_status(st);
+    held.reset(entry);
   }
   std::vector<at::Tensor> outs(num_outputs);
   c10::SmallVector<tpu_storage*, TPU_EAGER_MAX_RETURNS> new_storages(num_outputs, nullptr);

@@ -52,6 +52,14 @@ static void list_arg(tpu_eager_arg *a, tpu_tensor_ref *items, int n, bool mutate
   a->lower.item_sizes = sizes;
 }
 
+/* The cache gives |e| for |call| (the reference taken is let go at once:
+ * the cache keeps its own). */
+static bool lookup_is(const tpu_eager_call *call, tpu_eager_entry *e) {
+  tpu_eager_entry *found = tpu_eager_lookup(call);
+  tpu_eager_entry_release(found);
+  return found == e;
+}
+
 enum { N = 40 }; /* more than the 32 tensors a call scans linearly */
 
 /* _foreach_add_.List(self, other, alpha) as add_.Tensor per item, then
@@ -88,7 +96,8 @@ static void test_per_item_op(void) {
   CHECK(tpu_eager_lookup(&call) == NULL);
   tpu_eager_entry *e = NULL;
   CHECK_OK(tpu_eager_compile(&call, NULL, &e));
-  CHECK(tpu_eager_lookup(&call) == e);
+  tpu_eager_entry_release(e);
+  CHECK(lookup_is(&call, e));
   CHECK_OK(tpu_eager_execute(e, &call, NULL));
   for (int i = 0; i < N; i++) {
     float got[3];
@@ -122,9 +131,10 @@ static void test_per_item_op(void) {
     outs[i] = tpu_storage_new(0, (1 + i % 3) * 4);
   }
   CHECK_OK(tpu_eager_compile(&mcall, meta, &e));
+  tpu_eager_entry_release(e);
   for (int round = 0; round < 2; round++) { /* new numbers, same program */
     for (int i = 0; i < N; i++) values[i] = round == 0 ? 0.5 * i : -1.0;
-    CHECK(tpu_eager_lookup(&mcall) == e);
+    CHECK(lookup_is(&mcall, e));
     CHECK_OK(tpu_eager_execute(e, &mcall, outs));
     for (int i = 0; i < N; i++) {
       float got[3];
@@ -172,8 +182,11 @@ static void test_scalar_table_collisions(void) {
   for (int i = 0; i < 400; i++) {
     args[1].lower = (tpu_lower_arg){.kind = TPU_ARG_SCALAR, .dtype = TPU_S64, .i = i, .f = i};
     args[2].lower = (tpu_lower_arg){.kind = TPU_ARG_SCALAR, .dtype = TPU_S64, .i = 1, .f = 1};
-    if (e == NULL) CHECK_OK(tpu_eager_compile(&call, &meta, &e));
-    CHECK(tpu_eager_lookup(&call) == e);
+    if (e == NULL) {
+      CHECK_OK(tpu_eager_compile(&call, &meta, &e));
+      tpu_eager_entry_release(e);
+    }
+    CHECK(lookup_is(&call, e));
     tpu_storage *out = tpu_storage_new(0, 16);
     CHECK_OK(tpu_eager_execute(e, &call, &out));
     float got[4];
@@ -185,13 +198,51 @@ static void test_scalar_table_collisions(void) {
   tpu_storage_free(x);
 }
 
+/* A thread holding an entry while another empties the cache (at its cap):
+ * the entry stays usable until released, and is freed by a later clear. */
+static void test_cache_clear_while_held(void) {
+  float one[4] = {1, 2, 3, 4};
+  tpu_tensor_ref xr;
+  tpu_storage *x = make_storage(one, 4, &xr);
+  const tpu_lower_rule *neg = tpu_lower_find("neg");
+  CHECK(neg != NULL);
+  if (neg == NULL) return;
+  int alias = -1;
+  tpu_eager_op *op = NULL;
+  CHECK_OK(tpu_eager_op_new("test::neg", neg, 1, 1, &alias, 0, NULL, &op));
+  tpu_eager_arg arg;
+  memset(&arg, 0, sizeof arg);
+  int64_t four = 4;
+  arg.lower = (tpu_lower_arg){.kind = TPU_ARG_TENSOR, .dtype = TPU_F32, .rank = 1, .sizes = &four};
+  arg.tensor = xr;
+  tpu_eager_out_meta meta = {.dtype = TPU_F32, .rank = 1, .sizes = {4}, .strides = {1}};
+  tpu_eager_call call = {.op = op, .num_args = 1, .args = &arg, .common_dtype = TPU_F32, .device = 0};
+  tpu_eager_entry *held = NULL;
+  CHECK_OK(tpu_eager_compile(&call, &meta, &held));
+  CHECK_OK(tpu_eager_cache_clear());
+  CHECK(tpu_eager_cache_size() == 0);
+  CHECK(tpu_eager_lookup(&call) == NULL);
+  for (int round = 0; round < 2; round++) {
+    tpu_storage *out = tpu_storage_new(0, 16);
+    CHECK_OK(tpu_eager_execute(held, &call, &out));
+    float got[4];
+    read_back(out, got, 4);
+    CHECK(got[0] == -1 && got[3] == -4);
+    tpu_storage_free(out);
+  }
+  tpu_eager_entry_release(held); /* the last reference: freed by the next clear */
+  CHECK_OK(tpu_eager_cache_clear());
+  tpu_storage_free(x);
+}
+
 int main(void) {
   rt = test_runtime_create();
   if (rt == NULL) return 1;
   tpu_eager_init(rt, 0);
   RUN(test_per_item_op);
   RUN(test_scalar_table_collisions);
-  tpu_eager_cache_clear();
+  RUN(test_cache_clear_while_held);
+  tpu_status_free(tpu_eager_cache_clear());
   tpu_runtime_destroy(rt);
   return check_failures ? 1 : 0;
 }
