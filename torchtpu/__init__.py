@@ -46,6 +46,7 @@ _C._set_fallback_mode(os.environ.get("TORCHTPU_FALLBACK", "warn"))
 from . import _decomp  # noqa: E402
 from . import _meta  # noqa: E402,F401
 from . import _flex  # noqa: E402
+from . import _reductions  # noqa: E402
 
 _C._set_decomposer(_decomp.run)
 
@@ -69,6 +70,7 @@ def _route_inductor():
 
 _route_inductor()
 _flex.enable()
+_reductions.enable()
 if os.environ.get("TORCHTPU_DUMP_DIR"):
     _C._set_dump_dir(os.environ["TORCHTPU_DUMP_DIR"])
 
@@ -83,7 +85,7 @@ def _settle_autograd_threads():
     ("terminate called without an active exception", exit code 134). The
     thread takes this backward only after releasing the last one, and this
     one carries no Python object."""
-    if not _C._started():
+    if not _C._started() or _C._is_in_bad_fork():
         return
     engine = torch.autograd.Variable._execution_engine
     try:

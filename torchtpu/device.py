@@ -10,18 +10,24 @@ _initialized = False
 
 
 def _lazy_init():
+    """Starts the runtime (PyTorch calls this before a tpu factory). In a
+    child forked after the runtime started, raises RuntimeError: "Cannot
+    re-initialize tpu in forked subprocess..." (the PJRT client's threads
+    stayed in the parent)."""
     global _initialized
-    if not _initialized:
+    if not is_initialized():
         _C._start()
         _initialized = True
 
 
 def is_initialized():
-    return _initialized
+    return _initialized and not _is_in_bad_fork()
 
 
 def _is_in_bad_fork():
-    return False
+    """True in a process forked after its parent started the tpu runtime:
+    nothing there may use tpu (PyTorch then skips seeding tpu, too)."""
+    return _C._is_in_bad_fork()
 
 
 def is_available():

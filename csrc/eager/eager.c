@@ -419,6 +419,7 @@ static tpu_status_t apply_once(tpu_program *p, const tpu_eager_call *call, int k
 tpu_status_t tpu_eager_compile(const tpu_eager_call *call, const tpu_eager_out_meta *meta,
                                tpu_eager_entry **out_entry) {
   *out_entry = NULL;
+  TPU_RETURN_IF_ERROR(tpu_runtime_check_fork()); /* before building, and before the caches' locks */
   const tpu_eager_op *op = call->op;
   tpu_program *p = NULL;
   TPU_RETURN_IF_ERROR(tpu_program_new(call, op->name, &p));

@@ -710,6 +710,7 @@ static uint64_t splitmix64(uint64_t x) {
 
 tpu_status_t tpu_eager_execute(const tpu_eager_entry *e, const tpu_eager_call *call,
                                tpu_storage *const *new_outputs) {
+  TPU_RETURN_IF_ERROR(tpu_runtime_check_fork()); /* before the scalar cache's lock */
   tpu_stats_add(TPU_STAT_OPS, 1);
   if (e->num_results == 0) return NULL;
   tpu_runtime *rt = tpu_eager_runtime();

@@ -186,6 +186,8 @@ tpu_status_t tpu_compile_cached(tpu_runtime *rt, const char *mlir, size_t size, 
                                 bool *out_loaded) {
   *out_exe = NULL;
   *out_loaded = false;
+  /* In a forked child every load would fail and remove a good entry. */
+  TPU_RETURN_IF_ERROR(tpu_runtime_check_fork());
   char dir[PATH_MAX];
   pthread_mutex_lock(&g_lock);
   snprintf(dir, sizeof dir, "%s", g_dir);

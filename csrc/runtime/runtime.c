@@ -1,13 +1,15 @@
 /* The PJRT runtime: plugin loading, client, buffers, compile and execute.
  *
- * Every PJRT call goes through call(), which checks that the plugin's table
- * has the slot, and every PJRT_Error* is turned into a status by
- * from_pjrt(), the one place that destroys them. */
+ * Every PJRT call goes through CALL(), which checks that the plugin's table
+ * has the slot and that this process may call the plugin at all (see fork
+ * below), and every PJRT_Error* is turned into a status by from_pjrt(), the
+ * one place that destroys them. */
 
 #include "runtime/runtime.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,11 +154,42 @@ static tpu_status_t from_pjrt(const PJRT_Api *api, PJRT_Error *err, const char *
   return st;
 }
 
-/* Calls |slot| with |args| when the plugin provides it. */
-#define CALL(api, slot, args, what)                                                     \
-  (TPU_PJRT_HAS(api, slot)                                                              \
-       ? from_pjrt((api), (api)->slot(args), (what))                                    \
-       : tpu_status_new(TPU_ERR_UNAVAILABLE, "%s: the PJRT plugin does not provide %s", \
+/* --- fork -----------------------------------------------------------------
+ * fork() copies only the calling thread. The plugin's client runs threads of
+ * its own (XLA's thread pools, the CPU client's async work queue), which the
+ * child does not have, and locks they held stay held there: a child that
+ * calls the plugin waits forever. So a child forked after a runtime was
+ * created (in this process or an ancestor) is marked, by a pthread_atfork
+ * handler registered on the first tpu_runtime_create, and CALL() refuses
+ * every plugin call there at once; releases free host memory only (the
+ * plugin's memory belongs to the parent's copy). Atomic flags, so the
+ * handler is async-signal-safe. */
+static atomic_bool g_created;
+static atomic_bool g_forked;
+static pthread_once_t g_fork_watch = PTHREAD_ONCE_INIT;
+
+static void mark_forked_child(void) {
+  if (atomic_load_explicit(&g_created, memory_order_relaxed))
+    atomic_store_explicit(&g_forked, true, memory_order_relaxed);
+}
+static void watch_forks(void) { pthread_atfork(NULL, NULL, mark_forked_child); }
+
+bool tpu_runtime_in_forked_child(void) { return atomic_load_explicit(&g_forked, memory_order_relaxed); }
+
+tpu_status_t tpu_runtime_check_fork(void) {
+  if (!tpu_runtime_in_forked_child()) return NULL;
+  return tpu_status_new(TPU_ERR_RUNTIME,
+                        "Cannot re-initialize tpu in forked subprocess. To use tpu with multiprocessing, "
+                        "you must use the 'spawn' start method");
+}
+
+/* Calls |slot| with |args| when the plugin provides it (and this process may
+ * call the plugin). */
+#define CALL(api, slot, args, what)                                                        \
+  (tpu_runtime_in_forked_child() ? tpu_runtime_check_fork()                                \
+   : TPU_PJRT_HAS(api, slot)                                                               \
+       ? from_pjrt((api), (api)->slot(args), (what))                                       \
+       : tpu_status_new(TPU_ERR_UNAVAILABLE, "%s: the PJRT plugin does not provide %s",    \
                         (what), #slot))
 
 static char *dup_n(const char *s, size_t n) {
@@ -250,6 +283,10 @@ tpu_status_t tpu_runtime_create(const tpu_runtime_options *opts, tpu_runtime **o
   *out_rt = NULL;
   if (opts == NULL || opts->plugin_path == NULL)
     return tpu_status_new(TPU_ERR_VALUE, "tpu_runtime_create: no plugin path given");
+  /* Before the plugin is loaded: loading may start its threads. */
+  pthread_once(&g_fork_watch, watch_forks);
+  atomic_store_explicit(&g_created, true, memory_order_relaxed);
+  TPU_RETURN_IF_ERROR(tpu_runtime_check_fork());
   const PJRT_Api *api = NULL;
   TPU_RETURN_IF_ERROR(load_api(opts->plugin_path, &api));
 
@@ -708,6 +745,8 @@ static void pending_push(tpu_runtime *rt, int device, PJRT_Event *ev) {
 }
 
 tpu_status_t tpu_runtime_synchronize(tpu_runtime *rt, int device) {
+  /* Before the lock, which a launching thread of the parent may have held. */
+  TPU_RETURN_IF_ERROR(tpu_runtime_check_fork());
   pthread_mutex_lock(&rt->lock);
   for (int d = 0; d < rt->num_devices; d++) {
     if (device >= 0 && d != device) continue;
@@ -769,6 +808,10 @@ tpu_marker *tpu_marker_record(tpu_runtime *rt, int device) {
   m->api = rt->api;
   m->refs = 1;
   m->made_ns = now_ns();
+  if (tpu_runtime_in_forked_child()) { /* this process launched nothing */
+    marker_reach(m);
+    return m;
+  }
   /* The newest launch still in flight finishes after all earlier ones (one
    * in-order queue per device); programs run inline were done at launch.
    * The lock keeps the event alive while the callback is attached. */
@@ -827,6 +870,7 @@ void tpu_marker_release(tpu_marker *m) {
 }
 
 tpu_status_t tpu_runtime_register_ffi(tpu_runtime *rt, const char *name, void *handler) {
+  TPU_RETURN_IF_ERROR(tpu_runtime_check_fork());
   const PJRT_FFI_Extension *ffi = NULL;
   for (const PJRT_Extension_Base *e = rt->api->extension_start; e != NULL; e = e->next)
     if (e->type == TPU_PJRT_EXTENSION_FFI) ffi = (const PJRT_FFI_Extension *)e;

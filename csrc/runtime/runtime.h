@@ -9,7 +9,14 @@
  * destroyed while buffers or executables made from it live (the plugin's
  * shared object is never unloaded). Buffers and executables are owned by
  * whoever received them through an |out_| parameter and are released with
- * their _destroy function. All functions are thread-safe. */
+ * their _destroy function. All functions are thread-safe.
+ *
+ * Fork: the plugin's threads do not survive fork(). In a child forked after
+ * a runtime was created, every function that would call the plugin returns
+ * the status of tpu_runtime_check_fork() at once (tpu_runtime_create too),
+ * releases free only host memory, and markers are reached when recorded.
+ * Queries of what the runtime learnt at creation (device count, names) still
+ * answer. A process forked before any runtime was created may create one. */
 #ifndef TPU_RUNTIME_RUNTIME_H_
 #define TPU_RUNTIME_RUNTIME_H_
 
@@ -35,6 +42,14 @@ typedef struct tpu_runtime_options {
 } tpu_runtime_options;
 
 void tpu_runtime_options_init(tpu_runtime_options *opts);
+
+/* Whether this process was forked after a runtime was created (by it or by
+ * an ancestor): then it must not call the plugin. */
+bool tpu_runtime_in_forked_child(void);
+/* NULL, or in such a child a TPU_ERR_RUNTIME status: "Cannot re-initialize
+ * tpu in forked subprocess. To use tpu with multiprocessing, you must use
+ * the 'spawn' start method" (CUDA's words for the same limit). */
+tpu_status_t tpu_runtime_check_fork(void) TPU_MUST_USE;
 
 /* Loads the plugin and creates its client. On failure nothing is left
  * allocated except a plugin that was already dlopen'ed (never unloaded). */

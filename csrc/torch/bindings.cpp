@@ -79,6 +79,7 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_start", []() { runtime(); });
   m.def("_started", []() { return runtime_started(); });
+  m.def("_is_in_bad_fork", []() { return tpu_runtime_in_forked_child(); });
   m.def("_device_count", []() { return device_count_or_zero(); });
   m.def("_current_device", []() { return static_cast<int>(current_device()); });
   m.def("_set_device", [](int index) { set_current_device(static_cast<c10::DeviceIndex>(index)); });

@@ -3,6 +3,7 @@
 #include "torch/tpu_torch.h"
 
 #include <c10/util/Exception.h>
+#include <torch/csrc/utils/device_lazy_init.h>
 
 #include <mutex>
 
@@ -72,7 +73,10 @@ void throw_status(tpu_status_t st, const char* context) {
 
 tpu_runtime* runtime() {
   std::lock_guard<std::mutex> lock(g_runtime_mutex);
-  if (g_runtime != nullptr) return g_runtime;
+  if (g_runtime != nullptr) {
+    TPU_CHECK(tpu_runtime_check_fork());  // a child forked after the start cannot use it
+    return g_runtime;
+  }
   TORCH_CHECK(g_runtime_error.empty(), g_runtime_error);
   TORCH_CHECK(!g_plugin_path.empty(),
               "torchtpu has no PJRT plugin configured: import torchtpu before using the tpu device");
@@ -95,6 +99,10 @@ tpu_runtime* runtime() {
     tpu_status_free(st);
   }
   g_runtime = rt;
+  // PyTorch's own mark of a bad fork: a forked child forgets that the device
+  // was initialized, so its first tpu factory calls torch.tpu._lazy_init
+  // again, which raises there.
+  torch::utils::register_fork_handler_for_device_init(c10::DeviceType::PrivateUse1);
   return rt;
 }
 
@@ -104,6 +112,11 @@ bool runtime_started() noexcept {
 }
 
 int device_count_or_zero() noexcept {
+  {
+    // Known since the start: it answers in a forked child too, as CUDA's does.
+    std::lock_guard<std::mutex> lock(g_runtime_mutex);
+    if (g_runtime != nullptr) return tpu_runtime_device_count(g_runtime);
+  }
   try {
     return tpu_runtime_device_count(runtime());
   } catch (...) {

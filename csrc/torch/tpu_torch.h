@@ -35,9 +35,11 @@ void configure(const std::string& plugin_path, const std::string& platform, int 
                const std::string& error, const std::string& cache_dir, int64_t cache_max_bytes,
                const std::string& kernels);
 // The runtime of this process, created on first use from the plugin chosen
-// at import (torchtpu._C._configure). Throws if it cannot be created.
+// at import (torchtpu._C._configure). Throws if it cannot be created, and
+// in a child forked after it was (tpu_runtime_check_fork's RuntimeError).
 tpu_runtime* runtime();
-// The device count, or 0 when the runtime cannot start (never throws).
+// The device count, or 0 when the runtime cannot start (never throws; a
+// forked child gets its parent's count).
 int device_count_or_zero() noexcept;
 // Whether the runtime has started (a tpu tensor or query made it).
 bool runtime_started() noexcept;

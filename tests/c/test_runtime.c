@@ -1,11 +1,13 @@
 /* Runtime tests on the real PJRT plugin: loading (and failing to), buffers
  * (zero-size too), compile errors as statuses, execution, donation, async
- * synchronization, serialization; a product re-run on an argument rewritten
- * in place or at a recycled address reads the new values. */
+ * synchronization, serialization, a forked child; a product re-run on an
+ * argument rewritten in place or at a recycled address reads the new values. */
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "base/stats.h"
 #include "check.h"
@@ -326,6 +328,71 @@ static void test_rerun_on_rewritten_arguments(void) {
   tpu_executable_destroy(rt, halve_exe);
 }
 
+/* Whether |st| is the forked child's refusal (and frees it). */
+static bool refused_in_child(tpu_status_t st) {
+  bool ok = st != NULL && tpu_status_code(st) == TPU_ERR_RUNTIME &&
+            strstr(tpu_status_message(st), "Cannot re-initialize tpu in forked subprocess") != NULL;
+  tpu_status_free(st);
+  return ok;
+}
+
+/* A child forked after the runtime started must not call the plugin, whose
+ * threads stayed in the parent (it waited forever): every call fails at
+ * once, releases free host memory only, a marker is reached when recorded,
+ * and what the runtime learnt at creation still answers. The parent goes on.
+ * An alarm turns a hang in the child into a failure. */
+static void test_fork(void) {
+  CHECK(!tpu_runtime_in_forked_child());
+  CHECK(tpu_runtime_check_fork() == NULL);
+  float x[4] = {1, 2, 3, 4}, y[4] = {0};
+  int64_t dims = 4;
+  tpu_buffer *buf = NULL, *out = NULL;
+  tpu_executable *exe = NULL;
+  CHECK_OK(tpu_buffer_from_host(rt, 0, x, TPU_F32, &dims, 1, &buf));
+  CHECK_OK(tpu_executable_compile(rt, kDouble, strlen(kDouble), &exe));
+  CHECK_OK(tpu_executable_execute(rt, exe, 0, &buf, 1, NULL, true, &out));
+  pid_t pid = fork();
+  if (pid == 0) {
+    alarm(30);
+    int bad = 0;
+    tpu_buffer *b = NULL;
+    tpu_executable *e = NULL;
+    tpu_runtime *r = NULL;
+    bad += !tpu_runtime_in_forked_child();
+    bad += !refused_in_child(tpu_runtime_check_fork());
+    bad += !refused_in_child(tpu_runtime_synchronize(rt, -1));
+    bad += !refused_in_child(tpu_buffer_to_host(rt, out, y, sizeof y));
+    bad += !refused_in_child(tpu_buffer_await(rt, out));
+    bad += !refused_in_child(tpu_buffer_from_host(rt, 0, x, TPU_F32, &dims, 1, &b));
+    bad += !refused_in_child(tpu_buffer_uninitialized(rt, 0, TPU_F32, &dims, 1, &b));
+    bad += !refused_in_child(tpu_executable_compile(rt, kDouble, strlen(kDouble), &e));
+    bad += !refused_in_child(tpu_executable_execute(rt, exe, 0, &buf, 1, NULL, true, &b));
+    tpu_runtime_options o;
+    tpu_runtime_options_init(&o);
+    o.plugin_path = test_plugin_path();
+    bad += !refused_in_child(tpu_runtime_create(&o, &r));
+    bad += b != NULL || e != NULL || r != NULL;
+    tpu_marker *m = tpu_marker_record(rt, 0);
+    bad += m == NULL || !tpu_marker_done(m);
+    tpu_marker_release(m);
+    bad += tpu_runtime_device_count(rt) != 1 || strcmp(tpu_runtime_platform_name(rt), "cpu") != 0;
+    tpu_buffer_destroy(rt, out);
+    tpu_buffer_destroy(rt, buf);
+    tpu_executable_destroy(rt, exe);
+    _exit(bad);
+  }
+  int status = -1;
+  CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  CHECK(!tpu_runtime_in_forked_child());
+  CHECK_OK(tpu_buffer_to_host(rt, out, y, sizeof y));
+  CHECK(y[0] == 2 && y[3] == 8);
+  CHECK_OK(tpu_runtime_synchronize(rt, -1));
+  tpu_buffer_destroy(rt, out);
+  tpu_buffer_destroy(rt, buf);
+  tpu_executable_destroy(rt, exe);
+}
+
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "rerun") == 0) { /* the recycled-address run */
     rt = test_runtime_create();
@@ -344,6 +411,7 @@ int main(int argc, char **argv) {
   RUN(test_donation);
   RUN(test_markers);
   RUN(test_rerun_on_rewritten_arguments);
+  RUN(test_fork);
   tpu_runtime_destroy(rt);
   return check_failures ? 1 : 0;
 }
