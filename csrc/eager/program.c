@@ -597,7 +597,10 @@ tpu_status_t tpu_program_finish(tpu_program *p, tpu_eager_entry **out_entry) {
     TPU_GOTO_IF_ERROR(st, tpu_hlo_finish(b, values, n, &text), fail);
     dump_program(p->name, tpu_hash64(text, strlen(text), 0), text);
     bool loaded = false;
-    st = tpu_compile_cached(tpu_eager_runtime(), text, strlen(text), &e->exe, &loaded);
+    tpu_compile_options options;
+    tpu_compile_options_init(&options);
+    options.max_rank = tpu_hlo_max_rank(b);
+    st = tpu_compile_cached(tpu_eager_runtime(), text, strlen(text), &options, &e->exe, &loaded);
     if (st != NULL) {
       st = tpu_status_annotate(st, "%s: compiling its program", p->name);
       goto fail;

@@ -27,8 +27,8 @@ extern "C" {
 typedef struct tpu_view {
   tpu_dtype_t dtype;
   int rank;
-  int64_t sizes[TPU_HLO_MAX_RANK];
-  int64_t strides[TPU_HLO_MAX_RANK]; /* in elements of dtype */
+  int64_t sizes[TPU_MAX_TENSOR_RANK];
+  int64_t strides[TPU_MAX_TENSOR_RANK]; /* in elements of dtype */
   int64_t offset;                    /* in elements of dtype */
 } tpu_view;
 

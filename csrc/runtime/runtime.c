@@ -61,6 +61,16 @@ static const char *const kCpuOverrides[][2] = {
     {"xla_cpu_experimental_ynn_fusion_type", "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT,LIBRARY_FUSION_TYPE_REDUCE"},
 };
 
+/* YNNPACK's runtime crashed (a stack overflow or a segfault in its pipeline
+ * builder, when a program first ran) on reductions and dots over more than 8
+ * dims once they held some 2^15 elements: [4]*9 summed over one dim, a batch
+ * of 2^7 16x16 matrices as [2]*7 + [16, 16] in linalg.solve. Merging dims
+ * with reshapes does not help, since XLA folds a reshape into the reduction
+ * it feeds (a 9-d tensor flattened and summed is a 9-d reduction again), so
+ * a program with any value of more dims is compiled without the overrides:
+ * XLA's own emitters, which take any rank. */
+#define CPU_OVERRIDES_MAX_RANK 8
+
 static void put_varint(tpu_strbuf *sb, uint64_t v) {
   do {
     uint8_t byte = (uint8_t)(v & 0x7f);
@@ -518,9 +528,26 @@ fail:
   return st;
 }
 
+void tpu_compile_options_init(tpu_compile_options *o) { *o = (tpu_compile_options){.max_rank = 0}; }
+
+/* Whether a program compiles without the XLA option overrides. */
+static bool without_overrides(const tpu_compile_options *options) {
+  return options != NULL && options->max_rank > CPU_OVERRIDES_MAX_RANK;
+}
+
+const char *tpu_runtime_compile_options_for(const tpu_runtime *rt, const tpu_compile_options *options,
+                                            size_t *out_size) {
+  if (without_overrides(options)) {
+    *out_size = sizeof kCompileOptions;
+    return kCompileOptions;
+  }
+  return tpu_runtime_compile_options(rt, out_size);
+}
+
 tpu_status_t tpu_executable_compile(tpu_runtime *rt, const char *mlir, size_t size,
-                                    tpu_executable **out_exe) {
+                                    const tpu_compile_options *options, tpu_executable **out_exe) {
   *out_exe = NULL;
+  const bool plain = without_overrides(options);
   PJRT_Program program = {
       .struct_size = TPU_PJRT_SIZE(PJRT_Program, format_size),
       .code = (char *)mlir,
@@ -532,13 +559,13 @@ tpu_status_t tpu_executable_compile(tpu_runtime *rt, const char *mlir, size_t si
       .struct_size = TPU_PJRT_SIZE(PJRT_Client_Compile_Args, executable),
       .client = rt->client,
       .program = &program,
-      .compile_options = rt->compile_options.data,
-      .compile_options_size = rt->compile_options.len,
+      .compile_options = plain ? kCompileOptions : rt->compile_options.data,
+      .compile_options_size = plain ? sizeof kCompileOptions : rt->compile_options.len,
   };
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   tpu_status_t st = CALL(rt->api, PJRT_Client_Compile, &a, "XLA compilation failed");
-  if (st != NULL && rt->compile_options.len > sizeof kCompileOptions &&
+  if (st != NULL && !plain && rt->compile_options.len > sizeof kCompileOptions &&
       strstr(tpu_status_message(st), kCpuOverrides[0][0]) != NULL) {
     /* An older plugin without the option: drop the overrides for good. */
     tpu_status_free(st);

@@ -34,7 +34,7 @@ namespace {
 // Per-call scratch: everything the C call description points into.
 struct CallScratch {
   c10::SmallVector<tpu_eager_arg, 8> args;
-  std::vector<tpu_tensor_ref> refs;          // list items
+  c10::SmallVector<tpu_tensor_ref, 0> refs;  // list items (filled in place: see fill_tensor_ref)
   std::vector<tpu_dtype_t> item_dtypes;
   std::vector<int> item_ranks;
   std::vector<const int64_t*> item_sizes;
@@ -63,25 +63,27 @@ tpu_hlo_precision_t matmul_precision() {
               static_cast<int>(device), " and ", t.device(), "!");
 }
 
-// Describes tensor |t| for C. CPU tensors are allowed only as 0-dim scalars.
-tpu_tensor_ref describe(const at::Tensor& t, c10::DeviceIndex& device) {
+// Describes tensor |t| for C into |r|. CPU tensors are allowed only as 0-dim
+// scalars.
+void describe(const at::Tensor& t, c10::DeviceIndex& device, tpu_tensor_ref& r) {
   if (!t.defined()) {
-    tpu_tensor_ref none{};
-    none.view.dtype = TPU_INVALID;
-    return none;
+    r = tpu_tensor_ref{};
+    r.view.dtype = TPU_INVALID;
+    return;
   }
   if (t.device().type() == c10::DeviceType::PrivateUse1) {
     if (device < 0) device = t.device().index();
     else if (t.device().index() != device) device_mismatch(t, device);
-    return tensor_ref(t);
+    fill_tensor_ref(t, r);
+    return;
   }
   if (t.device().is_cpu() && t.dim() == 0) {
-    tpu_tensor_ref r{};
+    r = tpu_tensor_ref{};
     r.view.dtype = to_tpu(t.scalar_type());
     TORCH_CHECK(r.view.dtype != TPU_INVALID, "tpu does not support dtype ", t.scalar_type());
     r.host_scalar = t.const_data_ptr();
     r.wrapped_number = t.unsafeGetTensorImpl()->is_wrapped_number();
-    return r;
+    return;
   }
   device_mismatch(t, device < 0 ? 0 : device);
 }
@@ -128,7 +130,7 @@ void describe_call(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs, CallScrat
     switch (schema_args[i]) {
       case ArgType::kTensor: {
         const at::Tensor& t = v.toTensor();
-        a.tensor = describe(t, device);
+        describe(t, device, a.tensor);
         l.kind = a.tensor.view.dtype == TPU_INVALID ? TPU_ARG_NONE : TPU_ARG_TENSOR;
         l.dtype = a.tensor.view.dtype;
         l.wrapped_number = a.tensor.wrapped_number;
@@ -137,12 +139,15 @@ void describe_call(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs, CallScrat
       }
       case ArgType::kTensorList: {
         l.kind = TPU_ARG_TENSOR_LIST;
-        sc.spans[i].begin = sc.refs.size();
+        const size_t begin = sc.refs.size();
+        sc.spans[i].begin = begin;
+        sc.refs.resize_for_overwrite(begin + v.toListRef().size());
+        size_t k = begin;
         if (v.isTensorList()) {
-          for (const at::Tensor& t : v.toTensorList()) sc.refs.push_back(describe(t, device));
+          for (const at::Tensor& t : v.toTensorList()) describe(t, device, sc.refs[k++]);
         } else {
           for (const c10::IValue& item : v.toListRef())
-            sc.refs.push_back(item.isNone() ? describe(at::Tensor(), device) : describe(item.toTensor(), device));
+            describe(item.isNone() ? at::Tensor() : item.toTensor(), device, sc.refs[k++]);
         }
         l.n = static_cast<int>(sc.refs.size() - sc.spans[i].begin);
         break;
@@ -342,7 +347,7 @@ void fill_meta(const at::Tensor& t, tpu_eager_out_meta& m) {
   }
   m.dtype = to_tpu(t.scalar_type());
   TORCH_CHECK(m.dtype != TPU_INVALID, "tpu does not support dtype ", t.scalar_type());
-  TORCH_CHECK(t.dim() <= TPU_HLO_MAX_RANK, "tpu supports at most ", TPU_HLO_MAX_RANK, " dimensions");
+  check_rank(t.dim());
   m.rank = static_cast<int>(t.dim());
   bool dense = t.is_non_overlapping_and_dense();
   auto contiguous = c10::contiguous_strides(t.sizes());

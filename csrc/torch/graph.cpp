@@ -193,7 +193,7 @@ void decode(tpu_hlo_builder* b, const py::tuple& spec, size_t i, NodeArgs& na) {
 
 tpu_eager_out_meta out_meta(tpu_dtype_t dtype, const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
   tpu_eager_out_meta m{};
-  TORCH_CHECK(sizes.size() <= TPU_HLO_MAX_RANK, "tpu supports at most ", TPU_HLO_MAX_RANK, " dimensions");
+  check_rank(static_cast<int64_t>(sizes.size()));
   m.dtype = dtype;
   m.rank = static_cast<int>(sizes.size());
   for (int i = 0; i < m.rank; i++) {
@@ -285,7 +285,7 @@ class GraphBuilder {
       }
       auto spec = o.cast<py::tuple>();
       auto sizes = spec[1].cast<std::vector<int64_t>>();
-      TORCH_CHECK(sizes.size() <= TPU_HLO_MAX_RANK, "tpu supports at most ", TPU_HLO_MAX_RANK, " dimensions");
+      check_rank(static_cast<int64_t>(sizes.size()));
       types.push_back(tpu_hlo_make_type(dtype_of(spec[0]), static_cast<int>(sizes.size()), sizes.data()));
     }
     std::vector<tpu_hlo_value> values(types.size(), TPU_HLO_NONE);
