@@ -293,13 +293,13 @@ class GraphBuilder {
     std::string full = "aten::" + op;
     TPU_CHECK(tpu_program_apply(program_, rule, full.c_str(), static_cast<int>(n), na.args.data(), NodeArgs::fetch,
                                 &na, common_dtype, matmul_precision(), static_cast<int>(types.size()), types.data(),
-                                values.data()));
+                                values.data(), nullptr));
     return std::vector<int>(values.begin(), values.end());
   }
 
   // The value of a graph input read with another geometry (as_strided on an
   // input views its storage, not its contiguous value).
-  void write(int i, int value, bool donate) { tpu_program_write(program_, i, -1, value, donate); }
+  void write(int i, int value, bool donate) { tpu_program_write(program_, i, -1, value, donate, false); }
 
   void output(int index, int value, py::object dtype, const std::vector<int64_t>& sizes,
               const std::vector<int64_t>& strides) {

@@ -197,7 +197,7 @@ static void check_view_in(const tpu_view *v, bool writable, int rank, const int6
     tpu_hlo_value seq = tpu_hlo_convert(b, tpu_hlo_iota(b, &it, 0), TPU_F32);
     seq = tpu_hlo_reshape(b, seq, v->rank, v->sizes);
     tpu_hlo_value val = tpu_hlo_binary(b, TPU_HLO_ADD, tpu_hlo_const_f64(b, &vt, 1000.0), seq);
-    tpu_hlo_value w = tpu_hlo_view_write(b, s, v, val);
+    tpu_hlo_value w = tpu_hlo_view_write(b, s, v, val, false);
     /* A whole-storage write is the value in the view's shape, else 1-D. */
     int64_t flat_n = N;
     tpu_hlo_type want = tpu_view_is_whole(v, N * sizeof(float)) ? vt : tpu_hlo_make_type(TPU_F32, 1, &flat_n);
