@@ -323,6 +323,18 @@ def test_lu_nan_pivots_stay_in_range(no_fallbacks):
     assert ((piv.cpu() >= 1) & (piv.cpu() <= 3)).all() and lu.cpu().isnan().any()
 
 
+@pytest.mark.parametrize("name", ["solve", "inv", "matrix_exp"])
+def test_high_rank_batches(no_fallbacks, name):
+    """Matrices in a batch of 7 dims, 9 in all: the factorizations' products
+    over the batch are dots of 9-d operands, which crashed XLA's YNNPACK
+    (programs with values of more than 8 dims now compile without it)."""
+    a = make((2,) * 7 + (16, 16), torch.float32) / 16 + torch.eye(16)
+    b = make((2,) * 7 + (16, 4), torch.float32, 1)
+    fn = {"solve": torch.linalg.solve, "inv": lambda a, b: torch.linalg.inv(a),
+          "matrix_exp": lambda a, b: torch.linalg.matrix_exp(a)}[name]
+    compare(fn, a, b, rtol=1e-4, atol=1e-4)
+
+
 def test_lu_without_pivoting_error():
     with pytest.raises(RuntimeError, match="LU without pivoting is not implemented on the CPU"):
         torch.linalg.lu_factor(make((3, 3), torch.float32).to("tpu"), pivot=False)

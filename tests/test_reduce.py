@@ -3,6 +3,8 @@ with indices, statistics, norms, logical reductions, softmax and cumulative
 ops, over every kind of dims argument, layouts, dtypes, edge values, out= and
 in-place overloads, and gradients through autograd."""
 import math
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -843,3 +845,73 @@ class TestBackwardThroughOtherFamilies:
 
     def test_cumsum(self):
         compare_grad(lambda x: x.cumsum(1), make(SHAPE))
+
+
+# --- high ranks -----------------------------------------------------------------------------
+
+
+def high_rank(rank):
+    """A CPU tensor of |rank| dims with enough elements (2^15 and more) for
+    XLA's CPU compiler to hand its reductions to YNNPACK: 4s up to 9 dims, 2s
+    up to 16, beyond that fifteen 2s among 1s."""
+    if rank <= 9:
+        shape = [4] * rank
+    elif rank <= 16:
+        shape = [2] * rank
+    else:
+        shape = [1] * rank
+        for i in range(15):
+            shape[i * rank // 15] = 2
+    return torch.randn(shape, generator=torch.Generator().manual_seed(rank))
+
+
+def dim_patterns(x):
+    """One dim in the middle, every other dim of size > 1, and all dims."""
+    moving = [i for i in range(x.dim()) if x.shape[i] > 1]
+    return [(moving[len(moving) // 2],), tuple(moving[::2]), tuple(range(x.dim()))]
+
+
+HIGH_RANK_REDUCTIONS = {
+    "sum": lambda x, d: x.sum(d),
+    "sum_keepdim": lambda x, d: x.sum(d, keepdim=True),
+    "mean": lambda x, d: x.mean(d),
+    "amax": lambda x, d: x.amax(d),
+    "amin": lambda x, d: x.amin(d),
+    "prod": lambda x, d: (1 + 0.001 * x).prod(d[0]) if len(d) == 1 else (1 + 0.001 * x).prod(),
+    "var": lambda x, d: x.var(d),
+    "std": lambda x, d: x.std(d, correction=0),
+    "norm": lambda x, d: torch.linalg.vector_norm(x, dim=d),
+    "logsumexp": lambda x, d: torch.logsumexp(x, d),
+    "argmax": lambda x, d: x.argmax(d[0]) if len(d) == 1 else x.argmax(),
+    "max_dim": lambda x, d: x.max(d[0]),
+    "any": lambda x, d: (x > 2.5).any(d),
+    "all": lambda x, d: (x > -2.5).all(d),
+    "cumsum": lambda x, d: x.cumsum(d[0]),
+    "cumprod": lambda x, d: (1 + 0.001 * x).cumprod(d[-1]),
+    "softmax": lambda x, d: x.softmax(d[0]),
+}
+
+
+@pytest.mark.usefixtures("no_fallbacks")
+@pytest.mark.parametrize("family", sorted(HIGH_RANK_REDUCTIONS))
+@pytest.mark.parametrize("rank", [9, 15, 64])
+def test_high_rank_reductions(family, rank):
+    """Every reduction family up to PyTorch's 64 dims. XLA's YNNPACK
+    reductions crashed on more than 8 dims (the runtime compiles such programs
+    without them), and tpu refused more than 16."""
+    x = high_rank(rank)
+    for dims in dim_patterns(x):
+        compare(HIGH_RANK_REDUCTIONS[family], x, dims, rtol=1e-4, atol=1e-3)
+
+
+def test_high_rank_reduction_in_a_process():
+    """The report: summing one dim of a [2] * 15 tensor segfaulted inside
+    YNNPACK, and so did a flattened [2] * 16 tensor's sum (XLA folds the
+    flattening into the reduction)."""
+    code = ("import torch, torchtpu\n"
+            "x = torch.randn([2] * 15)\n"
+            "torch.testing.assert_close(x.to('tpu').sum(dim=3).cpu(), x.sum(dim=3))\n"
+            "x = torch.randn([2] * 16)\n"
+            "torch.testing.assert_close(x.to('tpu').flatten().sum().cpu(), x.sum(), rtol=1e-4, atol=1e-3)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]

@@ -1,5 +1,7 @@
 """PyTorch's storage and aliasing semantics on tpu: writes through every kind
 of view are seen by every alias, exactly as on CPU."""
+import warnings
+
 import pytest
 import torch
 
@@ -158,6 +160,149 @@ class TestIndexWrites:
             y[y % 3 == 0] = torch.arange(8.0).to(d)
             return x, y
         both(f)
+
+
+def both_warning(fn):
+    """both(fn), and fn warns the same on tpu as on CPU (the messages' first
+    sentences: PyTorch adds where it was triggered)."""
+    said = {}
+    for device in ("cpu", "tpu"):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            said[device] = fn(device)
+        said[device + " warnings"] = [str(w.message).split(" (Triggered")[0] for w in caught]
+    torch.testing.assert_close(to_cpu(said["tpu"]), said["cpu"], equal_nan=True, rtol=0, atol=0)
+    assert said["tpu warnings"] == said["cpu warnings"]
+    return said["cpu warnings"]
+
+
+def expanded(device, values, *sizes, dtype=torch.float32):
+    """A base tensor of |values| and a view of it expanded to |sizes|."""
+    b = torch.tensor(values, dtype=dtype).to(device)
+    return b, b.expand(*sizes)
+
+
+OVERLAP = "more than one element of the written-to tensor refers to a single memory location"
+
+
+@pytest.mark.usefixtures("no_fallbacks")
+class TestExpandedWrites:
+    """Writes into an expanded view, whose elements share memory locations.
+    PyTorch's CPU kernels of the fills and of the indexing writes take them
+    (the latter with a deprecation warning) and write element by element, so
+    a location ends with the last write that changed it, or the sum of
+    index_put_'s accumulations; every other in-place op refuses them."""
+
+    def test_fills(self):
+        def f(d):
+            a, x = expanded(d, [1.0, 2.0, 3.0], 4, 3)
+            x.fill_(2)
+            b, y = expanded(d, [[1.0], [2.0]], 2, 5)
+            y.zero_()
+            c, z = expanded(d, [-0.0, 0.0, 1.0], 2, 3)
+            z.fill_(-0.0)
+            assert z.cpu().signbit().all()
+            e, w = expanded(d, [[1.0, 2.0, 3.0]], 3, 3)
+            w.tril_()
+            g, v = expanded(d, [[1.0], [2.0], [3.0]], 3, 4)
+            v.triu_(1)
+            h, u = expanded(d, [1.0, -1.0, 3.0], 2, 3)
+            torch.nn.functional.threshold(u, 0.5, 9.0, inplace=True)
+            k, r = expanded(d, [1.0, 2.0], 3, 2)
+            r.conj_physical_()  # a no-op on real tensors
+            return a, b, c, e, g, h, k
+        assert both_warning(f) == []
+
+    def test_fill_with_a_host_tensor(self):
+        """fill_ with a tensor of another device takes its value, as a
+        number; on one device it copies, which refuses the overlap."""
+        a, x = expanded("tpu", [1.0, 2.0], 3, 2)
+        x.fill_(torch.tensor(5.0))
+        assert a.cpu().tolist() == [5.0, 5.0]
+        with pytest.raises(RuntimeError, match=OVERLAP):
+            x.fill_(torch.tensor(6.0, device="tpu"))
+
+    def test_masked_fill(self):
+        def f(d):
+            a, x = expanded(d, [0.0, 0.0, 0.0], 2, 3)
+            x.masked_fill_(torch.tensor([[True, False, False], [False, False, True]]).to(d), 5.0)
+            b, y = expanded(d, [[1.0, 2.0], [3.0, 4.0]], 3, 2, 2)
+            y.masked_fill_(torch.tensor([[False, True], [False, False]]).to(d), float("nan"))
+            return a, b
+        assert both_warning(f) == ["Use of masked_fill_ on expanded tensors is deprecated. Please clone() the "
+                                   "tensor before performing this operation. This also applies to advanced "
+                                   "indexing e.g. tensor[mask] = scalar"] * 2
+
+    def test_index_fill(self):
+        def f(d):
+            a, x = expanded(d, [0.0, 0.0, 0.0], 4, 3)
+            x.index_fill_(0, torch.tensor([1]).to(d), 7.0)  # the expanded dim: every location
+            b, y = expanded(d, [0, 0, 0], 4, 3, dtype=torch.int64)
+            y.index_fill_(1, torch.tensor([0, 2]).to(d), 7)
+            return a, b
+        assert len(both_warning(f)) == 2
+
+    @pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool])
+    def test_index_put_accumulates(self, dtype):
+        """Every row adds: [0, 2, 2] into 4 expanded rows adds each value 3 times."""
+        def f(d):
+            a, x = expanded(d, [0, 1, 0], 4, 3, dtype=dtype)
+            x.index_put_((torch.tensor([0, 2, 2]).to(d),), torch.tensor([1, 0, 1], dtype=dtype).to(d),
+                         accumulate=True)
+            b, y = expanded(d, [[[1]], [[2]], [[3]]], 3, 2, 2, dtype=dtype)
+            y.index_put_((torch.tensor([0, 2]).to(d), torch.tensor([1, 0]).to(d), torch.tensor([1, 1]).to(d)),
+                         torch.tensor([1, 1], dtype=dtype).to(d), accumulate=True)
+            return a, b
+        assert both_warning(f) == ["Use of index_put_ on expanded tensors is deprecated. Please clone() the tensor "
+                                   "before performing this operation. This also applies to advanced indexing e.g. "
+                                   "tensor[indices] = tensor"] * 2
+
+    def test_index_put(self):
+        def f(d):
+            a, x = expanded(d, [0.0, 0.0, 0.0], 4, 3)
+            x.index_put_((torch.tensor([0, 2]).to(d), torch.tensor([1, 1]).to(d)), torch.tensor([1.0, 2.0]).to(d))
+            b, y = expanded(d, [0.0, 0.0, 0.0], 2, 3)
+            y[torch.tensor([[True, False, False], [False, False, True]]).to(d)] = torch.tensor([4.0, 5.0]).to(d)
+            return a, b
+        assert len(both_warning(f)) == 2
+
+    def test_warns_on_every_call(self):
+        """The warning is the kernel's, not the compile's: a cached program warns too."""
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(3):
+                expanded("tpu", [0.0, 0.0], 2, 2)[1].masked_fill_(torch.tensor([True, False], device="tpu"), 1.0)
+        assert len(caught) == 3
+
+    @pytest.mark.parametrize("name,op", [
+        ("add_", lambda x, d: x.add_(1)),
+        ("mul_", lambda x, d: x.mul_(2)),
+        ("relu_", lambda x, d: x.relu_()),
+        ("copy_", lambda x, d: x.copy_(torch.ones(4, 3, device=d))),
+        ("copy_broadcast", lambda x, d: x.copy_(torch.ones(3, device=d))),
+        ("masked_scatter_", lambda x, d: x.masked_scatter_(torch.ones(4, 3, dtype=torch.bool, device=d),
+                                                           torch.arange(12.0, device=d))),
+        ("index_copy_", lambda x, d: x.index_copy_(0, torch.tensor([1], device=d), torch.ones(1, 3, device=d))),
+        ("index_add_", lambda x, d: x.index_add_(0, torch.tensor([1], device=d), torch.ones(1, 3, device=d))),
+        ("scatter_", lambda x, d: x.scatter_(0, torch.zeros(1, 3, dtype=torch.long, device=d), 5.0)),
+        ("put_", lambda x, d: x.put_(torch.tensor([0], device=d), torch.tensor([5.0], device=d))),
+        ("uniform_", lambda x, d: x.uniform_()),
+        ("fill_tensor", lambda x, d: x.fill_(torch.tensor(5.0, device=d))),
+        ("conj_physical_complex",
+         lambda x, d: torch.zeros(1, 3, dtype=torch.complex64, device=d).expand(4, 3).conj_physical_()),
+    ])
+    def test_other_in_place_ops_refuse(self, name, op):
+        for d in ("cpu", "tpu"):
+            x = torch.zeros(1, 3, device=d).expand(4, 3)
+            with pytest.raises(RuntimeError, match=OVERLAP):
+                op(x, d)
+
+    def test_blas_updates_refuse(self):
+        """The CPU's addmv_ and baddbmm_ skip the check inside BLAS, and what
+        they write depends on BLAS's order of work; tpu refuses them."""
+        x = torch.zeros(1, device="tpu").expand(3)
+        with pytest.raises(RuntimeError, match=OVERLAP):
+            x.addmv_(torch.ones(3, 2, device="tpu"), torch.ones(2, device="tpu"))
 
 
 class TestValues:

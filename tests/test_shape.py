@@ -332,3 +332,76 @@ def test_repeat_interleave_tensor_errors(no_fallbacks):
         with pytest.raises(Exception) as tpu:
             torch.repeat_interleave(repeats.to("tpu"), **kwargs)
         assert type(tpu.value) is type(cpu.value) and str(tpu.value) == str(cpu.value)
+
+
+# --- high ranks ------------------------------------------------------------------------
+
+
+def high_rank(rank):
+    """A CPU tensor of |rank| dims: fifteen 2s spread among 1s (2^15 elements)."""
+    shape = [1] * rank
+    for i in range(min(rank, 15)):
+        shape[i * rank // min(rank, 15)] = 2
+    return torch.randn(shape, generator=torch.Generator().manual_seed(rank))
+
+
+HIGH_RANK_OPS = {
+    "add": lambda x: x + 1,
+    "mul": lambda x: x * x,
+    "exp": torch.exp,
+    "where": lambda x: torch.where(x > 0, x, -x),
+    "broadcast": lambda x: x - x.sum(0, keepdim=True),
+    "to_half": lambda x: x.half(),
+    "to_long": lambda x: (x * 10).long(),
+    "add_": lambda x: x.clone().add_(x),
+    "permute": lambda x: x.permute(*reversed(range(x.dim()))).contiguous(),
+    "transpose": lambda x: x.transpose(0, -1) * 2,
+    "flip": lambda x: x.flip(0, -1),
+    "roll": lambda x: x.roll(1, 0),
+    "reshape": lambda x: x.reshape(-1, 2) * 1,
+    "view": lambda x: x.flatten().view(x.shape) + 1,
+    "expand": lambda x: x.sum(0, keepdim=True).expand(x.shape).contiguous(),
+    "slice": lambda x: x[1:] + 0,
+    "strided": lambda x: x[..., ::2] + 0,
+    "select": lambda x: x.select(-1, 0) + 0,
+    "squeeze": lambda x: x.squeeze() + 0,
+    "cat": lambda x: torch.cat([x, x], 0),
+    "copy_into_view": lambda x: torch.zeros_like(x).transpose(0, -1).copy_(x.transpose(0, -1)),
+    "setitem": lambda x: x.clone().index_fill_(0, torch.tensor([0], device=x.device), 5.0),
+    "masked_fill": lambda x: x.masked_fill(x > 0, 0.0),
+    "gather": lambda x: x.gather(0, torch.zeros_like(x, dtype=torch.long)),
+    "sort": lambda x: x.sort(-1)[0],
+    "pad": lambda x: F.pad(x, (1, 1)),
+    "nonzero": lambda x: (x > 1).nonzero(),
+    "masked_select": lambda x: x[x > 1],
+}
+
+
+@pytest.mark.parametrize("rank", [17, 64])
+@pytest.mark.parametrize("name", sorted(HIGH_RANK_OPS))
+def test_high_rank_ops(no_fallbacks, name, rank):
+    """Up to PyTorch's 64 dims; tpu refused more than 16."""
+    compare(HIGH_RANK_OPS[name], high_rank(rank))
+
+
+@pytest.mark.parametrize("rank", [17, 33, 64])
+def test_high_rank_copies(no_fallbacks, rank):
+    x = high_rank(rank)
+    assert torch.equal(x.to("tpu").cpu(), x)
+    assert torch.equal(x.transpose(0, -1).to("tpu").cpu(), x.transpose(0, -1))  # a non-contiguous source
+    t = torch.empty(x.transpose(0, -1).shape, device="tpu")
+    t.copy_(x.transpose(0, -1).to("tpu"))
+    assert torch.equal(t.cpu(), x.transpose(0, -1))
+
+
+def test_more_dims_than_64_is_an_error(no_fallbacks):
+    """PyTorch's reductions take 64 dims at most; tpu takes no more anywhere,
+    and says so (a 17-dim upload wrote past a 16-entry array before)."""
+    message = "tpu supports tensors of at most 64 dimensions, got 65"
+    with pytest.raises(RuntimeError, match=message):
+        torch.zeros([1] * 65).to("tpu")
+    t = torch.empty([1] * 65, device="tpu")
+    with pytest.raises(RuntimeError, match=message):
+        t.fill_(1.0)
+    with pytest.raises(RuntimeError, match=message):
+        torch.zeros([1] * 64, device="tpu").unsqueeze(0) + 1

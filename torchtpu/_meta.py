@@ -29,6 +29,11 @@ rules. multinomial's meta function checks the rank only, with its own
 words; the CPU kernel's checks are in the one here. max_pool2d's meta function reads the input's third-last size before
 checking its rank.
 
+cumsum's and cumprod's meta functions (PyTorch's decompositions) add a dim
+to their input, which PyTorch refuses for a tensor of 64 dims, the most its
+CPU kernels and tpu take. There they run on the one dim scanned, which gives
+the same checks and dtype, and the result takes the input's shape.
+
 multilabel_margin_loss_forward's meta function (PyTorch's decomposition)
 gives one sample (a 1-D target) an unreduced loss of size [1]; the CPU
 kernel's is 0-dim, as every other loss's. Its shape checks run first here,
@@ -290,3 +295,26 @@ def _repair_multilabel_margin_shape():
 
 
 _repair_multilabel_margin_shape()
+
+
+def _repair_cumulative_rank():
+    import torch._prims_common as utils
+    import torch._refs as refs
+
+    for name, ref in (("cumsum", refs.cumsum), ("cumprod", refs.cumprod)):
+        def meta(self, dim, *, dtype=None, ref=ref):
+            if self.dim() < 64:
+                return ref(self, dim, dtype=dtype)
+            dim = utils.canonicalize_dim(self.dim(), dim)
+            return self.new_empty(self.shape, dtype=ref(self.new_empty(self.shape[dim]), 0, dtype=dtype).dtype)
+
+        def out_meta(self, dim, *, dtype=None, out, ref=ref, meta=meta):
+            if self.dim() < 64:
+                return ref(self, dim, dtype=dtype, out=out)
+            return _with_out(meta, ("out",))(self, dim, dtype=dtype, out=out)
+
+        _LIB.impl(name, meta, "Meta")
+        _LIB.impl(name + ".out", out_meta, "Meta")
+
+
+_repair_cumulative_rank()

@@ -116,8 +116,8 @@ typedef struct tpu_eager_call {
 typedef struct tpu_eager_out_meta {
   tpu_dtype_t dtype;
   int rank;
-  int64_t sizes[TPU_HLO_MAX_RANK];
-  int64_t strides[TPU_HLO_MAX_RANK]; /* non-overlapping and dense */
+  int64_t sizes[TPU_MAX_TENSOR_RANK];
+  int64_t strides[TPU_MAX_TENSOR_RANK]; /* non-overlapping and dense */
 } tpu_eager_out_meta;
 
 typedef struct tpu_eager_entry tpu_eager_entry;
@@ -187,7 +187,8 @@ void tpu_storage_set(tpu_storage *s, tpu_buffer *buf, const tpu_hlo_type *type);
 tpu_hlo_type tpu_storage_type(const tpu_storage *s, tpu_dtype_t reader);
 /* The buffer type a dense write of a whole tensor of |sizes| gives its
  * storage: the sizes without their 1s, so that a gradient made as a view of
- * a [1, n] sum and one accumulated in place as [n] run the same programs. */
+ * a [1, n] sum and one accumulated in place as [n] run the same programs.
+ * |rank| is at most TPU_MAX_TENSOR_RANK (the glue refuses more). */
 tpu_hlo_type tpu_storage_dense_type(tpu_dtype_t dtype, int rank, const int64_t *sizes);
 /* Gives |s| a buffer of |dtype| elements if it has none (contents unspecified). */
 tpu_status_t tpu_storage_materialize(tpu_storage *s, tpu_dtype_t dtype) TPU_MUST_USE;

@@ -382,7 +382,7 @@ static tpu_hlo_value next_rng_state(tpu_program *p) {
 tpu_status_t tpu_program_apply(tpu_program *p, const tpu_lower_rule *rule, const char *op, int num_args,
                                const tpu_lower_arg *args, tpu_lower_fetch_fn fetch, void *user,
                                tpu_dtype_t common_dtype, tpu_hlo_precision_t precision, int num_outputs,
-                               const tpu_hlo_type *out_types, tpu_hlo_value *out_values) {
+                               const tpu_hlo_type *out_types, tpu_hlo_value *out_values, bool *out_writes_add) {
   tpu_lower_ctx c = {
       .b = p->b,
       .op = op,
@@ -400,6 +400,7 @@ tpu_status_t tpu_program_apply(tpu_program *p, const tpu_lower_rule *rule, const
   };
   if (rule->flags & TPU_RULE_RNG) c.rng_state = next_rng_state(p);
   TPU_RETURN_IF_ERROR(tpu_lower_run(rule, &c));
+  if (out_writes_add != NULL) *out_writes_add = c.writes_add;
   /* Checks that raise the same error share one flag: a graph of many
    * indexing ops waits for one result per kind of error. */
   for (int i = 0; i < c.num_checks; i++) {
@@ -424,7 +425,7 @@ tpu_status_t tpu_program_apply(tpu_program *p, const tpu_lower_rule *rule, const
   return NULL;
 }
 
-void tpu_program_write(tpu_program *p, int arg, int item, tpu_hlo_value value, bool donate) {
+void tpu_program_write(tpu_program *p, int arg, int item, tpu_hlo_value value, bool donate, bool adds) {
   int fi = tpu_flat_index(&p->flat, arg, item);
   if (fi < 0) return;
   const tpu_tensor_ref *ref = p->flat.refs[fi].ref;
@@ -438,7 +439,7 @@ void tpu_program_write(tpu_program *p, int arg, int item, tpu_hlo_value value, b
   if (cur == TPU_HLO_NONE) { /* the whole storage, unread: the value is the storage */
     nv = value;
   } else {
-    nv = tpu_hlo_view_write(p->b, cur, &ref->view, value);
+    nv = tpu_hlo_view_write(p->b, cur, &ref->view, value, adds);
   }
   p->slot_value[slot] = nv;
   if (!donate) p->slot_kept[slot] = true;
@@ -606,7 +607,10 @@ tpu_status_t tpu_program_finish(tpu_program *p, tpu_eager_entry **out_entry) {
     TPU_GOTO_IF_ERROR(st, tpu_hlo_finish(b, values, n, &text), fail);
     dump_program(p->name, tpu_hash64(text, strlen(text), 0), text);
     bool loaded = false;
-    st = tpu_compile_cached(tpu_eager_runtime(), text, strlen(text), &e->exe, &loaded);
+    tpu_compile_options options;
+    tpu_compile_options_init(&options);
+    options.max_rank = tpu_hlo_max_rank(b);
+    st = tpu_compile_cached(tpu_eager_runtime(), text, strlen(text), &options, &e->exe, &loaded);
     if (st != NULL) {
       st = tpu_status_annotate(st, "%s: compiling its program", p->name);
       goto fail;

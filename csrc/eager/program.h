@@ -43,11 +43,14 @@ tpu_hlo_value tpu_program_scalar_item(tpu_program *p, int arg, int item);
 /* Applies |rule| (named |op| in errors): |args| in schema order, tensors
  * fetched through |fetch| with |user| as the context's user pointer;
  * |out_types| from the meta functions. Random rules get a state of their
- * own. Runtime checks the rule adds guard the whole program. */
+ * own. Runtime checks the rule adds guard the whole program.
+ * |*out_writes_add| (may be NULL) tells whether the values it computes for
+ * written arguments add to them (tpu_lower_ctx.writes_add). */
 tpu_status_t tpu_program_apply(tpu_program *p, const tpu_lower_rule *rule, const char *op, int num_args,
                                const tpu_lower_arg *args, tpu_lower_fetch_fn fetch, void *user,
                                tpu_dtype_t common_dtype, tpu_hlo_precision_t precision, int num_outputs,
-                               const tpu_hlo_type *out_types, tpu_hlo_value *out_values) TPU_MUST_USE;
+                               const tpu_hlo_type *out_types, tpu_hlo_value *out_values,
+                               bool *out_writes_add) TPU_MUST_USE;
 /* A fetch function reading the program's own call arguments (eager). */
 tpu_hlo_value tpu_program_fetch_call(tpu_lower_ctx *c, int arg, int item);
 
@@ -55,8 +58,9 @@ tpu_hlo_value tpu_program_fetch_call(tpu_lower_ctx *c, int arg, int item);
  * |item| for a list, -1 otherwise); writes chain. With
  * |donate|, the storage's old buffer may become the new one (in place, when
  * the types agree); without, the program makes a new buffer and the old one
- * lives until the program ends. */
-void tpu_program_write(tpu_program *p, int arg, int item, tpu_hlo_value value, bool donate);
+ * lives until the program ends. |adds|: through an expanded view, the
+ * elements' changes add up (tpu_hlo_view_write). */
+void tpu_program_write(tpu_program *p, int arg, int item, tpu_hlo_value value, bool donate, bool adds);
 /* Makes |value| new output |index|, laid out as |meta| says. */
 void tpu_program_output(tpu_program *p, int index, tpu_hlo_value value, const tpu_eager_out_meta *meta);
 

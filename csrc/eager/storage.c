@@ -131,7 +131,7 @@ tpu_status_t tpu_storage_copy_prefix(tpu_storage *dst, const tpu_storage *src) {
   tpu_executable *exe = NULL;
   tpu_buffer *out = NULL;
   tpu_status_t st = tpu_hlo_finish(b, &x, 1, &text);
-  if (st == NULL) st = tpu_executable_compile(rt, text, strlen(text), &exe);
+  if (st == NULL) st = tpu_executable_compile(rt, text, strlen(text), NULL, &exe);
   tpu_buffer *arg = src->buf;
   if (st == NULL) st = tpu_executable_execute(rt, exe, src->device, &arg, 1, NULL, true, &out);
   if (st == NULL) tpu_storage_set(dst, out, &out_type);

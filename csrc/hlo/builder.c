@@ -32,6 +32,7 @@ struct tpu_hlo_builder {
   tpu_hlo_value *params;
   int *param_alias;
   int num_params, cap_params;
+  int max_rank; /* the most dims of any value */
   tpu_strbuf levels[MAX_LEVELS];
   int depth;
   tpu_code_t err_code;
@@ -49,6 +50,7 @@ void tpu_hlo_builder_reset(tpu_hlo_builder *b) {
   b->num_values = 0;
   b->next_ssa = 0;
   b->num_params = 0;
+  b->max_rank = 0;
   for (int i = 0; i < MAX_LEVELS; i++) tpu_strbuf_clear(&b->levels[i]);
   b->depth = 0;
   b->err_code = TPU_OK;
@@ -147,6 +149,8 @@ tpu_dtype_t tpu_hlo_dtype(const tpu_hlo_builder *b, tpu_hlo_value v) {
 
 int tpu_hlo_rank(const tpu_hlo_builder *b, tpu_hlo_value v) { return tpu_hlo_type_of(b, v)->rank; }
 
+int tpu_hlo_max_rank(const tpu_hlo_builder *b) { return b->max_rank; }
+
 static void put_type(tpu_strbuf *sb, const tpu_hlo_type *t) {
   tpu_strbuf_puts(sb, "tensor<");
   for (int i = 0; i < t->rank; i++) tpu_strbuf_printf(sb, "%lldx", (long long)t->dims[i]);
@@ -192,6 +196,7 @@ static tpu_hlo_value new_value(tpu_hlo_builder *b, const tpu_hlo_type *t, int ss
   }
   value_info *vi = &b->values[b->num_values];
   vi->type = type;
+  if (type.rank > b->max_rank) b->max_rank = type.rank;
   vi->ssa = ssa;
   vi->index = index;
   vi->transposed = TPU_HLO_NONE;
@@ -240,6 +245,13 @@ void tpu_hlo_op(tpu_hlo_builder *b, const char *name, const tpu_hlo_value *opera
                 const tpu_hlo_type *result_types, int num_results, tpu_hlo_value *out) {
   for (int i = 0; i < num_results; i++) out[i] = TPU_HLO_NONE;
   bool ok = check_operands(b, name, operands, n);
+  for (int i = 0; i < num_results && ok; i++)
+    if (result_types[i].rank > TPU_HLO_MAX_RANK) {
+      for (int r = 0; r < num_regions; r++) tpu_hlo_region_release(&regions[r]);
+      tpu_hlo_fail(b, TPU_ERR_NOT_IMPLEMENTED, "%s: a value of %d dimensions, more than tpu supports (%d)", name,
+                   result_types[i].rank, TPU_HLO_MAX_RANK);
+      return;
+    }
   for (int i = 0; i < num_regions; i++)
     if (regions[i].text == NULL) ok = false;
   if (!ok) {
@@ -295,6 +307,18 @@ static tpu_hlo_value op1(tpu_hlo_builder *b, const char *name, const tpu_hlo_val
                          const char *attrs, const tpu_hlo_type *result) {
   tpu_hlo_value out;
   tpu_hlo_op(b, name, operands, n, NULL, 0, attrs, result, 1, &out);
+  return out;
+}
+
+/* op1 with one attribute, |key| = array<i64: |v|>. */
+static tpu_hlo_value op1_array(tpu_hlo_builder *b, const char *name, const tpu_hlo_value *operands, int n,
+                               const char *key, const int64_t *v, int count, const tpu_hlo_type *result) {
+  tpu_hlo_type t = *result; /* |result| may point into b->values */
+  tpu_strbuf attrs = TPU_STRBUF_INIT;
+  tpu_strbuf_printf(&attrs, "%s = ", key);
+  put_i64_array(&attrs, v, count);
+  tpu_hlo_value out = op1(b, name, operands, n, attrs.data, &t);
+  tpu_strbuf_release(&attrs);
   return out;
 }
 
@@ -759,11 +783,7 @@ tpu_hlo_value tpu_hlo_broadcast_in_dim(tpu_hlo_builder *b, tpu_hlo_value x, cons
   tpu_hlo_type t = *to;
   t.dtype = tx->dtype;
   if (identity) return x;
-  char attrs[400];
-  char arr[360];
-  tpu_hlo_format_i64_array(arr, sizeof arr, bdims, tx->rank);
-  snprintf(attrs, sizeof attrs, "broadcast_dimensions = %s", arr);
-  return op1(b, "stablehlo.broadcast_in_dim", &x, 1, attrs, &t);
+  return op1_array(b, "stablehlo.broadcast_in_dim", &x, 1, "broadcast_dimensions", bdims, tx->rank, &t);
 }
 
 tpu_hlo_value tpu_hlo_broadcast_to(tpu_hlo_builder *b, tpu_hlo_value x, const tpu_hlo_type *to) {
@@ -796,11 +816,8 @@ tpu_hlo_value tpu_hlo_transpose(tpu_hlo_builder *b, tpu_hlo_value x, const int64
     for (int i = 0; i < tx->rank; i++) both[i] = vx->perm[perm[i]];
     return tpu_hlo_transpose(b, vx->transposed, both);
   }
-  char arr[360], attrs[400];
-  tpu_hlo_format_i64_array(arr, sizeof arr, perm, tx->rank);
-  snprintf(attrs, sizeof attrs, "permutation = %s", arr);
   const int rank = tx->rank;
-  tpu_hlo_value y = op1(b, "stablehlo.transpose", &x, 1, attrs, &t); /* may move b->values */
+  tpu_hlo_value y = op1_array(b, "stablehlo.transpose", &x, 1, "permutation", perm, rank, &t); /* may move b->values */
   if (valid(b, y)) {
     value_info *vy = &b->values[y];
     vy->transposed = x;
@@ -872,10 +889,7 @@ tpu_hlo_value tpu_hlo_dynamic_slice(tpu_hlo_builder *b, tpu_hlo_value x, const t
   for (int i = 0; i < r; i++) ops[i + 1] = starts[i];
   tpu_hlo_type t = *tx;
   for (int i = 0; i < r; i++) t.dims[i] = sizes[i];
-  char arr[360], attrs[400];
-  tpu_hlo_format_i64_array(arr, sizeof arr, sizes, r);
-  snprintf(attrs, sizeof attrs, "slice_sizes = %s", arr);
-  return op1(b, "stablehlo.dynamic_slice", ops, r + 1, attrs, &t);
+  return op1_array(b, "stablehlo.dynamic_slice", ops, r + 1, "slice_sizes", sizes, r, &t);
 }
 
 tpu_hlo_value tpu_hlo_dynamic_update_slice(tpu_hlo_builder *b, tpu_hlo_value x, tpu_hlo_value update,
@@ -942,10 +956,7 @@ tpu_hlo_value tpu_hlo_iota(tpu_hlo_builder *b, const tpu_hlo_type *t, int dim) {
 tpu_hlo_value tpu_hlo_reverse(tpu_hlo_builder *b, tpu_hlo_value x, const int64_t *dims, int n) {
   if (!check_operands(b, "stablehlo.reverse", &x, 1)) return TPU_HLO_NONE;
   if (n == 0) return x;
-  char arr[360], attrs[400];
-  tpu_hlo_format_i64_array(arr, sizeof arr, dims, n);
-  snprintf(attrs, sizeof attrs, "dimensions = %s", arr);
-  return op1(b, "stablehlo.reverse", &x, 1, attrs, &b->values[x].type);
+  return op1_array(b, "stablehlo.reverse", &x, 1, "dimensions", dims, n, &b->values[x].type);
 }
 
 /* --- linear algebra ------------------------------------------------------------------- */
@@ -966,6 +977,8 @@ tpu_hlo_value tpu_hlo_dot_general(tpu_hlo_builder *b, tpu_hlo_value lhs, tpu_hlo
   tpu_hlo_value ops[2] = {lhs, rhs};
   if (!check_operands(b, "stablehlo.dot_general", ops, 2)) return TPU_HLO_NONE;
   const tpu_hlo_type *tl = &b->values[lhs].type, *tr = &b->values[rhs].type;
+  if (tl->rank + tr->rank - d->num_batch - 2 * d->num_contract > TPU_HLO_MAX_RANK)
+    return tpu_hlo_fail(b, TPU_ERR_NOT_IMPLEMENTED, "a dot product of more than %d dimensions", TPU_HLO_MAX_RANK);
   tpu_hlo_type t = tpu_hlo_make_type(out, 0, NULL);
   for (int i = 0; i < d->num_batch; i++) {
     if (tl->dims[d->lhs_batch[i]] != tr->dims[d->rhs_batch[i]])

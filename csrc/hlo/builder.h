@@ -25,7 +25,12 @@
 extern "C" {
 #endif
 
-#define TPU_HLO_MAX_RANK 16
+/* The most dims a tensor may have: PyTorch's own limit (its reductions and
+ * meta functions refuse more than 64). Values inside a program may have a
+ * few more (a gather's index vector, a rule's grid); every type holds
+ * TPU_HLO_MAX_RANK dims and the builder refuses a value of more. */
+#define TPU_MAX_TENSOR_RANK 64
+#define TPU_HLO_MAX_RANK (TPU_MAX_TENSOR_RANK + 8)
 
 typedef int32_t tpu_hlo_value;
 #define TPU_HLO_NONE ((tpu_hlo_value)-1)
@@ -71,6 +76,8 @@ tpu_status_t tpu_hlo_finish(tpu_hlo_builder *b, const tpu_hlo_value *results, in
 const tpu_hlo_type *tpu_hlo_type_of(const tpu_hlo_builder *b, tpu_hlo_value v);
 tpu_dtype_t tpu_hlo_dtype(const tpu_hlo_builder *b, tpu_hlo_value v);
 int tpu_hlo_rank(const tpu_hlo_builder *b, tpu_hlo_value v);
+/* The most dims of any value built since the builder was made or reset. */
+int tpu_hlo_max_rank(const tpu_hlo_builder *b);
 tpu_hlo_type tpu_hlo_make_type(tpu_dtype_t dtype, int rank, const int64_t *dims);
 int64_t tpu_hlo_type_numel(const tpu_hlo_type *t);
 bool tpu_hlo_type_equal(const tpu_hlo_type *a, const tpu_hlo_type *b);

@@ -216,8 +216,77 @@ tpu_hlo_value tpu_hlo_view_read(tpu_hlo_builder *b, tpu_hlo_value storage, const
   return tpu_hlo_broadcast_in_dim(b, r, &out, bdims);
 }
 
+/* True where |x| and |y| differ in their bits (so NaN equals NaN, and -0.0
+ * differs from 0.0). */
+static tpu_hlo_value bits_differ(tpu_hlo_builder *b, tpu_hlo_value x, tpu_hlo_value y) {
+  tpu_dtype_t t = tpu_hlo_dtype(b, x);
+  if (tpu_dtype_is_complex(t))
+    return tpu_hlo_binary(b, TPU_HLO_OR,
+                          bits_differ(b, tpu_hlo_unary(b, TPU_HLO_REAL, x), tpu_hlo_unary(b, TPU_HLO_REAL, y)),
+                          bits_differ(b, tpu_hlo_unary(b, TPU_HLO_IMAG, x), tpu_hlo_unary(b, TPU_HLO_IMAG, y)));
+  if (tpu_dtype_is_float(t)) {
+    tpu_hlo_type u = *tpu_hlo_type_of(b, x);
+    u.dtype = tpu_dtype_same_width_uint(t);
+    x = tpu_hlo_bitcast(b, x, &u);
+    y = tpu_hlo_bitcast(b, y, &u);
+  }
+  return tpu_hlo_compare(b, TPU_HLO_NE, x, y);
+}
+
+/* |value|, written through view |v| whose expanded dims (stride 0, size > 1)
+ * put several elements at one memory location, as one value per location:
+ * the shape of |w|, |v| with those dims of size 1. PyTorch's CPU kernels
+ * that allow such writes (fills, indexing puts) write element by element,
+ * so a location ends with the last write that changed it: here, the last
+ * element (row-major) whose value differs from the location's, or, when
+ * |adds| (index_put_ with accumulate), the location's value plus every
+ * element's change. */
+static tpu_hlo_value resolve_overlap(tpu_hlo_builder *b, tpu_hlo_value storage, const tpu_view *v,
+                                     const tpu_view *w, tpu_hlo_value value, bool adds) {
+  const tpu_dtype_t t = v->dtype;
+  tpu_hlo_type vt = tpu_hlo_make_type(t, v->rank, v->sizes);
+  int64_t same[TPU_HLO_MAX_RANK], z[TPU_HLO_MAX_RANK];
+  int nz = 0;
+  for (int i = 0; i < v->rank; i++) {
+    same[i] = i;
+    if (w->sizes[i] != v->sizes[i]) z[nz++] = i;
+  }
+  tpu_hlo_value old = tpu_hlo_view_read(b, storage, w);
+  tpu_hlo_value spread = tpu_hlo_broadcast_in_dim(b, old, &vt, same);
+  if (adds && t != TPU_BOOL) {
+    tpu_hlo_value change = tpu_hlo_binary(b, TPU_HLO_SUB, value, spread);
+    tpu_hlo_value sum = tpu_hlo_reduce_simple(b, change, tpu_hlo_scalar_i64(b, t, 0), TPU_HLO_ADD, z, nz);
+    return tpu_hlo_binary(b, TPU_HLO_ADD, old, tpu_hlo_reshape(b, sum, w->rank, w->sizes));
+  }
+  /* Each element's position among the expanded dims where it changes its
+   * location, -1 where it does not; the reduction keeps the highest. */
+  tpu_hlo_type pt = vt;
+  pt.dtype = TPU_S64;
+  tpu_hlo_value pos = tpu_hlo_const_i64(b, &pt, 0);
+  int64_t step = 1;
+  for (int j = nz - 1; j >= 0; j--) {
+    tpu_hlo_value io = tpu_hlo_iota(b, &pt, (int)z[j]);
+    pos = tpu_hlo_binary(b, TPU_HLO_ADD, pos, tpu_hlo_binary(b, TPU_HLO_MUL, io, tpu_hlo_const_i64(b, &pt, step)));
+    step *= v->sizes[z[j]];
+  }
+  pos = tpu_hlo_select(b, bits_differ(b, value, spread), pos, tpu_hlo_const_i64(b, &pt, -1));
+  tpu_hlo_type sc[4] = {tpu_hlo_make_type(t, 0, NULL), tpu_hlo_make_type(TPU_S64, 0, NULL)};
+  sc[2] = sc[0];
+  sc[3] = sc[1];
+  tpu_hlo_value a[4];
+  tpu_hlo_region body;
+  tpu_hlo_region_begin(b, 4, sc, a);
+  tpu_hlo_value later = tpu_hlo_compare(b, TPU_HLO_GE, a[1], a[3]);
+  tpu_hlo_value r[2] = {tpu_hlo_select(b, later, a[0], a[2]), tpu_hlo_select(b, later, a[1], a[3])};
+  tpu_hlo_region_end(b, r, 2, &body);
+  tpu_hlo_value xs[2] = {value, pos}, inits[2] = {tpu_hlo_scalar_i64(b, t, 0), tpu_hlo_scalar_i64(b, TPU_S64, -2)};
+  tpu_hlo_value out[2];
+  tpu_hlo_reduce(b, xs, inits, 2, z, nz, &body, out);
+  return tpu_hlo_reshape(b, out[0], w->rank, w->sizes);
+}
+
 tpu_hlo_value tpu_hlo_view_write(tpu_hlo_builder *b, tpu_hlo_value storage, const tpu_view *v,
-                                 tpu_hlo_value value) {
+                                 tpu_hlo_value value, bool adds) {
   tpu_dtype_t s = tpu_hlo_dtype(b, storage);
   if (tpu_hlo_failed(b)) return TPU_HLO_NONE;
   int64_t bytes = tpu_hlo_type_numel(tpu_hlo_type_of(b, storage)) * (int64_t)tpu_dtype_size(s);
@@ -237,14 +306,14 @@ tpu_hlo_value tpu_hlo_view_write(tpu_hlo_builder *b, tpu_hlo_value storage, cons
     tpu_hlo_value at = tpu_hlo_scalar_i64(b, TPU_S64, v->offset);
     return tpu_hlo_dynamic_update_slice(b, x, f, &at);
   }
-  /* An expanded (stride 0) dim holds one element: any of the written values
-   * may land there; take the first. */
   tpu_view w = *v;
+  bool overlaps = false;
   for (int i = 0; i < v->rank; i++)
     if (v->strides[i] == 0 && v->sizes[i] > 1) {
-      value = tpu_hlo_slice_dim(b, value, i, 0, 1, 1);
       w.sizes[i] = 1;
+      overlaps = true;
     }
+  if (overlaps) value = resolve_overlap(b, x, v, &w, value, adds);
   numel = tpu_view_numel(&w);
   geometry g;
   analyse(&w, &g);

@@ -27,8 +27,8 @@ extern "C" {
 typedef struct tpu_view {
   tpu_dtype_t dtype;
   int rank;
-  int64_t sizes[TPU_HLO_MAX_RANK];
-  int64_t strides[TPU_HLO_MAX_RANK]; /* in elements of dtype */
+  int64_t sizes[TPU_MAX_TENSOR_RANK];
+  int64_t strides[TPU_MAX_TENSOR_RANK]; /* in elements of dtype */
   int64_t offset;                    /* in elements of dtype */
 } tpu_view;
 
@@ -46,9 +46,13 @@ tpu_hlo_value tpu_hlo_storage_as(tpu_hlo_builder *b, tpu_hlo_value storage, tpu_
 tpu_hlo_value tpu_hlo_view_read(tpu_hlo_builder *b, tpu_hlo_value storage, const tpu_view *v);
 /* |storage| with the elements of |v| replaced by |value| (shape v->sizes,
  * converted to v->dtype here). Returns the new storage: |value| when |v| is
- * the whole storage, else 1-D of v->dtype. */
+ * the whole storage, else 1-D of v->dtype. Where |v| is expanded (several
+ * elements at one memory location), the location takes the last of its
+ * elements whose value changed it, or, when |adds|, the sum of their
+ * changes (PyTorch's CPU kernels write element by element: the fills, and
+ * index_put_ with accumulate). */
 tpu_hlo_value tpu_hlo_view_write(tpu_hlo_builder *b, tpu_hlo_value storage, const tpu_view *v,
-                                 tpu_hlo_value value);
+                                 tpu_hlo_value value, bool adds);
 
 #ifdef __cplusplus
 }

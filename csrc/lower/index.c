@@ -694,6 +694,7 @@ static tpu_status_t mask_put(tpu_lower_ctx *c, int pos, bool accumulate) {
  * (self, indices, values, accumulate). */
 static tpu_status_t index_put_rule(tpu_lower_ctx *c) {
   bool accumulate = tpu_lower_bool(c, 3, false);
+  c->writes_add = accumulate;
   const tpu_lower_arg *va = &c->args[2];
   int mask, tensors;
   TPU_RETURN_IF_ERROR(check_indices(c, &mask, &tensors));

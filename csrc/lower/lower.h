@@ -106,6 +106,11 @@ struct tpu_lower_ctx {
   intptr_t data; /* the running rule's |data| */
   int num_checks;
   tpu_lower_check checks[TPU_LOWER_MAX_CHECKS];
+  /* Set by a rule whose values for written arguments add to them (index_put_
+   * with accumulate): written through an expanded view, each memory location
+   * then gets the sum of its elements' changes, as the CPU's kernel adds them
+   * one by one (tpu_hlo_view_write). */
+  bool writes_add;
 };
 
 /* Rule flags. */

@@ -80,8 +80,11 @@ tpu_status_t tpu_compile_cache_configure(tpu_runtime *rt, const char *dir, int64
   return st;
 }
 
-static void entry_path(char *out, size_t cap, const char *dir, const char *mlir, size_t size) {
-  uint64_t a = tpu_hash64(mlir, size, 0x5bd1e995), b = tpu_hash64(mlir, size, 0x27d4eb2f165667c5ULL);
+/* An entry is named by its program's text, and by the compile options where
+ * they are not the directory's (a program the runtime compiles without its
+ * XLA option overrides: |salt| their hash, else 0). */
+static void entry_path(char *out, size_t cap, const char *dir, const char *mlir, size_t size, uint64_t salt) {
+  uint64_t a = tpu_hash64(mlir, size, 0x5bd1e995 ^ salt), b = tpu_hash64(mlir, size, 0x27d4eb2f165667c5ULL ^ salt);
   snprintf(out, cap, "%s/%016llx%016llx.xla", dir, (unsigned long long)a, (unsigned long long)b);
 }
 
@@ -182,8 +185,8 @@ static void write_entry(const char *path, const char *bytes, size_t size) {
   pthread_mutex_unlock(&g_lock);
 }
 
-tpu_status_t tpu_compile_cached(tpu_runtime *rt, const char *mlir, size_t size, tpu_executable **out_exe,
-                                bool *out_loaded) {
+tpu_status_t tpu_compile_cached(tpu_runtime *rt, const char *mlir, size_t size, const tpu_compile_options *options,
+                                tpu_executable **out_exe, bool *out_loaded) {
   *out_exe = NULL;
   *out_loaded = false;
   /* In a forked child every load would fail and remove a good entry. */
@@ -192,10 +195,20 @@ tpu_status_t tpu_compile_cached(tpu_runtime *rt, const char *mlir, size_t size, 
   pthread_mutex_lock(&g_lock);
   snprintf(dir, sizeof dir, "%s", g_dir);
   pthread_mutex_unlock(&g_lock);
-  if (dir[0] == '\0') return tpu_executable_compile(rt, mlir, size, out_exe);
+  if (dir[0] == '\0') return tpu_executable_compile(rt, mlir, size, options, out_exe);
 
+  tpu_strbuf used = TPU_STRBUF_INIT;
+  tpu_status_t st = tpu_runtime_compile_options_for(rt, options, &used);
+  if (st != NULL) {
+    tpu_strbuf_release(&used);
+    return st;
+  }
+  size_t dir_size = 0;
+  const char *dir_options = tpu_runtime_compile_options(rt, &dir_size);
+  bool same = used.len == dir_size && memcmp(used.data, dir_options, dir_size) == 0;
   char path[PATH_MAX + 48];
-  entry_path(path, sizeof path, dir, mlir, size);
+  entry_path(path, sizeof path, dir, mlir, size, same ? 0 : tpu_hash64(used.data, used.len, 17));
+  tpu_strbuf_release(&used);
   size_t n = 0;
   char *bytes = read_entry(path, &n);
   if (bytes != NULL) {
@@ -208,9 +221,9 @@ tpu_status_t tpu_compile_cached(tpu_runtime *rt, const char *mlir, size_t size, 
     tpu_status_free(st); /* unloadable (another build, another CPU): recompile and replace */
     unlink(path);
   }
-  TPU_RETURN_IF_ERROR(tpu_executable_compile(rt, mlir, size, out_exe));
+  TPU_RETURN_IF_ERROR(tpu_executable_compile(rt, mlir, size, options, out_exe));
   char *ser = NULL;
-  tpu_status_t st = tpu_executable_serialize(rt, *out_exe, &ser, &n);
+  st = tpu_executable_serialize(rt, *out_exe, &ser, &n);
   if (st == NULL) write_entry(path, ser, n);
   else tpu_status_free(st); /* a plugin that cannot serialize: no disk cache */
   free(ser);

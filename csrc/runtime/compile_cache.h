@@ -30,11 +30,11 @@ tpu_status_t tpu_compile_cache_configure(tpu_runtime *rt, const char *dir, int64
  * next configure. */
 const char *tpu_compile_cache_dir(void);
 
-/* Compiles |mlir|, or loads the executable a previous compile of the same
- * text stored. |*out_loaded| says which happened (stats count compiles as
- * cache misses and loads apart). */
-tpu_status_t tpu_compile_cached(tpu_runtime *rt, const char *mlir, size_t size, tpu_executable **out_exe,
-                                bool *out_loaded) TPU_MUST_USE;
+/* Compiles |mlir| with |options| (as tpu_executable_compile), or loads the
+ * executable a previous compile of the same text stored. |*out_loaded| says
+ * which happened (stats count compiles as cache misses and loads apart). */
+tpu_status_t tpu_compile_cached(tpu_runtime *rt, const char *mlir, size_t size, const tpu_compile_options *options,
+                                tpu_executable **out_exe, bool *out_loaded) TPU_MUST_USE;
 
 #ifdef __cplusplus
 }

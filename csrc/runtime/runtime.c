@@ -76,12 +76,23 @@ typedef struct cpu_override {
   const char *name;
   const char *string_value; /* OptionOverrideProto.string_field, or NULL for bool_value */
   bool bool_value;          /* OptionOverrideProto.bool_field */
+  bool ynn;                 /* left out of programs of more than CPU_OVERRIDES_MAX_RANK dims */
 } cpu_override;
 static const cpu_override kCpuOverrides[] = {
-    {"xla_cpu_experimental_ynn_fusion_type", "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"},
-    {"xla_cpu_use_xnnpack", NULL, false},
+    {"xla_cpu_experimental_ynn_fusion_type", "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT", false, true},
+    {"xla_cpu_use_xnnpack", NULL, false, false},
 };
 #define NUM_CPU_OVERRIDES (sizeof kCpuOverrides / sizeof kCpuOverrides[0])
+
+/* YNNPACK's runtime crashed (a stack overflow or a segfault in its pipeline
+ * builder, when a program first ran) on reductions and dots over more than 8
+ * dims once they held some 2^15 elements: [4]*9 summed over one dim, a batch
+ * of 2^7 16x16 matrices as [2]*7 + [16, 16] in linalg.solve. Merging dims
+ * with reshapes does not help, since XLA folds a reshape into the reduction
+ * it feeds (a 9-d tensor flattened and summed is a 9-d reduction again), so
+ * a program with any value of more dims is compiled without the overrides:
+ * XLA's own emitters, which take any rank. */
+#define CPU_OVERRIDES_MAX_RANK 8
 
 static void put_varint(tpu_strbuf *sb, uint64_t v) {
   do {
@@ -584,8 +595,27 @@ fail:
   return st;
 }
 
+void tpu_compile_options_init(tpu_compile_options *o) { *o = (tpu_compile_options){.max_rank = 0}; }
+
+tpu_status_t tpu_runtime_compile_options_for(tpu_runtime *rt, const tpu_compile_options *options,
+                                             tpu_strbuf *out) {
+  if (!rt->cpu_overrides) {
+    tpu_strbuf_clear(out);
+    tpu_strbuf_append(out, kCompileOptions, sizeof kCompileOptions);
+    return tpu_strbuf_status(out);
+  }
+  unsigned left_out = 0;
+  if (options != NULL && options->max_rank > CPU_OVERRIDES_MAX_RANK)
+    for (size_t i = 0; i < NUM_CPU_OVERRIDES; i++)
+      if (kCpuOverrides[i].ynn) left_out |= 1u << i;
+  pthread_mutex_lock(&rt->lock);
+  left_out |= rt->dropped_overrides;
+  pthread_mutex_unlock(&rt->lock);
+  return cpu_compile_options(left_out, out);
+}
+
 tpu_status_t tpu_executable_compile(tpu_runtime *rt, const char *mlir, size_t size,
-                                    tpu_executable **out_exe) {
+                                    const tpu_compile_options *options, tpu_executable **out_exe) {
   *out_exe = NULL;
   PJRT_Program program = {
       .struct_size = TPU_PJRT_SIZE(PJRT_Program, format_size),
@@ -598,22 +628,18 @@ tpu_status_t tpu_executable_compile(tpu_runtime *rt, const char *mlir, size_t si
       .struct_size = TPU_PJRT_SIZE(PJRT_Client_Compile_Args, executable),
       .client = rt->client,
       .program = &program,
-      .compile_options = rt->compile_options.data,
-      .compile_options_size = rt->compile_options.len,
   };
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  tpu_strbuf options = TPU_STRBUF_INIT;
+  tpu_strbuf proto = TPU_STRBUF_INIT;
   tpu_status_t st = NULL;
   for (;;) {
     pthread_mutex_lock(&rt->lock);
-    tpu_strbuf_clear(&options);
-    tpu_strbuf_append(&options, rt->compile_options.data, rt->compile_options.len);
     unsigned dropped = rt->dropped_overrides;
     pthread_mutex_unlock(&rt->lock);
-    TPU_GOTO_IF_ERROR(st, tpu_strbuf_status(&options), done);
-    a.compile_options = options.data;
-    a.compile_options_size = options.len;
+    TPU_GOTO_IF_ERROR(st, tpu_runtime_compile_options_for(rt, options, &proto), done);
+    a.compile_options = proto.data;
+    a.compile_options_size = proto.len;
     st = CALL(rt->api, PJRT_Client_Compile, &a, "XLA compilation failed");
     size_t refused = NUM_CPU_OVERRIDES;
     for (size_t i = 0; st != NULL && rt->cpu_overrides && i < NUM_CPU_OVERRIDES; i++)
@@ -629,7 +655,7 @@ tpu_status_t tpu_executable_compile(tpu_runtime *rt, const char *mlir, size_t si
     if (st != NULL) goto done;
   }
 done:
-  tpu_strbuf_release(&options);
+  tpu_strbuf_release(&proto);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   tpu_stats_add(TPU_STAT_COMPILE_NS,
                 (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec)));

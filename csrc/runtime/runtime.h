@@ -26,6 +26,7 @@
 
 #include "base/dtype.h"
 #include "base/status.h"
+#include "base/strbuf.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -63,8 +64,9 @@ int tpu_runtime_device_count(const tpu_runtime *rt);
 const char *tpu_runtime_platform_name(const tpu_runtime *rt);    /* "cpu", "cuda" … */
 const char *tpu_runtime_platform_version(const tpu_runtime *rt);
 const char *tpu_runtime_plugin_path(const tpu_runtime *rt);
-/* The serialized CompileOptionsProto every compile uses (valid while |rt|
- * lives; may change once, when the plugin refuses an XLA option). */
+/* The serialized CompileOptionsProto compiles use (valid while |rt| lives;
+ * may change once, when the plugin refuses an XLA option), but for programs
+ * compiled without the XLA option overrides (tpu_executable_compile). */
 const char *tpu_runtime_compile_options(const tpu_runtime *rt, size_t *out_size);
 const char *tpu_runtime_device_kind(const tpu_runtime *rt, int device);
 /* The device's free and total memory: the plugin's allocator statistics
@@ -103,10 +105,24 @@ tpu_status_t tpu_buffer_await(tpu_runtime *rt, tpu_buffer *buf) TPU_MUST_USE;
 void tpu_buffer_destroy(tpu_runtime *rt, tpu_buffer *buf);
 
 /* --- executables -------------------------------------------------------- */
-/* Compiles StableHLO (MLIR text or bytecode). |out_exe| is owned by the
- * caller. Compile errors come back as TPU_ERR_RUNTIME with XLA's message. */
+/* What a compile is told about the program beside its text. */
+typedef struct tpu_compile_options {
+  int max_rank; /* the most dims of any value in the program */
+} tpu_compile_options;
+/* Defaults: a program of low-rank values. */
+void tpu_compile_options_init(tpu_compile_options *o);
+/* Writes to |out| the serialized CompileOptionsProto a compile with
+ * |options| uses (NULL: the defaults). */
+tpu_status_t tpu_runtime_compile_options_for(tpu_runtime *rt, const tpu_compile_options *options,
+                                             tpu_strbuf *out) TPU_MUST_USE;
+
+/* Compiles StableHLO (MLIR text or bytecode); |options| may be NULL (the
+ * defaults). |out_exe| is owned by the caller. Compile errors come back as
+ * TPU_ERR_RUNTIME with XLA's message. On the CPU plugin, a program with
+ * values of more than 8 dims is compiled without the XLA option overrides
+ * (YNNPACK crashed on them). */
 tpu_status_t tpu_executable_compile(tpu_runtime *rt, const char *mlir, size_t size,
-                                    tpu_executable **out_exe) TPU_MUST_USE;
+                                    const tpu_compile_options *options, tpu_executable **out_exe) TPU_MUST_USE;
 size_t tpu_executable_num_outputs(const tpu_executable *exe);
 
 /* Serializes |exe| into a malloc'ed block (|*out_bytes| freed by the caller). */

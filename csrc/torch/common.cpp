@@ -188,14 +188,25 @@ tpu_storage* storage_of(const c10::Storage& s) { return static_cast<tpu_storage*
 
 tpu_storage* storage_of(const at::Tensor& t) { return storage_of(t.storage()); }
 
+void check_rank(int64_t dims) {
+  TORCH_CHECK(dims <= TPU_MAX_TENSOR_RANK, "tpu supports tensors of at most ", TPU_MAX_TENSOR_RANK,
+              " dimensions, got ", dims);
+}
+
 tpu_tensor_ref tensor_ref(const at::Tensor& t) {
-  tpu_tensor_ref r{};
+  tpu_tensor_ref r;
+  fill_tensor_ref(t, r);
+  return r;
+}
+
+void fill_tensor_ref(const at::Tensor& t, tpu_tensor_ref& r) {
+  r.host_scalar = nullptr;
+  r.wrapped_number = false;
   r.storage = storage_of(t);
   tpu_view& v = r.view;
   v.dtype = to_tpu(t.scalar_type());
   TORCH_CHECK(v.dtype != TPU_INVALID, "tpu does not support tensors of dtype ", t.scalar_type());
-  TORCH_CHECK(t.dim() <= TPU_HLO_MAX_RANK, "tpu supports tensors of at most ", TPU_HLO_MAX_RANK,
-              " dimensions, got ", t.dim());
+  check_rank(t.dim());
   v.rank = static_cast<int>(t.dim());
   auto sizes = t.sizes();
   auto strides = t.strides();
@@ -206,7 +217,6 @@ tpu_tensor_ref tensor_ref(const at::Tensor& t) {
   v.offset = t.storage_offset();
   r.conj = t.is_conj();
   r.neg = t.is_neg();
-  return r;
 }
 
 at::Tensor tensor_from_buffer(tpu_buffer* buf, at::ScalarType dtype, at::IntArrayRef sizes,

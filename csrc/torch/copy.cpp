@@ -96,6 +96,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   const bool dst_tpu = dst.device().type() == c10::DeviceType::PrivateUse1;
   check_copy(dst, self);
   if (dst.numel() == 0) return dst;
+  check_rank(dst.dim());
   if (src_tpu && dst_tpu) {
     device_copy(dst, self);
   } else if (dst_tpu) {

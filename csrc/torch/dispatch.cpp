@@ -35,7 +35,7 @@ namespace {
 // Per-call scratch: everything the C call description points into.
 struct CallScratch {
   c10::SmallVector<tpu_eager_arg, 8> args;
-  std::vector<tpu_tensor_ref> refs;          // list items
+  c10::SmallVector<tpu_tensor_ref, 0> refs;  // list items (filled in place: see fill_tensor_ref)
   std::vector<tpu_dtype_t> item_dtypes;
   std::vector<int> item_ranks;
   std::vector<const int64_t*> item_sizes;
@@ -64,25 +64,27 @@ tpu_hlo_precision_t matmul_precision() {
               static_cast<int>(device), " and ", t.device(), "!");
 }
 
-// Describes tensor |t| for C. CPU tensors are allowed only as 0-dim scalars.
-tpu_tensor_ref describe(const at::Tensor& t, c10::DeviceIndex& device) {
+// Describes tensor |t| for C into |r|. CPU tensors are allowed only as 0-dim
+// scalars.
+void describe(const at::Tensor& t, c10::DeviceIndex& device, tpu_tensor_ref& r) {
   if (!t.defined()) {
-    tpu_tensor_ref none{};
-    none.view.dtype = TPU_INVALID;
-    return none;
+    r = tpu_tensor_ref{};
+    r.view.dtype = TPU_INVALID;
+    return;
   }
   if (t.device().type() == c10::DeviceType::PrivateUse1) {
     if (device < 0) device = t.device().index();
     else if (t.device().index() != device) device_mismatch(t, device);
-    return tensor_ref(t);
+    fill_tensor_ref(t, r);
+    return;
   }
   if (t.device().is_cpu() && t.dim() == 0) {
-    tpu_tensor_ref r{};
+    r = tpu_tensor_ref{};
     r.view.dtype = to_tpu(t.scalar_type());
     TORCH_CHECK(r.view.dtype != TPU_INVALID, "tpu does not support dtype ", t.scalar_type());
     r.host_scalar = t.const_data_ptr();
     r.wrapped_number = t.unsafeGetTensorImpl()->is_wrapped_number();
-    return r;
+    return;
   }
   device_mismatch(t, device < 0 ? 0 : device);
 }
@@ -129,7 +131,7 @@ void describe_call(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs, CallScrat
     switch (schema_args[i]) {
       case ArgType::kTensor: {
         const at::Tensor& t = v.toTensor();
-        a.tensor = describe(t, device);
+        describe(t, device, a.tensor);
         l.kind = a.tensor.view.dtype == TPU_INVALID ? TPU_ARG_NONE : TPU_ARG_TENSOR;
         l.dtype = a.tensor.view.dtype;
         l.wrapped_number = a.tensor.wrapped_number;
@@ -138,12 +140,15 @@ void describe_call(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs, CallScrat
       }
       case ArgType::kTensorList: {
         l.kind = TPU_ARG_TENSOR_LIST;
-        sc.spans[i].begin = sc.refs.size();
+        const size_t begin = sc.refs.size();
+        sc.spans[i].begin = begin;
+        sc.refs.resize_for_overwrite(begin + v.toListRef().size());
+        size_t k = begin;
         if (v.isTensorList()) {
-          for (const at::Tensor& t : v.toTensorList()) sc.refs.push_back(describe(t, device));
+          for (const at::Tensor& t : v.toTensorList()) describe(t, device, sc.refs[k++]);
         } else {
           for (const c10::IValue& item : v.toListRef())
-            sc.refs.push_back(item.isNone() ? describe(at::Tensor(), device) : describe(item.toTensor(), device));
+            describe(item.isNone() ? at::Tensor() : item.toTensor(), device, sc.refs[k++]);
         }
         l.n = static_cast<int>(sc.refs.size() - sc.spans[i].begin);
         break;
@@ -346,7 +351,7 @@ void fill_meta(const at::Tensor& t, tpu_eager_out_meta& m) {
   }
   m.dtype = to_tpu(t.scalar_type());
   TORCH_CHECK(m.dtype != TPU_INVALID, "tpu does not support dtype ", t.scalar_type());
-  TORCH_CHECK(t.dim() <= TPU_HLO_MAX_RANK, "tpu supports at most ", TPU_HLO_MAX_RANK, " dimensions");
+  check_rank(t.dim());
   m.rank = static_cast<int>(t.dim());
   bool dense = t.is_non_overlapping_and_dense();
   auto contiguous = c10::contiguous_strides(t.sizes());
@@ -747,6 +752,93 @@ void check_out_dtypes(const c10::OperatorHandle& handle, c10::ArrayRef<c10::IVal
   }
 }
 
+// The in-place ops whose CPU kernels write a self that overlaps itself (an
+// expanded view) where TensorIterator refuses: the fills, which are
+// idempotent (fill_ with a number or a tensor of another device, zero_,
+// tril_/triu_, threshold_, conj_physical_ of a real tensor, a no-op), and the
+// indexing writes, which deprecate it with a warning. Every element is
+// written, so a memory location ends with the last write that changed it
+// (or, for index_put_ with accumulate, all their sum: tpu_hlo_view_write).
+// The CPU's addmv_ and baddbmm_ also skip the check, in BLAS, where the
+// result depends on BLAS's order of work; tpu refuses them.
+struct OverlapRule {
+  const char* name;
+  bool (*allows)(c10::ArrayRef<c10::IValue> ivs);  // nullptr: always
+  void (*warn)(c10::ArrayRef<c10::IValue> ivs);    // the CPU kernel's warnings, or nullptr
+};
+
+namespace {
+
+constexpr const char* kMaskedFillWarning =
+    "Use of masked_fill_ on expanded tensors is deprecated. Please clone() the tensor before performing this "
+    "operation. This also applies to advanced indexing e.g. tensor[mask] = scalar";
+
+void warn_masked_fill(c10::ArrayRef<c10::IValue>) { TORCH_WARN(kMaskedFillWarning); }
+
+void warn_index_fill(c10::ArrayRef<c10::IValue>) {
+  TORCH_WARN("Use of index_fill_ on expanded tensors is deprecated. Please clone() the tensor before performing this "
+             "operation. This also applies to advanced indexing e.g. tensor[mask] = scalar");
+}
+
+// index_put_ (self, indices, values, accumulate): PyTorch's kernel hands a
+// put of one host value through one mask on self's device to masked_fill_,
+// which warns again.
+void warn_index_put(c10::ArrayRef<c10::IValue> ivs) {
+  TORCH_WARN("Use of index_put_ on expanded tensors is deprecated. Please clone() the tensor before performing this "
+             "operation. This also applies to advanced indexing e.g. tensor[indices] = tensor");
+  const at::Tensor& self = ivs[0].toTensor();
+  const at::Tensor& value = ivs[2].toTensor();
+  if (ivs[3].toBool() || value.numel() != 1 || !value.device().is_cpu()) return;
+  int masks = 0;
+  for (const c10::IValue& item : ivs[1].toListRef()) {
+    if (!item.isTensor() || !item.toTensor().defined()) continue;
+    const at::Tensor& index = item.toTensor();
+    bool mask = index.scalar_type() == at::kBool || index.scalar_type() == at::kByte;
+    if (!mask || index.device() != self.device()) return;
+    masks++;
+  }
+  if (masks == 1) TORCH_WARN(kMaskedFillWarning);
+}
+
+bool value_on_another_device(c10::ArrayRef<c10::IValue> ivs) {
+  return !ivs[1].isTensor() || ivs[1].toTensor().device() != ivs[0].toTensor().device();
+}
+
+bool real_self(c10::ArrayRef<c10::IValue> ivs) { return !ivs[0].toTensor().is_complex(); }
+
+const OverlapRule kOverlapRules[] = {
+    {"aten::fill_", value_on_another_device, nullptr},
+    {"aten::zero_", nullptr, nullptr},
+    {"aten::tril_", nullptr, nullptr},
+    {"aten::triu_", nullptr, nullptr},
+    {"aten::threshold_", nullptr, nullptr},
+    {"aten::conj_physical_", real_self, nullptr},
+    {"aten::masked_fill_", nullptr, warn_masked_fill},
+    {"aten::index_fill_", nullptr, warn_index_fill},
+    {"aten::index_put_", nullptr, warn_index_put},
+    {"aten::_index_put_impl_", nullptr, warn_index_put},
+};
+
+const OverlapRule* overlap_rule(const std::string& base_name) {
+  for (const OverlapRule& r : kOverlapRules)
+    if (base_name == r.name) return &r;
+  return nullptr;
+}
+
+}  // namespace
+
+bool writes_overlapping_self(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs) {
+  if (info.overlap == nullptr) return false;
+  const at::Tensor& self = ivs[0].toTensor();
+  return at::has_internal_overlap(self) == at::MemOverlap::Yes &&
+         (info.overlap->allows == nullptr || info.overlap->allows(ivs));
+}
+
+void warn_overlapping_self(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs) {
+  if (info.overlap != nullptr && info.overlap->warn != nullptr && writes_overlapping_self(info, ivs))
+    info.overlap->warn(ivs);
+}
+
 std::vector<at::Tensor> run_rule(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs) {
   const tpu_eager_op* op = info.op;
   if (op->rule->flags & TPU_RULE_CHECKED_SCALARS) check_scalars_fit(info, ivs);
@@ -796,8 +888,9 @@ std::vector<at::Tensor> run_rule(const OpInfo& info, c10::ArrayRef<c10::IValue> 
     // A miss validates the call as PyTorch would (shapes, dtypes, written
     // arguments that overlap themselves) and learns the outputs' metadata.
     // Everything checked here is part of the key, so hits are valid calls.
+    const bool self_may_overlap = writes_overlapping_self(info, ivs);
     for (size_t i = 0; i < ivs.size(); i++) {
-      if (!info.mutated[i] || ivs[i].isNone()) continue;
+      if (!info.mutated[i] || ivs[i].isNone() || (i == 0 && self_may_overlap)) continue;
       if (ivs[i].isTensor() && ivs[i].toTensor().defined()) at::assert_no_internal_overlap(ivs[i].toTensor());
       if (ivs[i].isTensorList())
         for (const at::Tensor& t : ivs[i].toTensorList()) at::assert_no_internal_overlap(t);
@@ -879,6 +972,7 @@ struct RuleKernel final : public c10::OperatorKernel {
 
   void operator()(const c10::OperatorHandle& handle, c10::DispatchKeySet, torch::jit::Stack* stack) {
     const size_t n = info_.arg_types.size();
+    warn_overlapping_self(info_, torch::jit::last(*stack, n));
     if (info_.index_list >= 0) {
       c10::IValue& list = (*stack)[stack->size() - n + info_.index_list];
       prepare_indices(list, (*stack)[stack->size() - n].toTensor(), info_.expand_masks);
@@ -981,6 +1075,7 @@ std::optional<OpInfo> make_op_info(const c10::OperatorHandle& handle, const tpu_
     info.index_list = 1;
     info.expand_masks = base_name == "aten::index";
   }
+  info.overlap = overlap_rule(base_name);
   auto hidden = hidden_writes().find(schema.operator_name().name);
   if (hidden != hidden_writes().end() && (schema.overload_name().empty() || schema.overload_name() == "out"))
     for (int i : hidden->second) info.mutated[i] = true;

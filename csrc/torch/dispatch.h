@@ -35,12 +35,20 @@ struct OpInfo {
   std::optional<c10::OperatorHandle> item_handle;
   std::vector<int> item_source;
   std::vector<bool> item_promotes;
+  // Set for the in-place ops whose CPU kernels write a self that overlaps
+  // itself (an expanded view) instead of refusing it (dispatch.cpp).
+  const struct OverlapRule* overlap = nullptr;
 };
 
 // Builds the OpInfo of |handle| served by |rule|, or explains why the
 // generic kernel cannot serve it.
 std::optional<OpInfo> make_op_info(const c10::OperatorHandle& handle, const tpu_lower_rule* rule,
                                    std::string* why_not);
+
+// Whether |ivs| has an op the CPU lets write a self that overlaps itself
+// (OpInfo::overlap) write one; the CPU kernel's warnings for it.
+bool writes_overlapping_self(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs);
+void warn_overlapping_self(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs);
 
 // Runs an op through its rule. |ivs| are the arguments in schema order.
 // Returns the new tensors (undefined for returns that alias arguments).

@@ -193,7 +193,7 @@ void decode(tpu_hlo_builder* b, const py::tuple& spec, size_t i, NodeArgs& na) {
 
 tpu_eager_out_meta out_meta(tpu_dtype_t dtype, const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
   tpu_eager_out_meta m{};
-  TORCH_CHECK(sizes.size() <= TPU_HLO_MAX_RANK, "tpu supports at most ", TPU_HLO_MAX_RANK, " dimensions");
+  check_rank(static_cast<int64_t>(sizes.size()));
   m.dtype = dtype;
   m.rank = static_cast<int>(sizes.size());
   for (int i = 0; i < m.rank; i++) {
@@ -285,7 +285,7 @@ class GraphBuilder {
       }
       auto spec = o.cast<py::tuple>();
       auto sizes = spec[1].cast<std::vector<int64_t>>();
-      TORCH_CHECK(sizes.size() <= TPU_HLO_MAX_RANK, "tpu supports at most ", TPU_HLO_MAX_RANK, " dimensions");
+      check_rank(static_cast<int64_t>(sizes.size()));
       types.push_back(tpu_hlo_make_type(dtype_of(spec[0]), static_cast<int>(sizes.size()), sizes.data()));
     }
     std::vector<tpu_hlo_value> values(types.size(), TPU_HLO_NONE);
@@ -293,13 +293,13 @@ class GraphBuilder {
     std::string full = "aten::" + op;
     TPU_CHECK(tpu_program_apply(program_, rule, full.c_str(), static_cast<int>(n), na.args.data(), NodeArgs::fetch,
                                 &na, common_dtype, matmul_precision(), static_cast<int>(types.size()), types.data(),
-                                values.data()));
+                                values.data(), nullptr));
     return std::vector<int>(values.begin(), values.end());
   }
 
   // The value of a graph input read with another geometry (as_strided on an
   // input views its storage, not its contiguous value).
-  void write(int i, int value, bool donate) { tpu_program_write(program_, i, -1, value, donate); }
+  void write(int i, int value, bool donate) { tpu_program_write(program_, i, -1, value, donate, false); }
 
   void output(int index, int value, py::object dtype, const std::vector<int64_t>& sizes,
               const std::vector<int64_t>& strides) {

@@ -57,8 +57,15 @@ c10::Allocator* allocator();
 // (at::from_blob: the legacy serializer, DLPack) has only the pointer.
 tpu_storage* storage_of(const c10::Storage& s);
 tpu_storage* storage_of(const at::Tensor& t);
+// Refuses a tensor of more dims than tpu takes (TPU_MAX_TENSOR_RANK, 64:
+// PyTorch's own limit for reductions), before any C code sees its sizes.
+void check_rank(int64_t dims);
 // The C description of a tpu tensor (its storage box and view).
 tpu_tensor_ref tensor_ref(const at::Tensor& t);
+// The same, written into |r|: only the first dim() sizes and strides are set
+// (a view holds 64; zeroing and copying them all made _foreach_add_ over 100
+// pairs of tensors 11% slower).
+void fill_tensor_ref(const at::Tensor& t, tpu_tensor_ref& r);
 // A new contiguous tpu tensor owning |buf| (made by upload: of |dtype|, the
 // dense buffer type of |sizes|).
 at::Tensor tensor_from_buffer(tpu_buffer* buf, at::ScalarType dtype, at::IntArrayRef sizes,

@@ -11,14 +11,18 @@
 
 static tpu_runtime *rt;
 
-/* Compiles the builder's program returning |results|, runs it on |inputs|
- * and copies output 0 to |out| (|out_size| bytes). */
+/* Compiles the builder's program returning |results| (telling the runtime
+ * its highest rank, as the eager layer does), runs it on |inputs| and copies
+ * output 0 to |out| (|out_size| bytes). */
 static tpu_status_t run(tpu_hlo_builder *b, const tpu_hlo_value *results, int num_results,
                         tpu_buffer **inputs, int num_inputs, void *out, size_t out_size) {
   char *text = NULL;
   TPU_RETURN_IF_ERROR(tpu_hlo_finish(b, results, num_results, &text));
+  tpu_compile_options options;
+  tpu_compile_options_init(&options);
+  options.max_rank = tpu_hlo_max_rank(b);
   tpu_executable *exe = NULL;
-  tpu_status_t st = tpu_executable_compile(rt, text, strlen(text), &exe);
+  tpu_status_t st = tpu_executable_compile(rt, text, strlen(text), &options, &exe);
   if (st != NULL) {
     st = tpu_status_annotate(st, "program:\n%s", text);
     free(text);
@@ -193,7 +197,7 @@ static void check_view_in(const tpu_view *v, bool writable, int rank, const int6
     tpu_hlo_value seq = tpu_hlo_convert(b, tpu_hlo_iota(b, &it, 0), TPU_F32);
     seq = tpu_hlo_reshape(b, seq, v->rank, v->sizes);
     tpu_hlo_value val = tpu_hlo_binary(b, TPU_HLO_ADD, tpu_hlo_const_f64(b, &vt, 1000.0), seq);
-    tpu_hlo_value w = tpu_hlo_view_write(b, s, v, val);
+    tpu_hlo_value w = tpu_hlo_view_write(b, s, v, val, false);
     /* A whole-storage write is the value in the view's shape, else 1-D. */
     int64_t flat_n = N;
     tpu_hlo_type want = tpu_view_is_whole(v, N * sizeof(float)) ? vt : tpu_hlo_make_type(TPU_F32, 1, &flat_n);
@@ -301,6 +305,67 @@ static void test_type_of_across_growth(void) {
   tpu_hlo_builder_destroy(b);
 }
 
+/* XLA's CPU compiler hands reductions and dots to YNNPACK, whose runtime
+ * crashed on operands of more than 8 dims and 2^15 or more elements; the
+ * runtime compiles programs with such values without it. A [4]^9 tensor
+ * summed over dim 3 and a batch of [2]^7 products of 16x16 matrices. */
+static void test_high_rank(void) {
+  tpu_hlo_builder *b = NULL;
+  CHECK_OK(tpu_hlo_builder_create(&b));
+  const int n = 1 << 18;
+  float *x = malloc(n * sizeof *x), *got = malloc(n * sizeof *got);
+  for (int i = 0; i < n; i++) x[i] = (float)(i % 7) - 3.0f;
+  int64_t d9[9] = {4, 4, 4, 4, 4, 4, 4, 4, 4};
+  tpu_buffer *in = NULL;
+  CHECK_OK(tpu_buffer_from_host(rt, 0, x, TPU_F32, d9, 9, &in));
+  tpu_hlo_type t9 = tpu_hlo_make_type(TPU_F32, 9, d9);
+  tpu_hlo_value p = tpu_hlo_param(b, &t9, -1);
+  CHECK(tpu_hlo_max_rank(b) == 9);
+  int64_t dim3 = 3;
+  tpu_hlo_value s = tpu_hlo_reduce_simple(b, p, tpu_hlo_scalar_f64(b, TPU_F32, 0), TPU_HLO_ADD, &dim3, 1);
+  CHECK_OK(run(b, &s, 1, &in, 1, got, n / 4 * sizeof *got));
+  /* Element [a, b, c, e, ...] of the sum: x over d at stride 4^5 (dims after 3). */
+  for (int i = 0; i < n / 4; i += 997) {
+    int64_t outer = i / 1024, inner = i % 1024;
+    float want = 0;
+    for (int d = 0; d < 4; d++) want += x[outer * 4096 + d * 1024 + inner];
+    CHECK(got[i] == want);
+  }
+
+  tpu_hlo_builder_reset(b);
+  CHECK(tpu_hlo_max_rank(b) == 0);
+  int64_t d = 16, dm[9] = {2, 2, 2, 2, 2, 2, 2, 16, 16};
+  tpu_hlo_type tm = tpu_hlo_make_type(TPU_F32, 9, dm);
+  tpu_buffer *mats = NULL;
+  CHECK_OK(tpu_buffer_from_host(rt, 0, x, TPU_F32, dm, 9, &mats));
+  p = tpu_hlo_param(b, &tm, -1);
+  tpu_hlo_dot_dims dd = {.num_batch = 7, .num_contract = 1, .lhs_contract = {8}, .rhs_contract = {7}};
+  for (int i = 0; i < 7; i++) dd.lhs_batch[i] = dd.rhs_batch[i] = i;
+  tpu_hlo_value prod = tpu_hlo_dot_general(b, p, p, &dd, TPU_F32, TPU_HLO_PRECISION_HIGHEST);
+  CHECK_OK(run(b, &prod, 1, &mats, 1, got, 128 * 256 * sizeof *got));
+  for (int m = 0; m < 128; m += 17)
+    for (int r = 0; r < d; r += 5)
+      for (int c = 0; c < d; c += 3) {
+        const float *a = x + m * 256;
+        float want = 0;
+        for (int k = 0; k < d; k++) want += a[r * d + k] * a[k * d + c];
+        CHECK(got[m * 256 + r * d + c] == want);
+      }
+
+  /* No value of more dims than a type holds. */
+  tpu_hlo_builder_reset(b);
+  int64_t ones[TPU_HLO_MAX_RANK + 1];
+  for (int i = 0; i <= TPU_HLO_MAX_RANK; i++) ones[i] = 1;
+  tpu_hlo_type big = tpu_hlo_make_type(TPU_F32, TPU_HLO_MAX_RANK + 1, ones);
+  CHECK(tpu_hlo_iota(b, &big, 0) == TPU_HLO_NONE);
+  CHECK(tpu_hlo_failed(b));
+  tpu_buffer_destroy(rt, in);
+  tpu_buffer_destroy(rt, mats);
+  free(x);
+  free(got);
+  tpu_hlo_builder_destroy(b);
+}
+
 int main(void) {
   rt = test_runtime_create();
   if (rt == NULL) return 1;
@@ -310,6 +375,7 @@ int main(void) {
   RUN(test_views);
   RUN(test_reinterpret);
   RUN(test_type_of_across_growth);
+  RUN(test_high_rank);
   tpu_runtime_destroy(rt);
   return check_failures ? 1 : 0;
 }

@@ -95,7 +95,7 @@ static void test_attention_forward_custom_call(void) {
   reference(q, k, v, rout, rlse);
 
   tpu_executable *exe = NULL;
-  CHECK_OK(tpu_executable_compile(rt, kForward, strlen(kForward), &exe));
+  CHECK_OK(tpu_executable_compile(rt, kForward, strlen(kForward), NULL, &exe));
   int64_t qd[4] = {B, H, T, D}, kd[4] = {B, H, S, D}, vd[4] = {B, H, S, E};
   tpu_buffer *in[3] = {NULL}, *res[2] = {NULL};
   CHECK_OK(tpu_buffer_from_host(rt, 0, q, TPU_F32, qd, 4, &in[0]));
@@ -127,7 +127,7 @@ static void test_refused_operands_are_a_status(void) {
       "  }\n"
       "}\n";
   tpu_executable *exe = NULL;
-  CHECK_OK(tpu_executable_compile(rt, bad, strlen(bad), &exe));
+  CHECK_OK(tpu_executable_compile(rt, bad, strlen(bad), NULL, &exe));
   static float q[3 * 9 * 5], out[3 * 9 * 5];
   int64_t qd[3] = {3, 9, 5};
   tpu_buffer *in = NULL, *res[2] = {NULL};
@@ -158,7 +158,7 @@ static void test_matmul_custom_call(void) {
   for (int i = 0; i < 40; i++) a[i] = sinf(0.3f * (float)i);
   for (int i = 0; i < 24; i++) b[i] = cosf(0.7f * (float)i);
   tpu_executable *exe = NULL;
-  CHECK_OK(tpu_executable_compile(rt, program, strlen(program), &exe));
+  CHECK_OK(tpu_executable_compile(rt, program, strlen(program), NULL, &exe));
   int64_t ad[3] = {2, 4, 5}, bd[3] = {2, 3, 4};
   tpu_buffer *in[2] = {NULL}, *res = NULL;
   CHECK_OK(tpu_buffer_from_host(rt, 0, a, TPU_F32, ad, 3, &in[0]));
@@ -206,7 +206,7 @@ static void test_grouped_matmul_custom_call(void) {
   for (int i = 0; i < 21; i++) x[i] = sinf(0.9f * (float)i + 0.5f);
   for (int i = 0; i < 35; i++) y[i] = cosf(0.2f * (float)i);
   tpu_executable *exe = NULL;
-  CHECK_OK(tpu_executable_compile(rt, program, strlen(program), &exe));
+  CHECK_OK(tpu_executable_compile(rt, program, strlen(program), NULL, &exe));
   int64_t ad[2] = {7, 4}, bd[3] = {3, 5, 4}, od[1] = {3}, xd[2] = {7, 3}, yd[2] = {7, 5};
   tpu_buffer *in[6] = {NULL}, *res[2] = {NULL};
   CHECK_OK(tpu_buffer_from_host(rt, 0, a, TPU_F32, ad, 2, &in[0]));

@@ -99,7 +99,7 @@ static void test_roundtrip_and_zero_size(void) {
 static void test_compile_error_is_status(void) {
   tpu_executable *exe = NULL;
   const char *bad = "module { func.func public @main() -> () { \"stablehlo.nonsense\"() : () -> () } }";
-  tpu_status_t st = tpu_executable_compile(rt, bad, strlen(bad), &exe);
+  tpu_status_t st = tpu_executable_compile(rt, bad, strlen(bad), NULL, &exe);
   CHECK(st != NULL);
   CHECK(exe == NULL);
   CHECK(tpu_status_code(st) == TPU_ERR_RUNTIME);
@@ -109,7 +109,7 @@ static void test_compile_error_is_status(void) {
 
 static void test_execute_and_serialize(void) {
   tpu_executable *exe = NULL;
-  CHECK_OK(tpu_executable_compile(rt, kDouble, strlen(kDouble), &exe));
+  CHECK_OK(tpu_executable_compile(rt, kDouble, strlen(kDouble), NULL, &exe));
   CHECK(tpu_executable_num_outputs(exe) == 1);
   float x[4] = {1, 2, 3, 4}, y[4];
   int64_t dims = 4;
@@ -175,7 +175,7 @@ static void test_markers(void) {
   tpu_marker *idle = tpu_marker_record(rt, 0);
   CHECK(idle != NULL && tpu_marker_done(idle));
   tpu_executable *exe = NULL;
-  CHECK_OK(tpu_executable_compile(rt, kProducts, strlen(kProducts), &exe));
+  CHECK_OK(tpu_executable_compile(rt, kProducts, strlen(kProducts), NULL, &exe));
   static float x[768 * 768];
   for (int i = 0; i < 768 * 768; i++) x[i] = (float)(i % 7) / 7.0f;
   int64_t dims[2] = {768, 768};
@@ -205,7 +205,7 @@ static void test_donation(void) {
       "  }\n"
       "}\n";
   tpu_executable *exe = NULL;
-  CHECK_OK(tpu_executable_compile(rt, prog, strlen(prog), &exe));
+  CHECK_OK(tpu_executable_compile(rt, prog, strlen(prog), NULL, &exe));
   int64_t x[3] = {1, -2, 3}, y[3], dims = 3;
   tpu_buffer *in = NULL, *out = NULL;
   CHECK_OK(tpu_buffer_from_host(rt, 0, x, TPU_S64, &dims, 1, &in));
