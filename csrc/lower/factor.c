@@ -16,44 +16,7 @@
 #include <stdlib.h>
 #include <stdio.h>
 
-#include "lower/rules.h"
-
-/* The conjugate of |x| (the identity for real types). */
-static tpu_hlo_value conj_of(tpu_lower_ctx *c, tpu_hlo_value x) {
-  if (!tpu_dtype_is_complex(tpu_hlo_dtype(B, x))) return x;
-  return tpu_hlo_binary(B, TPU_HLO_COMPLEX, un(c, TPU_HLO_REAL, x), neg(c, un(c, TPU_HLO_IMAG, x)));
-}
-
-/* The transpose of each matrix of |x|, conjugated if |adjoint| (and complex). */
-static tpu_hlo_value mT(tpu_lower_ctx *c, tpu_hlo_value x, bool adjoint) {
-  int rank = tpu_hlo_rank(B, x);
-  int64_t perm[TPU_HLO_MAX_RANK];
-  for (int d = 0; d < rank; d++) perm[d] = d;
-  perm[rank - 2] = rank - 1;
-  perm[rank - 1] = rank - 2;
-  x = tpu_hlo_transpose(B, x, perm);
-  return adjoint ? conj_of(c, x) : x;
-}
-
-/* |x| (real) as |like|'s dtype (complex with zero imaginary part). */
-static tpu_hlo_value as_type_of(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value like) {
-  return tpu_hlo_convert(B, x, tpu_hlo_dtype(B, like));
-}
-
-/* i1 of |t|'s shape: true where col - row >= |from| (|upper|) or col - row <= |from|. */
-static tpu_hlo_value triangle(tpu_lower_ctx *c, const tpu_hlo_type *t, bool upper, int64_t from) {
-  tpu_hlo_type it = *t;
-  it.dtype = TPU_S64;
-  tpu_hlo_value diff = sub(c, tpu_hlo_iota(B, &it, t->rank - 1), tpu_hlo_iota(B, &it, t->rank - 2));
-  return cmp(c, upper ? TPU_HLO_GE : TPU_HLO_LE, diff, tpu_hlo_const_i64(B, &it, from));
-}
-
-/* |x| with the elements outside the triangle replaced by zeros. */
-static tpu_hlo_value keep_triangle(tpu_lower_ctx *c, tpu_hlo_value x, bool upper) {
-  const tpu_hlo_type *t = tpu_hlo_type_of(B, x);
-  tpu_hlo_type tt = *t;
-  return sel(c, triangle(c, &tt, upper, 0), x, tpu_hlo_const_f64(B, &tt, 0.0));
-}
+#include "lower/matrix.h"
 
 /* Tensor argument |arg| as matrices of |dtype| with the batch |batch_of|
  * (whose last two dims are ignored). */
@@ -63,22 +26,6 @@ static tpu_hlo_value batched(tpu_lower_ctx *c, int arg, const tpu_hlo_type *batc
   t.dims[t.rank - 2] = c->args[arg].sizes[c->args[arg].rank - 2];
   t.dims[t.rank - 1] = c->args[arg].sizes[c->args[arg].rank - 1];
   return tpu_hlo_broadcast_to(B, tpu_lower_tensor(c, arg), &t);
-}
-
-enum { NO_TRANSPOSE, TRANSPOSE, ADJOINT };
-
-/* op(a) x = b (|left|) or x op(a) = b, a triangular; batches equal. */
-static tpu_hlo_value tri_solve(tpu_lower_ctx *c, tpu_hlo_value a, tpu_hlo_value b, bool left, bool lower, bool unit,
-                               int transpose) {
-  static const char *const mode[] = {"NO_TRANSPOSE", "TRANSPOSE", "ADJOINT"};
-  char attrs[160];
-  snprintf(attrs, sizeof attrs,
-           "left_side = %s, lower = %s, unit_diagonal = %s, transpose_a = #stablehlo<transpose %s>",
-           left ? "true" : "false", lower ? "true" : "false", unit ? "true" : "false", mode[transpose]);
-  tpu_hlo_type t = *tpu_hlo_type_of(B, b);
-  tpu_hlo_value operands[2] = {a, b}, x;
-  tpu_hlo_op(B, "stablehlo.triangular_solve", operands, 2, NULL, 0, attrs, &t, 1, &x);
-  return x;
 }
 
 /* The solution of (L L^H) x = b, or (U^H U) x = b if |upper|, for the factor |f|. */
@@ -91,13 +38,6 @@ static tpu_hlo_value cholesky_solve(tpu_lower_ctx *c, tpu_hlo_value f, tpu_hlo_v
 static tpu_status_t cholesky_solve_rule(tpu_lower_ctx *c) {
   tpu_hlo_value f = batched(c, 1, OUT, OUT->dtype);
   return done(c, cholesky_solve(c, f, batched(c, 0, OUT, OUT->dtype), tpu_lower_bool(c, 2, false)));
-}
-
-/* The identity matrices of type |t|. */
-static tpu_hlo_value identity(tpu_lower_ctx *c, const tpu_hlo_type *t) {
-  tpu_hlo_type tt = *t;
-  tpu_hlo_value eye = and_(c, triangle(c, &tt, true, 0), triangle(c, &tt, false, 0));
-  return sel(c, eye, tpu_hlo_const_f64(B, &tt, 1.0), tpu_hlo_const_f64(B, &tt, 0.0));
 }
 
 /* cholesky_inverse(self, upper) */
@@ -125,58 +65,7 @@ static tpu_status_t triangular_solve_rule(tpu_lower_ctx *c) {
 
 /* --- loops ---------------------------------------------------------------------
  * A factorization is a loop (tpu_lower_loop) whose body is one step (a
- * column, a rotation). State vectors keep size-1 dims (pivots [batch, 1, k], info
- * [batch, 1, 1]) so that they broadcast against the matrices by NumPy rules. */
-
-/* |x| (rank 0 or NumPy-broadcastable) spread to |t|'s shape, keeping its dtype. */
-static tpu_hlo_value spread(tpu_lower_ctx *c, tpu_hlo_value x, const tpu_hlo_type *t) {
-  tpu_hlo_type to = *t;
-  to.dtype = tpu_hlo_dtype(B, x);
-  return tpu_hlo_broadcast_to(B, x, &to);
-}
-
-/* |x| with |extra| slices of the rank-0 |fill| added at the end of |dim|. */
-static tpu_hlo_value pad_end(tpu_lower_ctx *c, tpu_hlo_value x, int dim, int64_t extra, tpu_hlo_value fill) {
-  if (extra == 0) return x;
-  int64_t lo[TPU_HLO_MAX_RANK] = {0}, hi[TPU_HLO_MAX_RANK] = {0}, in[TPU_HLO_MAX_RANK] = {0};
-  hi[dim] = extra;
-  return tpu_hlo_pad(B, x, fill, lo, hi, in);
-}
-
-/* s64 indices along |dim| of |x|'s shape. */
-static tpu_hlo_value index_along(tpu_lower_ctx *c, tpu_hlo_value x, int dim) {
-  tpu_hlo_type t = *tpu_hlo_type_of(B, x);
-  t.dtype = TPU_S64;
-  return tpu_hlo_iota(B, &t, dim);
-}
-
-/* |x| reduced over |dim| with |op|, the dim kept as size 1. */
-static tpu_hlo_value reduce_keep(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_binary_t op, int dim) {
-  int rank = tpu_hlo_rank(B, x);
-  int64_t d = dim;
-  return tpu_lower_keepdim(B, tpu_lower_reduce(B, x, op, &d, 1), rank, &d, 1);
-}
-
-/* The element of |x| at index |k| (a value) of |dim|, the dim kept as size 1. */
-static tpu_hlo_value pick(tpu_lower_ctx *c, tpu_hlo_value x, int dim, tpu_hlo_value k) {
-  tpu_hlo_type t = *tpu_hlo_type_of(B, x);
-  tpu_hlo_value starts[TPU_HLO_MAX_RANK];
-  for (int d = 0; d < t.rank; d++) starts[d] = d == dim ? k : tpu_hlo_scalar_i64(B, TPU_S64, 0);
-  t.dims[dim] = 1;
-  return tpu_hlo_dynamic_slice(B, x, starts, t.dims);
-}
-
-/* The slices of |x| along |dim| where |pred| holds, summed: the one selected slice. */
-static tpu_hlo_value row_where(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value pred, int dim) {
-  tpu_hlo_type t = *tpu_hlo_type_of(B, x);
-  return reduce_keep(c, sel(c, pred, x, tpu_hlo_const_f64(B, &t, 0.0)), TPU_HLO_ADD, dim);
-}
-
-/* Output |i| from a state vector with size-1 dims (pivots, info). */
-static void set_vector(tpu_lower_ctx *c, int i, tpu_hlo_value v) {
-  if (c->out_types[i].dtype == TPU_INVALID) return;
-  tpu_lower_set_output(c, i, tpu_hlo_reshape(B, v, c->out_types[i].rank, c->out_types[i].dims));
-}
+ * column, a rotation); its state vectors keep size-1 dims (matrix.h). */
 
 /* Asks for info == 0 everywhere when argument |arg| (check_errors) is set,
  * or always for |arg| -1. */
@@ -330,14 +219,6 @@ static tpu_hlo_value permutation(tpu_lower_ctx *c, tpu_hlo_value piv, int64_t m,
   pt.dtype = dtype;
   tpu_hlo_value hit = cmp(c, TPU_HLO_EQ, index_along(c, spread(c, s[0], &pt), r - 2), spread(c, s[0], &pt));
   return sel(c, hit, tpu_hlo_const_f64(B, &pt, 1.0), tpu_hlo_const_f64(B, &pt, 0.0));
-}
-
-/* x @ y for matrices with equal batches, exact for permutation matrices. */
-static tpu_hlo_value matmul(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value y) {
-  int r = tpu_hlo_rank(B, x);
-  tpu_hlo_dot_dims d = {.num_batch = r - 2, .num_contract = 1, .lhs_contract = {r - 1}, .rhs_contract = {r - 2}};
-  for (int i = 0; i < r - 2; i++) d.lhs_batch[i] = d.rhs_batch[i] = i;
-  return tpu_hlo_dot_general(B, x, y, &d, tpu_hlo_dtype(B, x), TPU_HLO_PRECISION_HIGHEST);
 }
 
 /* The solution of op(A) x = b (|left|) or x op(A) = b, A = P L U given as
@@ -597,12 +478,6 @@ static tpu_status_t matrix_exp_rule(tpu_lower_ctx *c) {
  * descending. Left vectors that W cannot give (zero singular values, or the
  * rest of U for full_matrices) are completed one at a time with the identity
  * column of largest residual against those found, orthogonalized twice. */
-
-/* The squared norm of each column of |x|, kept as [batch, 1, n] (real). */
-static tpu_hlo_value column_norm2(tpu_lower_ctx *c, tpu_hlo_value x) {
-  tpu_hlo_value mag = un(c, TPU_HLO_ABS, x);
-  return reduce_keep(c, mul(c, mag, mag), TPU_HLO_ADD, tpu_hlo_rank(B, x) - 2);
-}
 
 /* The plane rotation J = [[cs, sn e], [-sn conj(e), cs]] that zeroes the
  * off-diagonal g e of the Hermitian 2x2 [[app, g e], [conj(g e), aqq]]
