@@ -10,15 +10,21 @@
  * (trevc), transformed back, unscaled (gebak) and normalized to unit norm
  * with their largest component real.
  *
- * The QR iterations are a loop of microsteps. Each applies one small
- * unitary transform to every matrix of the batch at that matrix's own
- * position: a reflector of the bulge chase (3x3 real, 2x2 complex), or
- * lanv2's rotation of a converged 2x2 block; a matrix that starts a new
- * iteration first looks for negligible subdiagonals and picks its shifts,
- * one that has converged idles. The loop ends when every matrix has. The
- * transforms act on whole rows and columns where LAPACK skips parts that
- * are zero (the same result), and the elements LAPACK sets explicitly (the
- * bulge's column, the block's entries) are set after each transform. */
+ * The QR iterations run every matrix of the batch at once, each at its own
+ * place: a loop over iterations (for each matrix not done: the deflation
+ * search, then the end of a converged block, lanv2's 2x2 standardization, or
+ * the shifts and the first reflector) with an inner loop over the bulge
+ * chase (one reflector per step, 3x3 real, 2x2 complex). A step gathers the
+ * rows and then the columns it turns (a window of 3 per matrix) and
+ * scatters them back, so that it costs O(n), not O(n^2); the loops end when
+ * every matrix has converged. The reflectors act on whole rows and columns
+ * where LAPACK skips parts that are zero (the same result), and the elements
+ * LAPACK sets explicitly (the bulge's column, the block's entries) are set
+ * in the windows. Rounding differs from LAPACK's, so an eigenvalue that
+ * converges at the edge of the deflation test may take one iteration more
+ * or less: the order can then differ (rarely, and mostly in float32 past
+ * 30x30, where the CPU's float32 and float64 orders differ too), and a
+ * complex pair's vectors may come out negated. */
 #include <math.h>
 
 #include "lower/matrix.h"
@@ -169,7 +175,8 @@ static tpu_hlo_value any(tpu_lower_ctx *c, tpu_hlo_value flag) {
  * again after each move), then a column zero off the diagonal in rows k..l
  * moves to k (the first such). Then sweeps scale row and column i of the
  * block k..l by a power of 2 that brings their norms within a factor 2,
- * until a sweep changes nothing. The transforms are kept as the row order
+ * until a sweep changes nothing (gebal's guards against overflow near the
+ * type's limits are not repeated). The transforms are kept as the row order
  * (perm: balanced row j is row perm[j]) and the scale of each row. */
 
 enum { P_K, P_L, P_PHASE, P_COUNT };
