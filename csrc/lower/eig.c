@@ -22,9 +22,9 @@
  * LAPACK sets explicitly (the bulge's column, the block's entries) are set
  * in the windows. Rounding differs from LAPACK's, so an eigenvalue that
  * converges at the edge of the deflation test may take one iteration more
- * or less: the order can then differ (rarely, and mostly in float32 past
- * 30x30, where the CPU's float32 and float64 orders differ too), and a
- * complex pair's vectors may come out negated. */
+ * or less: the order can then differ (for some float32 matrices from about
+ * 30x30, whose order the CPU's float32 and float64 results disagree on
+ * too), and a complex pair's vectors may come out negated. */
 #include <math.h>
 
 #include "lower/matrix.h"
@@ -47,7 +47,8 @@ static tpu_hlo_type scalar_type(tpu_lower_ctx *c, tpu_hlo_value x, tpu_dtype_t d
 /* A constant like the value |like| (its type) with |v|. */
 static tpu_hlo_value fill(tpu_lower_ctx *c, tpu_hlo_value like, double v) {
   tpu_hlo_type t = *tpu_hlo_type_of(B, like);
-  return tpu_dtype_is_float(t.dtype) || tpu_dtype_is_complex(t.dtype) ? tpu_hlo_const_f64(B, &t, v) : tpu_hlo_const_i64(B, &t, (int64_t)v);
+  if (tpu_dtype_is_float(t.dtype) || tpu_dtype_is_complex(t.dtype)) return tpu_hlo_const_f64(B, &t, v);
+  return tpu_hlo_const_i64(B, &t, (int64_t)v);
 }
 
 /* |x| spread to the shape of |like|. */
@@ -221,12 +222,14 @@ static void permute_step(tpu_lower_ctx *c, tpu_hlo_value counter, tpu_hlo_value 
     int dim = pass == 0 ? r - 2 : r - 1;
     tpu_hlo_value idx = index_along(c, a, dim);
     tpu_hlo_value at_j = cmpb(c, TPU_HLO_EQ, idx, j), at_m = cmpb(c, TPU_HLO_EQ, idx, m);
-    tpu_hlo_value was_j = as_shape(c, row_where(c, a, at_j, dim), a), was_m = as_shape(c, row_where(c, a, at_m, dim), a);
+    tpu_hlo_value was_j = as_shape(c, row_where(c, a, at_j, dim), a);
+    tpu_hlo_value was_m = as_shape(c, row_where(c, a, at_m, dim), a);
     a = sel(c, at_j, was_m, sel(c, at_m, was_j, a));
   }
   tpu_hlo_value pi = index_along(c, perm, r - 1);
   tpu_hlo_value p_j = cmpb(c, TPU_HLO_EQ, pi, j), p_m = cmpb(c, TPU_HLO_EQ, pi, m);
-  tpu_hlo_value pj = as_shape(c, row_where(c, perm, p_j, r - 1), perm), pm = as_shape(c, row_where(c, perm, p_m, r - 1), perm);
+  tpu_hlo_value pj = as_shape(c, row_where(c, perm, p_j, r - 1), perm);
+  tpu_hlo_value pm = as_shape(c, row_where(c, perm, p_m, r - 1), perm);
   perm = sel(c, p_j, pm, sel(c, p_m, pj, perm));
   /* the registers: a found row moves l up (all done at l == 0); a found
    * column moves k down; nothing found ends the phase */
@@ -410,7 +413,8 @@ static void hessenberg_step(tpu_lower_ctx *c, tpu_hlo_value i, tpu_hlo_value *s,
   tpu_hlo_value beta, tau, scale;
   larfg(c, alpha, norm2_where(c, col, below, r - 2), &beta, &tau, &scale);
   tau = selb(c, active, tau, fill(c, tau, 0.0));
-  tpu_hlo_value v = selb(c, at_top, fill(c, col, 1.0), selb(c, below, bin(c, TPU_HLO_MUL, col, scale), fill(c, col, 0.0)));
+  tpu_hlo_value v = selb(c, below, bin(c, TPU_HLO_MUL, col, scale), fill(c, col, 0.0));
+  v = selb(c, at_top, fill(c, col, 1.0), v);
   tpu_hlo_value vh = mT(c, v, true);
   /* A H, then H^H A, then Z H (H = I - tau v v^H); inactive matrices keep
    * their values exactly (NaNs included) */
@@ -505,7 +509,8 @@ static void bands(tpu_lower_ctx *c, tpu_hlo_value h, int64_t n, tpu_hlo_value *o
  * coordinates) set to |v| where |when|. */
 static tpu_hlo_value set_in(tpu_lower_ctx *c, tpu_hlo_value w, tpu_hlo_value when, tpu_hlo_value row, tpu_hlo_value col,
                             tpu_hlo_value v) {
-  tpu_hlo_value hit = and_(c, cmpb(c, TPU_HLO_EQ, index_along(c, w, 1), row), cmpb(c, TPU_HLO_EQ, index_along(c, w, 2), col));
+  tpu_hlo_value hit = and_(c, cmpb(c, TPU_HLO_EQ, index_along(c, w, 1), row),
+                           cmpb(c, TPU_HLO_EQ, index_along(c, w, 2), col));
   return selb(c, and_(c, hit, as_shape(c, when, hit)), v, w);
 }
 /* [batch, 3, 3] of nine per-matrix scalars, row-major. */
@@ -551,11 +556,13 @@ static void lanv2(tpu_lower_ctx *c, tpu_hlo_value a, tpu_hlo_value b, tpu_hlo_va
   tpu_hlo_value tau2 = un(c, TPU_HLO_SQRT, add(c, mul(c, sigma, sigma), mul(c, temp, temp)));
   tpu_hlo_value tau2s = sel(c, cmp(c, TPU_HLO_EQ, tau2, zero), one, tau2);
   tpu_hlo_value cs = un(c, TPU_HLO_SQRT, mul(c, half, add(c, one, dvd(c, absv(c, sigma), tau2s))));
-  tpu_hlo_value sn = mul(c, neg(c, dvd(c, p, mul(c, tau2s, cs))), sel(c, cmp(c, TPU_HLO_GE, sigma, zero), one, neg(c, one)));
+  tpu_hlo_value sn = mul(c, neg(c, dvd(c, p, mul(c, tau2s, cs))),
+                         sel(c, cmp(c, TPU_HLO_GE, sigma, zero), one, neg(c, one)));
   tpu_hlo_value aa = add(c, mul(c, a, cs), mul(c, b, sn)), bb = add(c, mul(c, neg(c, a), sn), mul(c, b, cs));
   tpu_hlo_value cc2 = add(c, mul(c, cc, cs), mul(c, d, sn)), dd = add(c, mul(c, neg(c, cc), sn), mul(c, d, cs));
   tpu_hlo_value na = add(c, mul(c, aa, cs), mul(c, cc2, sn)), nb = add(c, mul(c, bb, cs), mul(c, dd, sn));
-  tpu_hlo_value nc = add(c, mul(c, neg(c, aa), sn), mul(c, cc2, cs)), nd = add(c, mul(c, neg(c, bb), sn), mul(c, dd, cs));
+  tpu_hlo_value nc = add(c, mul(c, neg(c, aa), sn), mul(c, cc2, cs));
+  tpu_hlo_value nd = add(c, mul(c, neg(c, bb), sn), mul(c, dd, cs));
   tpu_hlo_value mid = mul(c, half, add(c, na, nd));
   tpu_hlo_value nc_nz = cmp(c, TPU_HLO_NE, nc, zero), nb_nz = cmp(c, TPU_HLO_NE, nb, zero);
   tpu_hlo_value same = cmp(c, TPU_HLO_EQ, sel(c, cmp(c, TPU_HLO_GE, nb, zero), one, neg(c, one)),
@@ -587,7 +594,8 @@ static void lanv2(tpu_lower_ctx *c, tpu_hlo_value a, tpu_hlo_value b, tpu_hlo_va
  * the diagonal, subdiagonal (S[j] = H(j, j-1)) and superdiagonal (U[j] =
  * H(j-1, j)). */
 static tpu_hlo_value deflation(tpu_lower_ctx *c, tpu_hlo_value dg, tpu_hlo_value sd, tpu_hlo_value ud, tpu_hlo_value i,
-                               tpu_hlo_value l, tpu_hlo_value ilo, tpu_hlo_value ihi, tpu_hlo_value smlnum, double ulp) {
+                               tpu_hlo_value l, tpu_hlo_value ilo, tpu_hlo_value ihi, tpu_hlo_value smlnum,
+                               double ulp) {
   int r = tpu_hlo_rank(B, dg);
   tpu_hlo_value j = index_along(c, dg, r - 1);
   tpu_hlo_value dm1 = shift(c, dg, 1);
@@ -603,7 +611,8 @@ static tpu_hlo_value deflation(tpu_lower_ctx *c, tpu_hlo_value dg, tpu_hlo_value
   tpu_hlo_value ulpv = fill(c, as, ulp);
   tpu_hlo_value ak = cmp(c, TPU_HLO_LE, mul(c, ba, dvd(c, ab, ss)),
                          maxv(c, as_shape(c, smlnum, as), mul(c, ulpv, mul(c, bb, dvd(c, aa, ss)))));
-  tpu_hlo_value small = or_(c, cmpb(c, TPU_HLO_LE, as, smlnum), and_(c, cmp(c, TPU_HLO_LE, re_s, mul(c, ulpv, tst)), ak));
+  tpu_hlo_value small = or_(c, cmpb(c, TPU_HLO_LE, as, smlnum),
+                            and_(c, cmp(c, TPU_HLO_LE, re_s, mul(c, ulpv, tst)), ak));
   tpu_hlo_value cand = and_(c, small, and_(c, cmpb(c, TPU_HLO_GT, j, l), cmpb(c, TPU_HLO_LE, j, i)));
   tpu_hlo_value found = reduce_keep(c, selb(c, cand, j, tpu_hlo_scalar_i64(B, TPU_S64, -1)), TPU_HLO_MAX, r - 1);
   return maxv(c, found, l);
@@ -714,7 +723,8 @@ static void chase_step(tpu_lower_ctx *c, tpu_hlo_value counter, tpu_hlo_value *s
   h = put_window(c, h, pos, false, cols);
   if (vectors) {
     tpu_hlo_value zc = turn(c, window(c, z, pos, false), gm, chase, false);
-    if (cplx) zc = selb(c, cmpb(c, TPU_HLO_EQ, index_along(c, zc, 2), fill(c, zero_i, 1.0)), bin(c, TPU_HLO_MUL, zc, t2), zc);
+    if (cplx)
+      zc = selb(c, cmpb(c, TPU_HLO_EQ, index_along(c, zc, 2), fill(c, zero_i, 1.0)), bin(c, TPU_HLO_MUL, zc, t2), zc);
     z = put_window(c, z, pos, false, zc);
   }
   f[R_K] = sel(c, chase, plus(c, k, 1), k);
@@ -796,7 +806,8 @@ static void hqr_step(tpu_lower_ctx *c, tpu_hlo_value counter, tpu_hlo_value *s, 
     tpu_hlo_value rtdisc = un(c, TPU_HLO_SQRT, absv(c, det));
     tpu_hlo_value cpx = cmp(c, TPU_HLO_GE, det, fill(c, det, 0.0));
     tpu_hlo_value r1 = add(c, tr, rtdisc), r2 = sub(c, tr, rtdisc);
-    tpu_hlo_value rr = mul(c, sel(c, cmp(c, TPU_HLO_LE, absv(c, sub(c, r1, h22)), absv(c, sub(c, r2, h22))), r1, r2), sn);
+    tpu_hlo_value nearer = cmp(c, TPU_HLO_LE, absv(c, sub(c, r1, h22)), absv(c, sub(c, r2, h22)));
+    tpu_hlo_value rr = mul(c, sel(c, nearer, r1, r2), sn);
     tpu_hlo_value rt1r = sel(c, cpx, mul(c, tr, sn), rr), rt2r = rt1r;
     tpu_hlo_value rt1i = sel(c, cpx, mul(c, rtdisc, sn), fill(c, sn, 0.0)), rt2i = neg(c, rt1i);
     /* where to start: two consecutive small subdiagonals */
@@ -960,8 +971,8 @@ static schur schur_of(tpu_lower_ctx *c, tpu_hlo_value a, bool vectors) {
   /* padded: one zero row and column in front, two behind */
   int64_t lo[3] = {0, 1, 1}, hi[3] = {0, 2, 2}, in[3] = {0};
   tpu_hlo_value zero = tpu_hlo_scalar_f64(B, at.dtype, 0.0);
-  tpu_hlo_value qs[3] = {tpu_hlo_pad(B, hs[0], zero, lo, hi, in), vectors ? tpu_hlo_pad(B, hs[1], zero, lo, hi, in) : hs[1],
-                         pack(c, regs, R_COUNT)};
+  tpu_hlo_value qs[3] = {tpu_hlo_pad(B, hs[0], zero, lo, hi, in),
+                         vectors ? tpu_hlo_pad(B, hs[1], zero, lo, hi, in) : hs[1], pack(c, regs, R_COUNT)};
   int64_t max = 30 * (n > 10 ? n : 10) * n * (n + 1) + 1;
   if (vectors) {
     tpu_lower_loop_while(c, max, 3, qs, hqr_vectors, hqr_more_vectors);
@@ -998,7 +1009,8 @@ static tpu_hlo_value schur_eigenvalues(tpu_lower_ctx *c, tpu_hlo_value t, tpu_hl
   *out_first = first;
   *out_second = second;
   if (out_u != NULL) {
-    tpu_hlo_value flip = and_(c, cmp(c, TPU_HLO_GE, absv(c, sup_at), absv(c, sub_at)), cmp(c, TPU_HLO_LT, sup_at, zero));
+    tpu_hlo_value flip =
+        and_(c, cmp(c, TPU_HLO_GE, absv(c, sup_at), absv(c, sub_at)), cmp(c, TPU_HLO_LT, sup_at, zero));
     tpu_hlo_value sgn = sel(c, flip, neg(c, one), one);
     tpu_hlo_value u0 = mul(c, sgn, sup_at), u1 = mul(c, sgn, wi);
     tpu_hlo_value nrm = sel(c, first, un(c, TPU_HLO_SQRT, add(c, mul(c, u0, u0), mul(c, u1, u1))), one);
@@ -1080,7 +1092,8 @@ static tpu_hlo_value normalize_columns(tpu_lower_ctx *c, tpu_hlo_value v, tpu_hl
   tpu_hlo_value rr = mag;
   if (lartg) {
     tpu_hlo_value negative = and_(c, cmp(c, TPU_HLO_GT, absv(c, f), absv(c, g)), cmp(c, TPU_HLO_LT, f, zero));
-    rr = sel(c, cmp(c, TPU_HLO_EQ, g, zero), f, sel(c, cmp(c, TPU_HLO_EQ, f, zero), g, sel(c, negative, neg(c, mag), mag)));
+    rr = sel(c, negative, neg(c, mag), mag);
+    rr = sel(c, cmp(c, TPU_HLO_EQ, g, zero), f, sel(c, cmp(c, TPU_HLO_EQ, f, zero), g, rr));
   }
   tpu_hlo_value turn = and_(c, rotate, cmp(c, TPU_HLO_NE, rr, zero));
   tpu_hlo_value safe = sel(c, turn, rr, fill(c, rr, 1.0));
@@ -1129,8 +1142,8 @@ static tpu_status_t eig_rule(tpu_lower_ctx *c) {
                       "torch.linalg.eig: input tensor should not contain infs or NaNs.");
   }
   schur sf = schur_of(c, a, vectors);
-  tpu_lower_require(c, cmp(c, TPU_HLO_EQ, tpu_lower_reduce(B, sf.info, TPU_HLO_MAX, all, 3), tpu_hlo_scalar_i64(B, TPU_S64, 0)),
-                    TPU_ERR_RUNTIME,
+  tpu_hlo_value worst = tpu_lower_reduce(B, sf.info, TPU_HLO_MAX, all, 3);
+  tpu_lower_require(c, cmp(c, TPU_HLO_EQ, worst, tpu_hlo_scalar_i64(B, TPU_S64, 0)), TPU_ERR_RUNTIME,
                     "torch.linalg.eig: The algorithm failed to converge because the input matrix is ill-conditioned "
                     "or has too many repeated eigenvalues.");
   tpu_hlo_value first, second, u, w, tc, q;

@@ -875,7 +875,8 @@ static void ldl_step(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s, bool h
   tpu_hlo_value akk = row_where(c, col, cmp(c, TPU_HLO_EQ, crow, spread(c, k, &cit)), r - 2);
   tpu_hlo_value absakk = hermitian ? un(c, TPU_HLO_ABS, un(c, TPU_HLO_REAL, akk)) : abs1(c, akk);
   tpu_hlo_type rt = *tpu_hlo_type_of(B, absakk), rct = *tpu_hlo_type_of(B, abs1(c, col));
-  tpu_hlo_value mag = sel(c, cmp(c, TPU_HLO_GT, crow, spread(c, k, &cit)), abs1(c, col), tpu_hlo_const_f64(B, &rct, -1.0));
+  tpu_hlo_value mag =
+      sel(c, cmp(c, TPU_HLO_GT, crow, spread(c, k, &cit)), abs1(c, col), tpu_hlo_const_f64(B, &rct, -1.0));
   tpu_hlo_value colmax = reduce_keep(c, mag, TPU_HLO_MAX, r - 2);
   tpu_hlo_value imax = reduce_keep(c, sel(c, cmp(c, TPU_HLO_EQ, mag, spread(c, colmax, &rct)), crow,
                                          tpu_hlo_const_i64(B, &cit, n)),
@@ -889,8 +890,10 @@ static void ldl_step(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s, bool h
   tpu_hlo_type rit = *tpu_hlo_type_of(B, index_along(c, row_i, r - 1));
   tpu_hlo_value ri = index_along(c, row_i, r - 1);
   tpu_hlo_type rrt = *tpu_hlo_type_of(B, abs1(c, row_i));
-  tpu_hlo_value in_row = and_(c, cmp(c, TPU_HLO_GE, ri, spread(c, k, &rit)), cmp(c, TPU_HLO_NE, ri, spread(c, imax, &rit)));
-  tpu_hlo_value rowmax = reduce_keep(c, sel(c, in_row, abs1(c, row_i), tpu_hlo_const_f64(B, &rrt, 0.0)), TPU_HLO_MAX, r - 1);
+  tpu_hlo_value in_row =
+      and_(c, cmp(c, TPU_HLO_GE, ri, spread(c, k, &rit)), cmp(c, TPU_HLO_NE, ri, spread(c, imax, &rit)));
+  tpu_hlo_value rowmax =
+      reduce_keep(c, sel(c, in_row, abs1(c, row_i), tpu_hlo_const_f64(B, &rrt, 0.0)), TPU_HLO_MAX, r - 1);
   tpu_hlo_value aii = row_where(c, row_i, cmp(c, TPU_HLO_EQ, ri, spread(c, imax, &rit)), r - 1);
   aii = hermitian ? un(c, TPU_HLO_ABS, un(c, TPU_HLO_REAL, aii)) : abs1(c, aii);
   tpu_hlo_value alpha = tpu_hlo_const_f64(B, &rt, (1.0 + sqrt(17.0)) / 8.0);
@@ -930,12 +933,14 @@ static void ldl_step(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s, bool h
     tpu_hlo_value dd = un(c, TPU_HLO_ABS, d10);
     tpu_hlo_value dds = sel(c, cmp(c, TPU_HLO_EQ, dd, rzero), tpu_hlo_const_f64(B, &rt, 1.0), dd);
     tpu_hlo_value r11 = dvd(c, un(c, TPU_HLO_REAL, d1), dds), r22 = dvd(c, un(c, TPU_HLO_REAL, d0), dds);
-    tpu_hlo_value ttt = dvd(c, tpu_hlo_const_f64(B, &rt, 1.0), sub(c, mul(c, r11, r22), tpu_hlo_const_f64(B, &rt, 1.0)));
+    tpu_hlo_value rone = tpu_hlo_const_f64(B, &rt, 1.0);
+    tpu_hlo_value ttt = dvd(c, rone, sub(c, mul(c, r11, r22), rone));
     e21 = dvd(c, d10, as_type_of(c, dds, d10));
     scale = as_type_of(c, dvd(c, ttt, dds), d10);
     e11 = as_type_of(c, r11, d10), e22 = as_type_of(c, r22, d10);
     wk = mul(c, spread(c, scale, &ct), sub(c, mul(c, spread(c, e11, &ct), ck), mul(c, spread(c, e21, &ct), ck1)));
-    wk1 = mul(c, spread(c, scale, &ct), sub(c, mul(c, spread(c, e22, &ct), ck1), mul(c, spread(c, conj_of(c, e21), &ct), ck)));
+    wk1 = mul(c, spread(c, scale, &ct),
+              sub(c, mul(c, spread(c, e22, &ct), ck1), mul(c, spread(c, conj_of(c, e21), &ct), ck)));
   } else {
     tpu_hlo_value d10s = sel(c, cmp(c, TPU_HLO_EQ, d10, tpu_hlo_const_f64(B, &st, 0.0)), cone, d10);
     e11 = dvd(c, d1, d10s), e22 = dvd(c, d0, d10s);
@@ -1031,7 +1036,8 @@ static void ldl_forward_step(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s
   tpu_hlo_value dk1k = row_where(c, lk, cmp(c, TPU_HLO_EQ, lrows, spread(c, k1, &lit)), r - 2);
   tpu_hlo_value dk1k1 = row_where(c, lk1, cmp(c, TPU_HLO_EQ, lrows, spread(c, k1, &lit)), r - 2);
   /* below the block: x_r -= l_rk x_k (and l_r,k+1 x_k+1) */
-  tpu_hlo_value below1 = cmp(c, TPU_HLO_GT, rows, spread(c, kk, &xi)), below2 = cmp(c, TPU_HLO_GT, rows, spread(c, k1, &xi));
+  tpu_hlo_value below1 = cmp(c, TPU_HLO_GT, rows, spread(c, kk, &xi));
+  tpu_hlo_value below2 = cmp(c, TPU_HLO_GT, rows, spread(c, k1, &xi));
   tpu_hlo_value x1 = sub(c, x, mul(c, spread(c, lk, &xt), spread(c, xk, &xt)));
   tpu_hlo_value x2 = sub(c, x1, mul(c, spread(c, lk1, &xt), spread(c, xk1, &xt)));
   x = sel(c, and_(c, spread(c, one, &xb), below1), x1, sel(c, and_(c, spread(c, two, &xb), below2), x2, x));
@@ -1044,10 +1050,12 @@ static void ldl_forward_step(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s
   tpu_hlo_value denom = sub(c, mul(c, akm1, ak), cone);
   denom = sel(c, two, denom, cone);
   tpu_hlo_type rt = *tpu_hlo_type_of(B, xk);
-  tpu_hlo_value bkm1 = dvd(c, xk, spread(c, hermitian ? conj_of(c, safe) : safe, &rt)), bk = dvd(c, xk1, spread(c, safe, &rt));
+  tpu_hlo_value bkm1 = dvd(c, xk, spread(c, hermitian ? conj_of(c, safe) : safe, &rt));
+  tpu_hlo_value bk = dvd(c, xk1, spread(c, safe, &rt));
   tpu_hlo_value nk = dvd(c, sub(c, mul(c, spread(c, ak, &rt), bkm1), bk), spread(c, denom, &rt));
   tpu_hlo_value nk1 = dvd(c, sub(c, mul(c, spread(c, akm1, &rt), bk), bkm1), spread(c, denom, &rt));
-  tpu_hlo_value at_k = cmp(c, TPU_HLO_EQ, rows, spread(c, kk, &xi)), at_k1 = cmp(c, TPU_HLO_EQ, rows, spread(c, k1, &xi));
+  tpu_hlo_value at_k = cmp(c, TPU_HLO_EQ, rows, spread(c, kk, &xi));
+  tpu_hlo_value at_k1 = cmp(c, TPU_HLO_EQ, rows, spread(c, k1, &xi));
   /* hetrs scales by a real reciprocal: each part alone */
   tpu_hlo_value scaled = mul(c, xk, spread(c, inv, &rt));
   if (hermitian) {
@@ -1062,8 +1070,12 @@ static void ldl_forward_step(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s
   s[0] = x;
   s[3] = sel(c, two, tpu_hlo_const_i64(B, &st, 1), izero);
 }
-static void ldl_forward_symmetric(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s) { ldl_forward_step(c, k, s, false); }
-static void ldl_forward_hermitian(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s) { ldl_forward_step(c, k, s, true); }
+static void ldl_forward_symmetric(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s) {
+  ldl_forward_step(c, k, s, false);
+}
+static void ldl_forward_hermitian(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s) {
+  ldl_forward_step(c, k, s, true);
+}
 
 /* One step of sytrs's second half, L^T x = y (L^H), at column k = n - 1 -
  * counter, where a negative pivot ends a 2x2 block (k - 1, k). State as
@@ -1095,7 +1107,8 @@ static void ldl_backward_step(tpu_lower_ctx *c, tpu_hlo_value counter, tpu_hlo_v
   tpu_hlo_value xpast = sel(c, cmp(c, TPU_HLO_GT, rows, spread(c, kk, &xi)), x, tpu_hlo_const_f64(B, &xt, 0.0));
   tpu_hlo_value sk = matmul(c, mT(c, sel(c, past, lk, zero), hermitian), xpast); /* [batch, 1, nrhs] */
   tpu_hlo_value skm1 = matmul(c, mT(c, sel(c, past, lkm1, zero), hermitian), xpast);
-  tpu_hlo_value at_k = cmp(c, TPU_HLO_EQ, rows, spread(c, kk, &xi)), at_km1 = cmp(c, TPU_HLO_EQ, rows, spread(c, km1, &xi));
+  tpu_hlo_value at_k = cmp(c, TPU_HLO_EQ, rows, spread(c, kk, &xi));
+  tpu_hlo_value at_km1 = cmp(c, TPU_HLO_EQ, rows, spread(c, km1, &xi));
   tpu_hlo_value xk = row_where(c, x, at_k, r - 2), xkm1 = row_where(c, x, at_km1, r - 2);
   tpu_hlo_value act = or_(c, one, two);
   x = sel(c, and_(c, spread(c, act, &xb), at_k), spread(c, sub(c, xk, sk), &xt), x);
@@ -1105,8 +1118,12 @@ static void ldl_backward_step(tpu_lower_ctx *c, tpu_hlo_value counter, tpu_hlo_v
   s[0] = x;
   s[3] = sel(c, two, tpu_hlo_const_i64(B, &st, 1), izero);
 }
-static void ldl_backward_symmetric(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s) { ldl_backward_step(c, k, s, false); }
-static void ldl_backward_hermitian(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s) { ldl_backward_step(c, k, s, true); }
+static void ldl_backward_symmetric(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s) {
+  ldl_backward_step(c, k, s, false);
+}
+static void ldl_backward_hermitian(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s) {
+  ldl_backward_step(c, k, s, true);
+}
 
 /* linalg_ldl_solve(LD, pivots, B, *, hermitian) */
 static tpu_status_t ldl_solve_rule(tpu_lower_ctx *c) {
