@@ -310,18 +310,18 @@ def test_growing_attention_length_traces_once(kv_heads):
 
 
 def test_op_without_rule_splits_the_graph():
-    def f(x):
+    def f(x, c):
         y = torch.exp(x)
-        z = torch.linalg.eigvals(y).abs()  # no rule: runs eagerly between two programs
+        z = torch.ops.aten._compute_linear_combination(y, c).abs()  # no rule: runs eagerly between two programs
         return z * 2 + 1
 
-    x = torch.randn(4, 4)
+    x, c = torch.randn(4, 4), torch.randn(3, 4)
     torchtpu.reset_stats()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        got = torch.compile(f, backend="tpu")(x.to("tpu"))
-    torch.testing.assert_close(got.cpu(), f(x))
-    assert any("eig" in name for name in torchtpu.stats()["fallbacks"])
+        got = torch.compile(f, backend="tpu")(x.to("tpu"), c.to("tpu"))
+    torch.testing.assert_close(got.cpu(), f(x, c))
+    assert any("_compute_linear_combination" in name for name in torchtpu.stats()["fallbacks"])
 
 
 def _steps_away(x):

@@ -115,11 +115,11 @@ def test_missing_plugin_message():
 def test_fallback_warns_once_and_counts():
     torchtpu.reset_stats()
     import warnings
-    x = torch.eye(2, device="tpu")
+    x, c = torch.eye(2, device="tpu"), torch.ones(3, 2, device="tpu")
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
-        torch.linalg.eigvals(x)
-        torch.linalg.eigvals(x)
+        torch.ops.aten._compute_linear_combination(x, c)  # an internal op without a rule
+        torch.ops.aten._compute_linear_combination(x, c)
     fb = torchtpu.stats()["fallbacks"]
     assert sum(fb.values()) >= 2 and all(k.startswith("aten::") for k in fb)
 
@@ -152,6 +152,32 @@ def test_program_cache_is_capped(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     assert int(out.stdout.split()[-1]) > 0  # the second pass loaded evicted programs from disk
+
+
+def test_program_cache_is_emptied_when_maps_run_out(tmp_path):
+    """Programs that map many regions (linalg.eig's map hundreds) exhaust
+    Linux's maps long before the count cap: past half of vm.max_map_count
+    the cache is emptied too. The process takes most of its maps first
+    (anonymous pages of alternating protections, which the kernel cannot
+    merge), then loads 80 small programs: they must not all stay loaded."""
+    code = (
+        "import ctypes, torch, torchtpu\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "libc.mmap.restype = ctypes.c_void_p\n"
+        "libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t] + [ctypes.c_int] * 3 + [ctypes.c_long]\n"
+        "limit = int(open('/proc/sys/vm/max_map_count').read())\n"
+        "base = libc.mmap(None, 4096 * (limit // 2 + 10), 3, 0x22, -1, 0)\n"
+        "assert base not in (None, ctypes.c_void_p(-1).value)\n"
+        "for i in range(0, limit // 2 + 10, 2):\n"
+        "    assert libc.mprotect(ctypes.c_void_p(base + 4096 * i), 4096, 1) == 0\n"
+        "for n in range(1, 81):\n"
+        "    x = torch.arange(n, dtype=torch.float32)\n"
+        "    torch.testing.assert_close((x.to('tpu') * 3 - 1).cpu(), x * 3 - 1)\n"
+        "print(torchtpu.stats()['cached_programs'])\n")
+    env = dict(os.environ, TORCHTPU_CACHE_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert int(out.stdout.split()[-1]) < 80
 
 
 def test_memory_counters():

@@ -282,9 +282,9 @@ def test_mixed_devices_error():
 def test_fallback_error_mode():
     torchtpu._C._set_fallback_mode("error")
     try:
-        op = torch.ops.aten.linalg_eig  # no rule for general eigenproblems: must refuse to fall back
+        op = torch.ops.aten._compute_linear_combination  # an internal op without a rule: must refuse to fall back
         with pytest.raises(NotImplementedError, match="TORCHTPU_FALLBACK=error"):
-            op(torch.eye(2, device="tpu"))
+            op(torch.eye(2, device="tpu"), torch.ones(2, 2, device="tpu"))
     finally:
         torchtpu._C._set_fallback_mode("warn")
 

@@ -519,3 +519,163 @@ def test_factorizations_compiled(no_fallbacks):
     a, b = make((3, 4, 4), torch.float32), make((3, 4, 2), torch.float32, 1)
     got = torch.compile(f, backend="tpu")(a.to("tpu"), b.to("tpu"))
     torch.testing.assert_close([t.cpu() for t in got], list(f(a, b)), rtol=1e-4, atol=1e-4)
+
+
+# --- general eigendecomposition (eig.c) -----------------------------------------
+
+def check_eig(a, rtol=1e-4, atol=1e-4, vectors_exact=False):
+    """Eigenvalues in the CPU's (LAPACK's) order; eigenvectors of unit norm
+    with the CPU's magnitudes (the comparison PyTorch's OpInfo makes: their
+    phase is LAPACK's convention up to a sign where the iterations converged
+    at another step), and A V = V diag(w)."""
+    w, v = (t.cpu() for t in torch.linalg.eig(a.to("tpu")))
+    ew, ev = torch.linalg.eig(a)
+    torch.testing.assert_close(w, ew, rtol=rtol, atol=atol)
+    torch.testing.assert_close(v.abs(), ev.abs(), rtol=rtol, atol=atol)
+    if vectors_exact:
+        torch.testing.assert_close(v, ev, rtol=rtol, atol=atol)
+    torch.testing.assert_close(a.to(v.dtype) @ v, v * w.unsqueeze(-2), rtol=rtol, atol=atol)
+    norms = torch.linalg.vector_norm(v, dim=-2)
+    torch.testing.assert_close(norms, torch.ones_like(norms), rtol=rtol, atol=atol)
+    torch.testing.assert_close(torch.linalg.eigvals(a.to("tpu")).cpu(), ew, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("dtype", FACTOR_DTYPES + [torch.complex128], ids=str)
+@pytest.mark.parametrize("shape", [(5, 5), (2, 4, 4), (1, 1), (0, 3, 3), (16, 16)], ids=str)
+def test_eig(no_fallbacks, shape, dtype):
+    # complex matrices: zgeev's convention (largest element real positive) makes the vectors unique
+    check_eig(make(shape, dtype), **({} if dtype in (torch.float32, torch.complex64) else dict(rtol=1e-9, atol=1e-9)),
+              vectors_exact=dtype.is_complex)
+
+
+def test_eig_64(no_fallbacks):
+    a = make((2, 64, 64), torch.float64)
+    check_eig(a, rtol=1e-8, atol=1e-8)
+    # float32: the order of nearly converged eigenvalues follows rounding (the
+    # CPU's own float32 and float64 orders differ here); as a set, against float64
+    a32 = make((64, 64), torch.float32, 1)
+    w, v = (t.cpu() for t in torch.linalg.eig(a32.to("tpu")))
+    ew = torch.linalg.eigvals(a32.double())
+    nearest = (w.unsqueeze(-1).to(ew.dtype) - ew.unsqueeze(-2)).abs().argmin(-1)
+    assert sorted(nearest.tolist()) == list(range(64))
+    torch.testing.assert_close(w.to(ew.dtype), ew[nearest], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(a32.to(v.dtype) @ v, v * w, rtol=1e-4, atol=1e-4)
+
+
+EIG_SPECIAL = {
+    "identity": torch.eye(4),
+    "zero": torch.zeros(3, 3),
+    "upper": torch.triu(make((5, 5), torch.float32)),    # eigenvalues isolated by gebal's permutations
+    "lower": torch.tril(make((5, 5), torch.float32)),
+    "jordan": torch.tensor([[1.0, 1.0, 0.0], [0.0, 1.0, 1.0], [0.0, 0.0, 1.0]]),  # defective
+    "rotation": torch.tensor([[0.0, -1.0], [1.0, 0.0]]),
+    "scaled": torch.tensor([[1.0, 1e6, 0.0], [1e-6, 2.0, 1e6], [0.0, 1e-6, 3.0]]),  # balanced by scaling
+    "blocks": torch.block_diag(torch.tensor([[0.0, 2.0], [-3.0, 0.0]]), torch.tensor([[5.0]]),
+                               torch.tensor([[1.0, 4.0], [-1.0, 1.0]])),
+}
+
+
+@pytest.mark.parametrize("name", list(EIG_SPECIAL), ids=str)
+def test_eig_special(no_fallbacks, name):
+    check_eig(EIG_SPECIAL[name].double(), rtol=1e-9, atol=1e-9, vectors_exact=True)
+
+
+def test_eig_backward_and_out(no_fallbacks):
+    x = make((2, 5, 5), torch.float64)
+    compare(lambda x: torch.autograd.grad(
+        [(lambda w, v: w.real.sum() + 2 * w.imag.sum() + v.abs().sum())(*torch.linalg.eig(x))], x),
+        x.requires_grad_(), rtol=1e-8, atol=1e-8)
+    a = make((2, 4, 4), torch.float32)
+    w, v = torch.empty(0, dtype=torch.complex64, device="tpu"), torch.empty(0, dtype=torch.complex64, device="tpu")
+    torch.linalg.eig(a.to("tpu"), out=(w, v))
+    torch.testing.assert_close(w.cpu(), torch.linalg.eigvals(a), rtol=1e-4, atol=1e-4)
+    torch.linalg.eigvals(a.to("tpu"), out=w)
+    torch.testing.assert_close(w.cpu(), torch.linalg.eigvals(a), rtol=1e-4, atol=1e-4)
+
+
+def test_eig_non_finite_and_errors(no_fallbacks):
+    nan = torch.tensor([[1.0, float("nan")], [0.0, 1.0]])
+    with pytest.raises(RuntimeError, match="input tensor should not contain infs or NaNs"):
+        torch.linalg.eig(nan.to("tpu"))
+    compare(torch.linalg.eigvals, nan)  # the CPU answers; the NaN lies in an isolated part
+    for bad, err in ((make((2, 3), torch.float32), RuntimeError), (make((3, 3), torch.float16), NotImplementedError),
+                     (make((3, 3), torch.int64), RuntimeError)):
+        for fn in (torch.linalg.eig, torch.linalg.eigvals):
+            with pytest.raises(err) as cpu_err:
+                fn(bad)
+            with pytest.raises(err, match=re.escape(str(cpu_err.value).splitlines()[0])):
+                fn(bad.to("tpu"))
+
+
+# --- LDL (Bunch-Kaufman) ---------------------------------------------------------
+
+def symmetric(shape, dtype, seed=0, hermitian=False, zero_diagonal=False):
+    a = make(shape, dtype, seed)
+    a = a + (a.mH if hermitian else a.mT)
+    return a - torch.diag_embed(torch.diagonal(a, dim1=-2, dim2=-1)) if zero_diagonal else a
+
+
+@pytest.mark.parametrize("dtype", FACTOR_DTYPES + [torch.complex128], ids=str)
+@pytest.mark.parametrize("shape", [(5, 5), (2, 6, 6), (1, 1), (0, 3, 3), (16, 16)], ids=str)
+@pytest.mark.parametrize("hermitian", [False, True])
+@pytest.mark.parametrize("zero_diagonal", [False, True])  # 2x2 pivots
+def test_ldl(no_fallbacks, shape, dtype, hermitian, zero_diagonal):
+    """sytrf's (hetrf's) compact LD, pivots and info as on CPU, and the solve."""
+    a = symmetric(shape, dtype, hermitian=hermitian, zero_diagonal=zero_diagonal)
+    if not hermitian:
+        a = a.tril() + make(shape, dtype, 2).triu(1)  # only the lower triangle counts
+    ld, piv, info = compare(lambda x: torch.linalg.ldl_factor_ex(x, hermitian=hermitian), a, rtol=1e-4, atol=1e-4)
+    if zero_diagonal and a.numel() > 1:
+        assert (piv.cpu() < 0).any()
+    b = make((*shape[:-1], 3), dtype, 1)
+    f = torch.linalg.ldl_factor_ex(a, hermitian=hermitian)
+    compare(lambda ld, p, b: torch.linalg.ldl_solve(ld, p, b, hermitian=hermitian), f.LD, f.pivots, b,
+            rtol=1e-4, atol=1e-4)
+    if len(shape) > 2 and shape[0] > 0:
+        compare(lambda ld, p, b: torch.linalg.ldl_solve(ld, p, b, hermitian=hermitian), f.LD, f.pivots, b[0],
+                rtol=1e-4, atol=1e-4)  # b broadcast against LD's batch
+
+
+def test_ldl_64(no_fallbacks):
+    for zero_diagonal in (False, True):
+        a = symmetric((2, 64, 64), torch.float64, zero_diagonal=zero_diagonal)
+        compare(torch.linalg.ldl_factor_ex, a)
+        f = torch.linalg.ldl_factor(a)
+        compare(torch.linalg.ldl_solve, f.LD, f.pivots, make((2, 64, 3), torch.float64, 1))
+    compare(torch.linalg.ldl_factor_ex, symmetric((64, 64), torch.float32), rtol=1e-4, atol=1e-4)
+
+
+def test_ldl_singular_and_errors(no_fallbacks):
+    a = torch.zeros(2, 3, 3)
+    a[0] = symmetric((3, 3), torch.float32)
+    a[1, 0, 0] = 1.0  # the second column is zero: info 2
+    compare(torch.linalg.ldl_factor_ex, a)
+    for fn in (lambda x: torch.linalg.ldl_factor(x), lambda x: torch.linalg.ldl_factor_ex(x, check_errors=True)):
+        with pytest.raises(RuntimeError) as cpu_err:
+            fn(a)
+        with pytest.raises(RuntimeError, match=re.escape(str(cpu_err.value).splitlines()[0])):
+            fn(a.to("tpu"))
+    f = torch.linalg.ldl_factor(symmetric((4, 4), torch.float32))
+    cases = [(torch.linalg.ldl_factor_ex, (make((3, 4), torch.float32),), {}),
+             (torch.linalg.ldl_factor_ex, (make((3, 3), torch.int64),), {}),
+             (torch.linalg.ldl_factor_ex, (make((3, 3), torch.float16),), {}),
+             (torch.linalg.ldl_factor_ex, (make((3, 3), torch.float32),),
+              {"out": (torch.empty(0, dtype=torch.float64), torch.empty(0, dtype=torch.int32),
+                       torch.empty(0, dtype=torch.int32))}),
+             (torch.linalg.ldl_solve, (f.LD, f.pivots, make((3, 2), torch.float32)), {}),
+             (torch.linalg.ldl_solve, (f.LD, f.pivots.float(), make((4, 2), torch.float32)), {}),
+             (torch.linalg.ldl_solve, (f.LD, f.pivots, make((4, 2), torch.float64)), {}),
+             (torch.linalg.ldl_solve, (f.LD.half(), f.pivots, make((4, 2), torch.float16)), {}),
+             (torch.linalg.ldl_solve, (f.LD, f.pivots, make((4, 2), torch.float32)),
+              {"out": torch.empty(0, dtype=torch.float64)})]
+    for fn, args, kw in cases:
+        with pytest.raises((RuntimeError, NotImplementedError)) as cpu_err:
+            fn(*args, **kw)
+        with pytest.raises(cpu_err.type, match=re.escape(str(cpu_err.value).splitlines()[0])):
+            fn(*to_tpu(args), **to_tpu(kw))
+    ld, piv, info = (torch.empty(0, device="tpu"), torch.empty(0, dtype=torch.int32, device="tpu"),
+                     torch.empty(0, dtype=torch.int32, device="tpu"))
+    a = symmetric((2, 4, 4), torch.float32, zero_diagonal=True)
+    torch.linalg.ldl_factor_ex(a.to("tpu"), out=(ld, piv, info))
+    torch.testing.assert_close([ld.cpu(), piv.cpu(), info.cpu()], list(torch.linalg.ldl_factor_ex(a)),
+                               rtol=1e-4, atol=1e-4)

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -161,9 +162,10 @@ static size_t g_num_buckets, g_num_entries;
 
 /* Programs kept loaded. Each loaded executable maps a few memory regions and
  * Linux allows about 65k per process, so a process that keeps compiling new
- * signatures (a test suite, an op sweep) would run out; at the cap the cache
- * is emptied and programs come back from the disk cache as they are used.
- * TORCHTPU_MAX_CACHED_PROGRAMS overrides the cap. */
+ * signatures (a test suite, an op sweep) would run out; at the cap, or when
+ * the maps pass half the limit, the cache is emptied and programs come back
+ * from the disk cache as they are used. TORCHTPU_MAX_CACHED_PROGRAMS
+ * overrides the cap. */
 #define DEFAULT_MAX_CACHED_PROGRAMS 4096
 
 static size_t max_cached_programs(void) {
@@ -175,6 +177,33 @@ static size_t max_cached_programs(void) {
   }
   return cap;
 }
+/* Whether the process holds more than half the memory maps Linux allows it
+ * (vm.max_map_count, 65530 by default): a few loaded executables can use
+ * many (a general eigendecomposition's loops map hundreds of regions), so
+ * the count of programs alone does not bound them. False where /proc says
+ * nothing. Reads /proc/self/maps: called per program loaded, not per call. */
+static bool maps_running_out(void) {
+  static long limit;
+  if (limit == 0) {
+    long max = 65530;
+    FILE *f = fopen("/proc/sys/vm/max_map_count", "r");
+    if (f != NULL) {
+      if (fscanf(f, "%ld", &max) != 1 || max <= 0) max = 65530;
+      fclose(f);
+    }
+    limit = max / 2;
+  }
+  FILE *f = fopen("/proc/self/maps", "r");
+  if (f == NULL) return false;
+  char buf[1 << 16];
+  long lines = 0;
+  size_t got;
+  while ((got = fread(buf, 1, sizeof buf, f)) > 0)
+    for (size_t i = 0; i < got; i++) lines += buf[i] == '\n';
+  fclose(f);
+  return lines > limit;
+}
+
 static _Thread_local tpu_strbuf t_key;
 
 /* The key of |call| in this thread's scratch buffer; false if out of memory. */
@@ -431,7 +460,9 @@ tpu_status_t tpu_eager_compile(const tpu_eager_call *call, const tpu_eager_out_m
     TPU_GOTO_IF_ERROR(st, apply_once(p, call, k, meta), done);
   TPU_GOTO_IF_ERROR(st, tpu_program_finish(p, &e), done);
 
-  if (tpu_eager_cache_size() >= max_cached_programs()) TPU_GOTO_IF_ERROR(st, tpu_eager_cache_clear(), done);
+  size_t cached = tpu_eager_cache_size();
+  if (cached >= max_cached_programs() || (cached >= 64 && maps_running_out()))
+    TPU_GOTO_IF_ERROR(st, tpu_eager_cache_clear(), done);
   uint64_t h;
   if (!key_of(call, &h)) {
     st = tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");

@@ -27,6 +27,7 @@ static const rule_table tables[] = {
     {tpu_rules_sort, &tpu_rules_sort_count},
     {tpu_rules_special, &tpu_rules_special_count},
     {tpu_rules_factor, &tpu_rules_factor_count},
+    {tpu_rules_eig, &tpu_rules_eig_count},
     {tpu_rules_attention, &tpu_rules_attention_count},
     {tpu_rules_rnn, &tpu_rules_rnn_count},
     {tpu_rules_ctc, &tpu_rules_ctc_count},
@@ -287,7 +288,10 @@ void tpu_lower_set_output(tpu_lower_ctx *c, int i, tpu_hlo_value v) {
   c->outputs[i] = v;
 }
 
-void tpu_lower_loop_to(tpu_lower_ctx *c, tpu_hlo_value count, int n, tpu_hlo_value *state, tpu_lower_step_fn step) {
+/* The while loop of tpu_lower_loop_to and tpu_lower_loop_while: k < count,
+ * and |more| of the state where given. */
+static void loop(tpu_lower_ctx *c, tpu_hlo_value count, int n, tpu_hlo_value *state, tpu_lower_step_fn step,
+                 tpu_lower_more_fn more) {
   if (tpu_hlo_failed(B)) return;
   if (n > TPU_LOWER_LOOP_MAX_STATE) {
     tpu_hlo_fail(B, TPU_ERR_RUNTIME, "%s: internal: a loop of %d state values", c->op, n);
@@ -304,6 +308,7 @@ void tpu_lower_loop_to(tpu_lower_ctx *c, tpu_hlo_value count, int n, tpu_hlo_val
   tpu_hlo_region regions[2];
   tpu_hlo_region_begin(B, n + 2, types, args);
   tpu_hlo_value go = cmp(c, TPU_HLO_LT, args[0], args[1]);
+  if (more != NULL) go = and_(c, go, more(c, args + 2));
   tpu_hlo_region_end(B, &go, 1, &regions[0]);
   tpu_hlo_region_begin(B, n + 2, types, args);
   step(c, args[0], args + 2);
@@ -311,6 +316,15 @@ void tpu_lower_loop_to(tpu_lower_ctx *c, tpu_hlo_value count, int n, tpu_hlo_val
   tpu_hlo_region_end(B, args, n + 2, &regions[1]);
   tpu_hlo_op(B, "stablehlo.while", init, n + 2, regions, 2, NULL, types, n + 2, out);
   for (int i = 0; i < n; i++) state[i] = out[i + 2];
+}
+
+void tpu_lower_loop_to(tpu_lower_ctx *c, tpu_hlo_value count, int n, tpu_hlo_value *state, tpu_lower_step_fn step) {
+  loop(c, count, n, state, step, NULL);
+}
+
+void tpu_lower_loop_while(tpu_lower_ctx *c, int64_t max, int n, tpu_hlo_value *state, tpu_lower_step_fn step,
+                          tpu_lower_more_fn more) {
+  if (max > 0) loop(c, tpu_hlo_scalar_i64(B, TPU_S64, max), n, state, step, more);
 }
 
 void tpu_lower_loop(tpu_lower_ctx *c, int64_t count, int n, tpu_hlo_value *state, tpu_lower_step_fn step) {

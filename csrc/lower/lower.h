@@ -212,6 +212,12 @@ void tpu_lower_loop_to(tpu_lower_ctx *c, tpu_hlo_value count, int n, tpu_hlo_val
 /* tpu_lower_loop_to a known count. No iterations: no loop, whose body might
  * not even compile (slices of empty matrices). */
 void tpu_lower_loop(tpu_lower_ctx *c, int64_t count, int n, tpu_hlo_value *state, tpu_lower_step_fn step);
+/* Whether a loop goes on: a rank-0 i1 of the state (before a step). */
+typedef tpu_hlo_value (*tpu_lower_more_fn)(tpu_lower_ctx *c, const tpu_hlo_value *state);
+/* Runs |step| while |more| holds, at most |max| times (an iterative method
+ * that stops when every matrix of a batch has converged). */
+void tpu_lower_loop_while(tpu_lower_ctx *c, int64_t max, int n, tpu_hlo_value *state, tpu_lower_step_fn step,
+                          tpu_lower_more_fn more);
 
 /* Adds a runtime check (see tpu_lower_check): data-dependent errors such as
  * an index out of range. Eager waits for the flag and raises PyTorch's

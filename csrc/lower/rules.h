@@ -22,6 +22,7 @@ TPU_RULE_TABLE(fft);
 TPU_RULE_TABLE(sort);
 TPU_RULE_TABLE(special);
 TPU_RULE_TABLE(factor);
+TPU_RULE_TABLE(eig);
 TPU_RULE_TABLE(attention);
 TPU_RULE_TABLE(rnn);
 TPU_RULE_TABLE(ctc);

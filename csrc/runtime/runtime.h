@@ -119,7 +119,7 @@ tpu_status_t tpu_runtime_compile_options_for(tpu_runtime *rt, const tpu_compile_
 /* Compiles StableHLO (MLIR text or bytecode); |options| may be NULL (the
  * defaults). |out_exe| is owned by the caller. Compile errors come back as
  * TPU_ERR_RUNTIME with XLA's message. On the CPU plugin, a program with
- * values of more than 8 dims is compiled without the XLA option overrides
+ * values of more than 8 dims is compiled without the YNNPACK option
  * (YNNPACK crashed on them). */
 tpu_status_t tpu_executable_compile(tpu_runtime *rt, const char *mlir, size_t size,
                                     const tpu_compile_options *options, tpu_executable **out_exe) TPU_MUST_USE;

@@ -7,6 +7,7 @@
 #include <ATen/Dispatch_v2.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/MemoryOverlap.h>
+#include <ATen/native/LinearAlgebraUtils.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/TypeProperties.h>
 #include <ATen/ops/addmm_meta_dispatch.h>
@@ -552,6 +553,30 @@ void check_before_meta(const c10::OperatorHandle& handle, const std::vector<bool
     }
   } else if (name == "aten::embedding") {
     TORCH_CHECK(ivs[0].toTensor().dim() == 2, "'weight' must be 2-D");
+  } else if (name == "aten::linalg_ldl_solve") {
+    // The CPU's meta function (C++; the Python meta registration words it its own way).
+    const at::Tensor &ld = ivs[0].toTensor(), &pivots = ivs[1].toTensor(), &b = ivs[2].toTensor();
+    at::native::squareCheckInputs(ld, "torch.linalg.ldl_solve");
+    at::native::checkFloatingOrComplex(ld, "torch.linalg.ldl_solve");
+    at::native::linearSolveCheckInputs(b, ld, "torch.linalg.ldl_solve");
+    TORCH_CHECK(b.dim() >= 2, "torch.linalg.ldl_solve: Expected B to have at least 2 dimensions, but it has ", b.dim(),
+                " dimensions instead");
+    TORCH_CHECK(ld.sizes().slice(0, ld.dim() - 1).equals(pivots.sizes()),
+                "torch.linalg.ldl_solve: Expected LD.shape[:-1] and pivots.shape to be the same, but got pivots with "
+                "shape ",
+                pivots.sizes(), " instead");
+    TORCH_CHECK(at::isIntegralType(pivots.scalar_type(), /*includeBool=*/false),
+                "torch.linalg.ldl_solve: Expected pivots to be integers. Got ", pivots.scalar_type());
+  } else if (name == "aten::linalg_eig" || name == "aten::_linalg_eigvals" || name == "aten::linalg_eigvals") {
+    // The meta functions take half types (a complex32 result, which tpu
+    // cannot hold); the CPU kernel refuses them after the shape check, and
+    // integer types before it, where it looks for their complex type.
+    const at::Tensor& a = ivs[0].toTensor();
+    at::ScalarType t = a.scalar_type();
+    TORCH_CHECK(at::isFloatingType(t) || at::isComplexType(t), "Unknown Complex ScalarType for ", t);
+    bool square = a.dim() >= 2 && a.size(-1) == a.size(-2);
+    TORCH_CHECK_NOT_IMPLEMENTED(!square || !(t == at::kHalf || t == at::kBFloat16 || t == at::kComplexHalf),
+                                "\"linalg_eig_out_cpu\" not implemented for '", c10::toString(t), "'");
   }
 }
 
@@ -689,7 +714,7 @@ void check_out_dtypes(const c10::OperatorHandle& handle, c10::ArrayRef<c10::IVal
   };
   static const std::unordered_map<std::string, Message> exact = {
       {"aten::_softmax", structured}, {"aten::_log_softmax", structured}, {"aten::linalg_cross", structured},
-      {"aten::linalg_lu_solve", structured}, {"aten::avg_pool3d", structured}, {"aten::index_copy", structured},
+      {"aten::linalg_lu_solve", structured}, {"aten::linalg_ldl_solve", structured}, {"aten::avg_pool3d", structured}, {"aten::index_copy", structured},
       {"aten::index_add", structured}, {"aten::renorm", structured}, {"aten::scatter_reduce", structured},
       {"aten::_linalg_eigh", structured}, {"aten::_linalg_solve_ex", structured}, {"aten::sort", structured},
       {"aten::isin", structured}, {"aten::neg", iterator}, {"aten::round", iterator}, {"aten::gelu", iterator},

@@ -18,6 +18,7 @@ TORCH_LIBRARY(torchtpu, m) {
         "int max_target_length) -> Tensor");
   m.def("lstsq(Tensor self, Tensor b, float rcond, bool gels) "
         "-> (Tensor solution, Tensor residuals, Tensor rank, Tensor singular_values)");
+  m.def("ldl_factor(Tensor self, bool hermitian) -> (Tensor LD, Tensor pivots, Tensor info)");
 }
 
 TORCH_LIBRARY_IMPL(torchtpu, PrivateUse1, m) { torchtpu::register_rules(m, "torchtpu"); }

@@ -6,8 +6,10 @@
 // PyTorch's checks; bincount reads back its largest value, the size of its
 // result. linalg.lstsq returns residuals only for full-rank tall matrices
 // under the gelsd and gelss drivers: it reads back whether all are.
+// linalg.ldl_factor_ex with check_errors reads back info.
 #include <ATen/MemoryOverlap.h>
 #include <ATen/ATen.h>
+#include <ATen/native/LinearAlgebraUtils.h>
 #include <ATen/native/Resize.h>
 #include <torch/library.h>
 
@@ -376,6 +378,53 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> lstsq_meta(const at::
           at::empty(batch, self.options().dtype(at::kLong)), at::empty(batched(batch, {std::min(m, n)}), real)};
 }
 
+// torch.linalg.ldl_factor_ex: torchtpu::ldl_factor (csrc/lower/factor.c)
+// factors; check_errors reads info back and raises as the CPU kernel does,
+// through PyTorch's own _linalg_check_errors.
+using Ldl = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
+using LdlFn = Ldl(const at::Tensor&, bool);
+
+// The CPU's checks (its meta function's, in C++: the Python meta registration words them its own way).
+void ldl_factor_checks(const at::Tensor& self) {
+  at::native::squareCheckInputs(self, "torch.linalg.ldl_factor_ex");
+  at::native::checkFloatingOrComplex(self, "torch.linalg.ldl_factor_ex");
+}
+
+Ldl ldl_factor(const at::Tensor& self, bool hermitian, bool check_errors) {
+  ldl_factor_checks(self);
+  static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("torchtpu::ldl_factor", "").typed<LdlFn>();
+  Ldl r = op.call(self, hermitian);
+  if (check_errors) at::_linalg_check_errors(std::get<2>(r), "torch.linalg.ldl_factor_ex", self.dim() == 2);
+  return r;
+}
+
+std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> ldl_factor_out(const at::Tensor& self, bool hermitian,
+                                                                 bool check_errors, at::Tensor& ld, at::Tensor& pivots,
+                                                                 at::Tensor& info) {
+  // a structured kernel's out= checks
+  ldl_factor_checks(self);
+  Ldl meta = at::linalg_ldl_factor_ex(at::empty_like(self, self.options().device(at::kMeta)), hermitian, false);
+  const at::Tensor* outs[3] = {&ld, &pivots, &info};
+  const at::Tensor* want[3] = {&std::get<0>(meta), &std::get<1>(meta), &std::get<2>(meta)};
+  for (int i = 0; i < 3; i++)
+    TORCH_CHECK(outs[i]->scalar_type() == want[i]->scalar_type(), "Expected out tensor to have dtype ",
+                c10::scalarTypeToTypeMeta(want[i]->scalar_type()), ", but got ",
+                c10::scalarTypeToTypeMeta(outs[i]->scalar_type()), " instead");
+  Ldl r = ldl_factor(self, hermitian, check_errors);
+  at::native::resize_output(ld, std::get<0>(r).sizes());
+  at::native::resize_output(pivots, std::get<1>(r).sizes());
+  at::native::resize_output(info, std::get<2>(r).sizes());
+  ld.copy_(std::get<0>(r));
+  pivots.copy_(std::get<1>(r));
+  info.copy_(std::get<2>(r));
+  return {ld, pivots, info};
+}
+
+// torchtpu::ldl_factor's meta function.
+Ldl ldl_factor_meta(const at::Tensor& self, bool hermitian) {
+  return at::linalg_ldl_factor_ex(self, hermitian, false);
+}
+
 }  // namespace
 }  // namespace torchtpu
 
@@ -399,6 +448,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("equal", TORCH_FN(torchtpu::equal_impl));
   m.impl("is_nonzero", TORCH_FN(torchtpu::is_nonzero_impl));
   m.impl("linalg_lstsq.out", TORCH_FN(torchtpu::lstsq_out));
+  m.impl("linalg_ldl_factor_ex", TORCH_FN(torchtpu::ldl_factor));
+  m.impl("linalg_ldl_factor_ex.out", TORCH_FN(torchtpu::ldl_factor_out));
 }
 
-TORCH_LIBRARY_IMPL(torchtpu, Meta, m) { m.impl("lstsq", TORCH_FN(torchtpu::lstsq_meta)); }
+TORCH_LIBRARY_IMPL(torchtpu, Meta, m) {
+  m.impl("lstsq", TORCH_FN(torchtpu::lstsq_meta));
+  m.impl("ldl_factor", TORCH_FN(torchtpu::ldl_factor_meta));
+}
