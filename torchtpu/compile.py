@@ -740,6 +740,16 @@ def _cache_tag():
     return digest.hexdigest()
 
 
+def _shared_storages(inputs):
+    """For each input, the index of the first input with the same storage
+    (-1 for a non-tensor)."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+    first, out = {}, []
+    for n, x in enumerate(inputs):
+        out.append(first.setdefault(StorageWeakRef(x.untyped_storage()), n) if isinstance(x, torch.Tensor) else -1)
+    return tuple(out)
+
+
 _setup = None
 
 
@@ -755,6 +765,12 @@ def tpu_backend(gm, example_inputs, **kwargs):
     decompositions, tag = _setup
     _flex.in_graph(gm)  # FlexAttention traced into the graph
     gm._torchtpu_build = tag  # AOTAutograd's cache key hashes the graph module's attributes
+    # Nor does the key say which inputs share a storage, which decides how
+    # AOTAutograd writes a mutated one back (through a synthetic base): in
+    # torch 2.13 `tanh(a, out=b)` with a and b views of one tensor, then
+    # with two tensors, loaded the first entry for the second call, and b
+    # was never written (Inductor's entries on the CPU too).
+    gm._torchtpu_shared_inputs = _shared_storages(example_inputs)
     # New compilers per graph: AotAutograd wraps the backward one in place.
     aot = aot_autograd(fw_compiler=SerializableAOTDispatchCompiler(_Compiled, _Compiled),
                        bw_compiler=SerializableAOTDispatchCompiler(_Compiled, _Compiled),
@@ -769,6 +785,26 @@ def tpu_backend(gm, example_inputs, **kwargs):
     if hasattr(torch._inductor.config, "unsafe_marked_cacheable_functions"):
         marks["unsafe_marked_cacheable_functions"] = {**torch._inductor.config.unsafe_marked_cacheable_functions,
                                                       f"{_flex.__name__}.dense": tag}
-    with torch._functorch.config.patch(bundled_autograd_cache=True, force_non_lazy_backward_lowering=True,
-                                       enable_autograd_cache=cache), torch._inductor.config.patch(**marks):
-        return aot(gm, example_inputs, **kwargs)
+    def compile_for(inputs):
+        with torch._functorch.config.patch(bundled_autograd_cache=True, force_non_lazy_backward_lowering=True,
+                                           enable_autograd_cache=cache), torch._inductor.config.patch(**marks):
+            return aot(gm, inputs, **kwargs)
+
+    compiled = compile_for(example_inputs)
+    shared = gm._torchtpu_shared_inputs
+    if all(first in (n, -1) for n, first in enumerate(shared)):
+        return compiled
+    # Compiled for inputs that share a storage: AOTAutograd writes mutations
+    # back through their common base, and torch 2.13 ran that code for later
+    # calls whose inputs do not share one too (Dynamo does not guard on it),
+    # writing the wrong tensor. One compiled function per sharing pattern.
+    by_pattern = {shared: compiled}
+
+    def run(*args):  # as Dynamo calls what aot_autograd returns
+        key = _shared_storages(args)
+        fn = by_pattern.get(key)
+        if fn is None:
+            gm._torchtpu_shared_inputs = key
+            fn = by_pattern[key] = compile_for(list(args))
+        return fn(*args)
+    return run

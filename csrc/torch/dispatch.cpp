@@ -7,6 +7,7 @@
 #include <ATen/Dispatch_v2.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/MemoryOverlap.h>
+#include <ATen/TensorIterator.h>
 #include <ATen/native/LinearAlgebraUtils.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/TypeProperties.h>
@@ -864,6 +865,22 @@ void warn_overlapping_self(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs) {
     info.overlap->warn(ivs);
 }
 
+// A pointwise op's out= that was resized takes the layout TensorIterator
+// gives it on the CPU, the inputs' (a transposed input, a transposed out):
+// the same iterator, built over meta tensors of the inputs' geometry, says.
+void restride_as_iterator(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs, at::Tensor& out) {
+  at::Tensor m = at::empty({0}, out.options().device(c10::kMeta));
+  at::TensorIteratorConfig config;
+  config.check_all_same_dtype(false).add_output(m);
+  for (size_t i = 0; i < ivs.size(); i++) {
+    if (!ivs[i].isTensor() || ivs[i].toTensor().is_same(out) || !ivs[i].toTensor().defined()) continue;
+    const at::Tensor& t = ivs[i].toTensor();
+    config.add_owned_const_input(at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta)));
+  }
+  at::TensorIterator iter = config.build();
+  if (m.sizes() == out.sizes() && m.strides() != out.strides()) out.as_strided_(m.sizes(), m.strides());
+}
+
 std::vector<at::Tensor> run_rule(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs) {
   const tpu_eager_op* op = info.op;
   if (op->rule->flags & TPU_RULE_CHECKED_SCALARS) check_scalars_fit(info, ivs);
@@ -884,7 +901,8 @@ std::vector<at::Tensor> run_rule(const OpInfo& info, c10::ArrayRef<c10::IValue> 
         TORCH_CHECK(!t.is_same(out), "output with shape ", out.sizes(), " doesn't match the broadcast shape ",
                     metas[r].sizes());
       });
-      at::native::resize_output(out, metas[r].sizes());
+      if (at::native::resize_output(out, metas[r].sizes()) && info.handle->hasTag(at::Tag::pointwise))
+        restride_as_iterator(info, ivs, out);
     }
   }
   CallScratch sc;
