@@ -105,3 +105,32 @@ def test_the_autograd_cache_keeps_shared_and_separate_inputs_apart(tmp_path):
                          capture_output=True, text=True).stdout
     assert float(out.split()[-1]) == pytest.approx(torch.tanh(torch.tensor(0.5)).item())
     assert any((tmp_path / "inductor").rglob("*")), "the first process kept nothing: the test tests nothing"
+
+
+def test_erf_and_gelu_saturate_as_on_the_cpu():
+    """XLA's float32 erf stopped short of -1 (erf(-10) = -0.99999982), so
+    gelu of a large negative number was a large negative number, not -0
+    (gelu(-3e38) = -2.7e31; seed 1027: sqrt(|gelu|) of a trained layer's
+    pre-activations)."""
+    x = torch.tensor([-3e38, -1e4, -100.0, -40.0, -13.0, -6.0, -5.0, -3.0, -1.5, -1.0, -0.999, -0.5, 0.0, 0.5,
+                      0.999, 1.0, 1.5, 3.0, 6.0, 40.0, 3e38, float("inf"), -float("inf"), float("nan")])
+    for fn in (torch.erf, torch.special.erfc):
+        torch.testing.assert_close(fn(x.to("tpu")).cpu(), fn(x), rtol=1.3e-6, atol=1e-7, equal_nan=True)
+    # gelu up to 40 (the CPU's kernel overflows past that: gelu(3e38) = inf,
+    # gelu(inf) = nan), as close to float64 as the CPU's, element by element
+    # (1 + erf(x) cancels: at -5 the CPU's is 17% off, tpu's 4%)
+    finite = x[:-5]
+    exact = torch.nn.functional.gelu(finite.double())
+    err_tpu = (torch.nn.functional.gelu(finite.to("tpu")).cpu().double() - exact).abs()
+    err_cpu = (torch.nn.functional.gelu(finite).double() - exact).abs()
+    assert (err_tpu <= 2 * err_cpu + 2 ** -22 * exact.abs()).all(), (err_tpu, err_cpu)  # + 2 ulps
+    for fn in (torch.erf, torch.nn.functional.gelu):  # float64 and a half type too
+        xd = finite.double()
+        torch.testing.assert_close(fn(xd.to("tpu")).cpu(), fn(xd), equal_nan=True)
+        xb = finite.clamp(-1e4, 1e4).bfloat16()
+        torch.testing.assert_close(fn(xb.to("tpu")).cpu(), fn(xb), equal_nan=True)
+    g = finite.clone().requires_grad_()
+    gt = finite.to("tpu").requires_grad_()
+    torch.nn.functional.gelu(g).sum().backward()
+    torch.nn.functional.gelu(gt).sum().backward()
+    torch.testing.assert_close(gt.grad.cpu(), g.grad, rtol=1.3e-6, atol=1e-7)

@@ -576,6 +576,15 @@ def test_index_put_mask_fill(no_fallbacks):
     raises_like(lambda x, m: x.clone().index_put_((m,), torch.tensor(5), accumulate=True), t(3, 4), m)
 
 
+def test_masked_fill_with_a_cpu_value(no_fallbacks):
+    # a 0-dim CPU tensor as the value, which CUDA takes too (the meta
+    # function refused it: "Expected `value` to be on same device as `a`")
+    m = torch.tensor([True, False, True])
+    compare(lambda x, m: x.clone().masked_fill_(m, torch.tensor(2.5)), t(4, 3), m)
+    compare(lambda x, m: x.masked_fill(m, torch.tensor(-1, dtype=torch.int64)), t(4, 3), m)
+    raises_like(lambda x, m: x.masked_fill(m, torch.tensor([1.0, 2.0])), t(4, 3), m)
+
+
 def test_index_put_errors(no_fallbacks):
     x = t(3, 4)
     before = x.to("tpu")

@@ -513,6 +513,21 @@ static tpu_status_t leaky_relu_rule(tpu_lower_ctx *c) {
   return done(c, sel(c, cmp(c, TPU_HLO_GT, x, k(c, 0.0)), x, mul(c, x, slope)));
 }
 
+/* erf as the CPU's rounds it. chlo.erf's float32 rational stops short of
+ * +-1 (erf(-10) came out -0.99999982), and gelu's 0.5 x (1 + erf(x / sqrt 2))
+ * then made a large negative x a large negative number instead of -0
+ * (gelu(-1e4) = -8.9e-4, gelu(-3e38) = -2.7e31). Past |x| = 1, erf is
+ * 1 - erfc(|x|) with the sign of x: erfc's tail is accurate, and the
+ * difference rounds to +-1 where the CPU's erf does. */
+static tpu_hlo_value erf_of(tpu_lower_ctx *c, tpu_hlo_value x) {
+  tpu_hlo_value ax = un(c, TPU_HLO_ABS, x);
+  tpu_hlo_value tail = sub(c, k(c, 1.0), un(c, TPU_HLO_ERFC, ax));
+  tpu_hlo_value signed_tail = sel(c, cmp(c, TPU_HLO_LT, x, k(c, 0.0)), neg(c, tail), tail);
+  return sel(c, cmp(c, TPU_HLO_LT, ax, k(c, 1.0)), un(c, TPU_HLO_ERF, x), signed_tail);
+}
+
+static tpu_status_t erf_rule(tpu_lower_ctx *c) { return done(c, erf_of(c, in(c, 0))); }
+
 static tpu_status_t gelu_rule(tpu_lower_ctx *c) {
   tpu_hlo_value x = in(c, 0);
   bool tanh_mode = !tpu_lower_is_none(c, 1) && c->args[1].kind == TPU_ARG_STRING && strcmp(c->args[1].s, "tanh") == 0;
@@ -520,7 +535,7 @@ static tpu_status_t gelu_rule(tpu_lower_ctx *c) {
     tpu_hlo_value inner = mul(c, k(c, M_SQRT2 * M_2_SQRTPI * 0.5), add(c, x, mul(c, k(c, 0.044715), mul(c, mul(c, x, x), x))));
     return done(c, mul(c, mul(c, k(c, 0.5), x), add(c, k(c, 1.0), un(c, TPU_HLO_TANH, inner))));
   }
-  tpu_hlo_value cdf = mul(c, k(c, 0.5), add(c, k(c, 1.0), un(c, TPU_HLO_ERF, mul(c, x, k(c, M_SQRT1_2)))));
+  tpu_hlo_value cdf = mul(c, k(c, 0.5), add(c, k(c, 1.0), erf_of(c, mul(c, x, k(c, M_SQRT1_2)))));
   return done(c, mul(c, x, cdf));
 }
 
@@ -539,7 +554,7 @@ static tpu_status_t gelu_backward_rule(tpu_lower_ctx *c) {
     tpu_hlo_value right_d = mul(c, mul(c, left, tanh_d), inner_d);
     return done(c, mul(c, g, add(c, left_d, right_d)));
   }
-  tpu_hlo_value cdf = mul(c, k(c, 0.5), add(c, k(c, 1.0), un(c, TPU_HLO_ERF, mul(c, x, k(c, M_SQRT1_2)))));
+  tpu_hlo_value cdf = mul(c, k(c, 0.5), add(c, k(c, 1.0), erf_of(c, mul(c, x, k(c, M_SQRT1_2)))));
   tpu_hlo_value pdf = mul(c, un(c, TPU_HLO_EXP, mul(c, k(c, -0.5), mul(c, x, x))), k(c, M_2_SQRTPI * M_SQRT1_2 * 0.5));
   return done(c, mul(c, g, add(c, cdf, mul(c, x, pdf))));
 }
@@ -722,7 +737,7 @@ const tpu_lower_rule tpu_rules_elementwise[] = {
     UNARY("asinh", TPU_HLO_ASINH),
     UNARY("acosh", TPU_HLO_ACOSH),
     UNARY("atanh", TPU_HLO_ATANH),
-    UNARY("erf", TPU_HLO_ERF),
+    {{"erf", "erf_", "erf.out"}, erf_rule, 0, 0},
     UNARY("erfc", TPU_HLO_ERFC),
     UNARY("erfinv", TPU_HLO_ERF_INV),
     UNARY("lgamma", TPU_HLO_LGAMMA),

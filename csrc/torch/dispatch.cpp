@@ -307,7 +307,13 @@ tpu_dtype_t common_dtype(const std::vector<bool>& promotes, c10::ArrayRef<c10::I
 // on the real tensors.
 struct MetaMap {
   std::unordered_map<const void*, at::Tensor> bases;
+  // 0-dim CPU tensors become meta ones too: masked_fill's reference takes a
+  // CPU value for a tensor of the accelerators it names, tpu among them,
+  // but not for a meta one.
+  bool cpu_scalars_to_meta = false;
   at::Tensor convert(const at::Tensor& t) {
+    if (cpu_scalars_to_meta && t.defined() && t.device().is_cpu() && t.dim() == 0)
+      return at::empty({}, t.options().device(at::kMeta));
     if (!t.defined() || t.device().type() != c10::DeviceType::PrivateUse1) return t;
     const void* key = t.storage().unsafeGetStorageImpl();
     auto it = bases.find(key);
@@ -586,6 +592,8 @@ void check_before_meta(const c10::OperatorHandle& handle, const std::vector<bool
 std::vector<at::Tensor> run_meta(const c10::OperatorHandle& handle, const std::vector<bool>& promotes,
                                  c10::ArrayRef<c10::IValue> ivs, MetaMap& mm) {
   check_before_meta(handle, promotes, ivs);
+  mm.cpu_scalars_to_meta = handle.schema().name() == "aten::masked_fill" ||
+                           handle.schema().name() == "aten::masked_fill_";
   torch::jit::Stack stack;
   stack.reserve(ivs.size());
   for (const c10::IValue& v : ivs) stack.push_back(mm.convert(v));
@@ -873,7 +881,9 @@ void restride_as_iterator(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs, at
   at::TensorIteratorConfig config;
   config.check_all_same_dtype(false).add_output(m);
   for (size_t i = 0; i < ivs.size(); i++) {
-    if (!ivs[i].isTensor() || ivs[i].toTensor().is_same(out) || !ivs[i].toTensor().defined()) continue;
+    bool written = false;  // out= tensors (frexp has two) are no inputs
+    for (int r = 0; r < info.op->num_returns; r++) written |= info.op->output_alias[r] == static_cast<int>(i);
+    if (written || !ivs[i].isTensor() || !ivs[i].toTensor().defined()) continue;
     const at::Tensor& t = ivs[i].toTensor();
     config.add_owned_const_input(at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta)));
   }
