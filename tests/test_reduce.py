@@ -915,3 +915,22 @@ def test_high_rank_reduction_in_a_process():
             "torch.testing.assert_close(x.to('tpu').flatten().sum().cpu(), x.sum(), rtol=1e-4, atol=1e-3)\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
+
+
+@pytest.mark.parametrize("shape,dims", [((64, 256, 256), None), ((31, 8, 7, 16), None),
+                                        ((64, 128, 96), (0, 2)), ((8, 512, 512), (1, 2))])
+def test_multi_dim_sums_as_close_as_the_cpus(shape, dims):
+    """XLA's CPU emitter summed several dims as one loop nest into one
+    accumulator: a [64, 256, 256] float32 sum came out 25x further from the
+    exact sum than the CPU's (the fuzzer's seed 1293: 17x on 27,776
+    elements). Mean errors against float64 over 30 seeds (a full sum's error
+    is one number per seed), tpu within 2x CPU's (measured: 0.86x-1.12x)."""
+    err_tpu = err_cpu = 0.0
+    for seed in range(30 if dims is None else 4):
+        x = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+        args = () if dims is None else (dims,)
+        exact = x.double().sum(*args)
+        err_tpu += (x.to("tpu").sum(*args).cpu().double() - exact).abs().mean().item()
+        err_cpu += (x.sum(*args).double() - exact).abs().mean().item()
+        torch.testing.assert_close(x.to("tpu").mean(*args).cpu(), x.mean(*args))
+    assert err_tpu <= 2 * err_cpu, (err_tpu, err_cpu)

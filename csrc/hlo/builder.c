@@ -751,6 +751,12 @@ tpu_hlo_value tpu_hlo_convert(tpu_hlo_builder *b, tpu_hlo_value x, tpu_dtype_t t
   return op1(b, "stablehlo.convert", &x, 1, NULL, &t);
 }
 
+tpu_hlo_value tpu_hlo_barrier(tpu_hlo_builder *b, tpu_hlo_value x) {
+  if (!check_operands(b, "stablehlo.optimization_barrier", &x, 1)) return TPU_HLO_NONE;
+  tpu_hlo_type t = b->values[x].type;
+  return op1(b, "stablehlo.optimization_barrier", &x, 1, NULL, &t);
+}
+
 tpu_hlo_value tpu_hlo_bitcast(tpu_hlo_builder *b, tpu_hlo_value x, const tpu_hlo_type *to) {
   if (!check_operands(b, "stablehlo.bitcast_convert", &x, 1)) return TPU_HLO_NONE;
   if (tpu_hlo_type_equal(&b->values[x].type, to)) return x;

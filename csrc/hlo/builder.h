@@ -237,6 +237,9 @@ void tpu_hlo_op(tpu_hlo_builder *b, const char *name, const tpu_hlo_value *opera
  * Results (n values) have the reduced dims removed. */
 void tpu_hlo_reduce(tpu_hlo_builder *b, const tpu_hlo_value *xs, const tpu_hlo_value *inits, int n,
                     const int64_t *dims, int num_dims, tpu_hlo_region *body, tpu_hlo_value *out);
+/* |x| as it is, a value XLA may not fuse or rewrite across
+ * (stablehlo.optimization_barrier). */
+tpu_hlo_value tpu_hlo_barrier(tpu_hlo_builder *b, tpu_hlo_value x);
 /* Single-operand reduce with a binary op body. */
 tpu_hlo_value tpu_hlo_reduce_simple(tpu_hlo_builder *b, tpu_hlo_value x, tpu_hlo_value init,
                                     tpu_hlo_binary_t op, const int64_t *dims, int num_dims);
