@@ -134,3 +134,20 @@ def test_erf_and_gelu_saturate_as_on_the_cpu():
     torch.nn.functional.gelu(g).sum().backward()
     torch.nn.functional.gelu(gt).sum().backward()
     torch.testing.assert_close(gt.grad.cpu(), g.grad, rtol=1.3e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("op", [
+    lambda a, b: a.add_(b), lambda a, b: a.lerp_(b, 0.25), lambda a, b: a.addcmul_(b, b),
+    lambda a, b: a.copy_(b), lambda a, b: torch.mul(b, 2, out=a), lambda a, b: a.clamp_(min=b),
+    lambda a, b: a[1:].sub_(b.t()[:-1])])
+def test_a_write_that_partly_overlaps_an_input_is_refused(op):
+    """TensorIterator refuses it on the CPU; tpu computed as if the input
+    were read first (seed 1371: x.lerp_(x.t(), 0.25))."""
+    for d in ("cpu", "tpu"):
+        x = torch.arange(16.0).reshape(4, 4).to(d)
+        with pytest.raises(RuntimeError, match="some elements of the input tensor and the written-to tensor"):
+            op(x, x.t())
+        torch.testing.assert_close(x.cpu(), torch.arange(16.0).reshape(4, 4))  # nothing written
+    y = torch.arange(16.0, device="tpu")
+    y.add_(y)  # the same tensor is fine
+    torch.testing.assert_close(y.cpu(), torch.arange(16.0) * 2)

@@ -749,7 +749,7 @@ class Gen:
         self.op(src, [i, j], exact=exact and keep_exact)
 
     def g_inplace(self):
-        i = self.pick(self.floats(lambda t: t.dim() > 0))
+        i = self.pick(self.floats(lambda t: t.dim() > 0 and _writable(t)))
         if i is None:
             return self.g_new()
         t = self.shadow.t[i]
@@ -786,7 +786,7 @@ class Gen:
         # overlaps its input gives what the CPU's order of work leaves there
         ptr = self.shadow.t[i].untyped_storage().data_ptr()
         target = self.pick([j for j in self.floats(lambda t: list(t.shape) == shape and not t.requires_grad
-                                                   and t.untyped_storage().data_ptr() != ptr)])
+                                                   and t.untyped_storage().data_ptr() != ptr and _writable(t))])
         if target is None or self.rng.random() < 0.3:
             target = self.new(shape=shape if self.rng.random() < 0.8 else [0])
         src = self.rng.choice(["torch.add({0}, {0}, out={1})", "torch.tanh({0}, out={1})",
@@ -920,7 +920,7 @@ class Gen:
             o = self.fresh()
             self.emit({"k": "random", "src": src, "ins": [], "outs": [o], "seed": seed}, exact=True)
             return
-        i = self.pick(self.floats(lambda t: not t.requires_grad and t.dim() > 0))
+        i = self.pick(self.floats(lambda t: not t.requires_grad and t.dim() > 0 and _writable(t)))
         if i is None:
             return self.g_new()
         src = r.choice(["{0}.normal_(generator=G)", "{0}.uniform_(-1, 1, generator=G)",
@@ -1023,6 +1023,15 @@ class Gen:
                    (f"{{0}}.roll({r.randint(-3, 3)}, {d})", 1), ("{0}.T.contiguous()" if t.dim() == 2 else "{0}.t()", 1)]
         src, n_out = r.choice(choices)
         self.op(src, [i], n_out=n_out, exact=exact)
+
+
+def _writable(t):
+    """Whether a write to |t| has one answer: not a view whose elements may
+    share memory in a way PyTorch cannot tell (an unfold with a step below
+    its size, some as_strided views). PyTorch refuses a view it knows
+    overlaps (an expanded one) and writes one it cannot tell about in its
+    kernel's order, a result no other order reproduces."""
+    return torch._debug_has_internal_overlap(t) != 2
 
 
 def generate(seed, mode="eager", steps=40):

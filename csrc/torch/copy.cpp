@@ -85,7 +85,10 @@ namespace {
 // copy that involves tpu here before building one): the written tensor's
 // overlap, then the source broadcast to the destination's shape.
 void check_copy(const at::Tensor& dst, const at::Tensor& src) {
-  if (dst.device().type() == c10::DeviceType::PrivateUse1) at::assert_no_internal_overlap(dst);
+  if (dst.device().type() == c10::DeviceType::PrivateUse1) {
+    at::assert_no_internal_overlap(dst);
+    if (src.device() == dst.device() && !src.is_same(dst)) at::assert_no_partial_overlap(dst, src);
+  }
   at::DimVector shape = at::infer_size_dimvector(dst.sizes(), src.sizes());
   TORCH_CHECK(c10::IntArrayRef(shape) == dst.sizes(), "output with shape ", dst.sizes(),
               " doesn't match the broadcast shape ", c10::IntArrayRef(shape));

@@ -891,8 +891,21 @@ void restride_as_iterator(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs, at
   if (m.sizes() == out.sizes() && m.strides() != out.strides()) out.as_strided_(m.sizes(), m.strides());
 }
 
+// TensorIterator's check that no written tensor partly overlaps an input
+// (the same tensor, or one of the same elements and layout, is fine).
+void check_partial_overlap(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs) {
+  for (size_t o = 0; o < ivs.size(); o++) {
+    if (!info.mutated[o] || !ivs[o].isTensor() || !ivs[o].toTensor().defined()) continue;
+    const at::Tensor& out = ivs[o].toTensor();
+    for_each_read(info, ivs, [&](const at::Tensor& t) {
+      if (t.device() == out.device()) at::assert_no_partial_overlap(out, t);
+    });
+  }
+}
+
 std::vector<at::Tensor> run_rule(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs) {
   const tpu_eager_op* op = info.op;
+  if (info.pointwise) check_partial_overlap(info, ivs);
   if (op->rule->flags & TPU_RULE_CHECKED_SCALARS) check_scalars_fit(info, ivs);
   if (info.out_variant) {
     check_out_overlap(info, ivs);
@@ -1129,6 +1142,7 @@ std::optional<OpInfo> make_op_info(const c10::OperatorHandle& handle, const tpu_
     info.expand_masks = base_name == "aten::index";
   }
   info.overlap = overlap_rule(base_name);
+  info.pointwise = handle.hasTag(at::Tag::pointwise);
   auto hidden = hidden_writes().find(schema.operator_name().name);
   if (hidden != hidden_writes().end() && (schema.overload_name().empty() || schema.overload_name() == "out"))
     for (int i : hidden->second) info.mutated[i] = true;

@@ -38,6 +38,9 @@ struct OpInfo {
   // Set for the in-place ops whose CPU kernels write a self that overlaps
   // itself (an expanded view) instead of refusing it (dispatch.cpp).
   const struct OverlapRule* overlap = nullptr;
+  // A pointwise op: TensorIterator's kernel on the CPU, which refuses a
+  // written tensor that partly overlaps an input (x.add_(x.t())).
+  bool pointwise = false;
 };
 
 // Builds the OpInfo of |handle| served by |rule|, or explains why the
