@@ -285,8 +285,8 @@ static void test_rerun_on_rewritten_arguments(void) {
       "  }\n"
       "}\n";
   tpu_executable *dot_exe = NULL, *halve_exe = NULL;
-  CHECK_OK(tpu_executable_compile(rt, dot, strlen(dot), &dot_exe));
-  CHECK_OK(tpu_executable_compile(rt, halve, strlen(halve), &halve_exe));
+  CHECK_OK(tpu_executable_compile(rt, dot, strlen(dot), NULL, &dot_exe));
+  CHECK_OK(tpu_executable_compile(rt, halve, strlen(halve), NULL, &halve_exe));
   static float x[M * K], w[K * N];
   fill(x, M * K, 1.0f);
   fill(w, K * N, 1.0f);
@@ -349,7 +349,7 @@ static void test_fork(void) {
   tpu_buffer *buf = NULL, *out = NULL;
   tpu_executable *exe = NULL;
   CHECK_OK(tpu_buffer_from_host(rt, 0, x, TPU_F32, &dims, 1, &buf));
-  CHECK_OK(tpu_executable_compile(rt, kDouble, strlen(kDouble), &exe));
+  CHECK_OK(tpu_executable_compile(rt, kDouble, strlen(kDouble), NULL, &exe));
   CHECK_OK(tpu_executable_execute(rt, exe, 0, &buf, 1, NULL, true, &out));
   pid_t pid = fork();
   if (pid == 0) {
@@ -365,7 +365,7 @@ static void test_fork(void) {
     bad += !refused_in_child(tpu_buffer_await(rt, out));
     bad += !refused_in_child(tpu_buffer_from_host(rt, 0, x, TPU_F32, &dims, 1, &b));
     bad += !refused_in_child(tpu_buffer_uninitialized(rt, 0, TPU_F32, &dims, 1, &b));
-    bad += !refused_in_child(tpu_executable_compile(rt, kDouble, strlen(kDouble), &e));
+    bad += !refused_in_child(tpu_executable_compile(rt, kDouble, strlen(kDouble), NULL, &e));
     bad += !refused_in_child(tpu_executable_execute(rt, exe, 0, &buf, 1, NULL, true, &b));
     tpu_runtime_options o;
     tpu_runtime_options_init(&o);
