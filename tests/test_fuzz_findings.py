@@ -151,3 +151,30 @@ def test_a_write_that_partly_overlaps_an_input_is_refused(op):
     y = torch.arange(16.0, device="tpu")
     y.add_(y)  # the same tensor is fine
     torch.testing.assert_close(y.cpu(), torch.arange(16.0) * 2)
+
+
+@pytest.mark.parametrize("op", [
+    lambda xs, ys: torch._foreach_add_(xs, ys, alpha=0.5), lambda xs, ys: torch._foreach_mul_(xs, 0.75),
+    lambda xs, ys: torch._foreach_lerp_(xs, ys, 0.2), lambda xs, ys: torch._foreach_addcmul_(xs, ys, ys),
+    lambda xs, ys: torch._foreach_sqrt_(xs), lambda xs, ys: torch._foreach_zero_(xs)])
+def test_foreach_writes_count_a_version(op):
+    """A _foreach_ op's written tensors count a new version, as on the CPU,
+    so autograd refuses a tensor a graph saved and a foreach op then changed
+    (seed 5048: tpu computed the gradient from the new values)."""
+    msgs = []
+    for d in ("cpu", "tpu"):
+        x = torch.rand(8, device=d, requires_grad=True)
+        w = torch.rand(8, device=d) + 1
+        y = x * w  # saves w for x's gradient
+        before = w._version
+        op([w], [torch.rand(8, device=d) + 1])
+        assert w._version == before + 1
+        with pytest.raises(RuntimeError, match="modified by an inplace operation") as info:
+            y.sum().backward()
+        msgs.append(str(info.value).replace("tpuFloatType", "torch.FloatTensor").split("Hint")[0])
+    assert msgs[0] == msgs[1]
+    with torch.inference_mode():  # no versions there, and nothing refused
+        z = torch.rand(8, device="tpu")
+        op([z], [torch.rand(8, device="tpu") + 1])
+    with pytest.raises(RuntimeError, match="Inplace update to inference tensor outside InferenceMode"):
+        op([z], [torch.rand(8, device="tpu") + 1])

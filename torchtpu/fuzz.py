@@ -889,7 +889,7 @@ class Gen:
 
     def g_foreach(self):
         r = self.rng
-        pool = self.floats(lambda t: not (t.requires_grad and t.is_leaf) and t.dim() > 0)
+        pool = self.floats(lambda t: not (t.requires_grad and t.is_leaf) and t.dim() > 0 and _writable(t))
         if len(pool) < 2:
             return self.g_new()
         xs = r.sample(pool, min(len(pool), r.randint(2, 5)))

@@ -1044,8 +1044,13 @@ struct RuleKernel final : public c10::OperatorKernel {
       prepare_indices(list, (*stack)[stack->size() - n].toTensor(), info_.expand_masks);
     }
     auto ivs = torch::jit::last(*stack, n);
-    if (info_.item_handle.has_value()) check_foreach_lists(info_, ivs);
+    const bool foreach = info_.item_handle.has_value();
+    if (foreach) {
+      check_foreach_lists(info_, ivs);
+      bump_written_lists(ivs, /*inference_only=*/true);  // refuses as PyTorch does, before any write
+    }
     std::vector<at::Tensor> outs = run_rule(info_, ivs);
+    if (foreach) bump_written_lists(ivs, false);
     c10::SmallVector<c10::IValue, 4> results;
     if (info_.per_item && info_.op->num_returns > 0) {  // one list: an item's output per item
       results.push_back(c10::List<at::Tensor>(outs));
@@ -1057,6 +1062,21 @@ struct RuleKernel final : public c10::OperatorKernel {
     }
     torch::jit::drop(*stack, n);
     for (auto& v : results) stack->push_back(std::move(v));
+  }
+
+  // A _foreach_ op's written tensors count a new version, as PyTorch's own
+  // kernels make them (the per-tensor ops of the CPU's, increment_version in
+  // CUDA's): no ADInplaceOrView kernel does it for list ops, and autograd
+  // checks versions before using a saved tensor. Outside inference mode; an
+  // inference tensor there raises PyTorch's error (|inference_only|: just
+  // that check). Fused optimizer steps count none, on the CPU either.
+  void bump_written_lists(c10::ArrayRef<c10::IValue> ivs, bool inference_only) const {
+    if (c10::InferenceMode::is_enabled()) return;
+    for (size_t i = 0; i < ivs.size(); i++) {
+      if (!info_.mutated[i] || !ivs[i].isTensorList()) continue;
+      for (const at::Tensor& t : ivs[i].toTensorList())
+        if (t.defined() && (!inference_only || t.is_inference())) t.unsafeGetTensorImpl()->bump_version();
+    }
   }
 
   OpInfo info_;
