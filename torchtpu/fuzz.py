@@ -297,7 +297,9 @@ def _compare_tensor(name, got, want, ref, inherited=None, device="tpu"):
                 ok = bool((e_t <= carried + 4 * e_c.max() + tiny).all()) and \
                     e_t.mean() <= carried.mean() + 2 * e_c.mean() + tiny
             else:
-                ok = e_t.max() <= 4 * e_c.max() + tiny and e_t.mean() <= 2 * e_c.mean() + tiny
+                # the mean's test is for a bias over many elements: for a few
+                # (a sum's one number) it would be the max's on one sample
+                ok = e_t.max() <= 4 * e_c.max() + tiny and (e_t.numel() < 16 or e_t.mean() <= 2 * e_c.mean() + tiny)
             if ok:
                 return None
     diff = (g.double() - w.double()).abs().nan_to_num(nan=math.inf)
@@ -305,6 +307,42 @@ def _compare_tensor(name, got, want, ref, inherited=None, device="tpu"):
     return (f"{name}: max difference {diff.max().item():.3g} at {list(idx)}: "
             f"{g[idx].item():.8g} on {device}, {w[idx].item():.8g} on the CPU"
             + (f", {r[idx].item():.8g} in float64" if r is not None and r.shape == g.shape else ""))
+
+
+def _explained_by_inputs(program, start, tpu, ref, explained):
+    """For a functional op of an eager program (no write, no autograd):
+    runs it again from tpu's own inputs in float32 and float64 on the CPU.
+    If tpu's outputs are as close to float64-on-their-inputs as the CPU's
+    float32 is, the difference came from the inputs' rounding, which the op
+    amplified (a sum of 65,536 products carries each product's rounding):
+    records each output's error in |explained| and says True."""
+    ins = program["instrs"][start]
+    if program["mode"] != "eager" or ins["k"] != "op" or not ins.get("outs") or \
+            "_(" in ins["src"] or "out=" in ins["src"] or "backward" in ins["src"]:
+        return False
+    try:
+        pre, _, _ = run_program(program, stop=start)
+        mine, wide = Env("cpu"), Env("cpu", double=True)
+        for i in ins["ins"]:
+            x = pre.t[i]
+            if not isinstance(x, torch.Tensor):
+                return False
+            x = x.detach().cpu()
+            mine.t[i] = x.clone()
+            wide.t[i] = x.double() if x.is_floating_point() else x.clone()
+        with torch.no_grad():
+            mine.run(ins)
+            wide.run(ins)
+    except (Failure, Refused, Exception):  # noqa: BLE001 - then it is not explained
+        return False
+    for o in ins["outs"]:
+        got, want, exact = tpu.t.get(o), mine.t.get(o), wide.t.get(o)
+        if not isinstance(got, torch.Tensor) or _compare_tensor(f"t{o}", got, want, exact, device=tpu.device):
+            return False
+    for o in ins["outs"]:
+        if tpu.t[o].is_floating_point() and isinstance(ref.t.get(o), torch.Tensor):
+            explained[o] = (tpu.t[o].detach().cpu().double() - ref.t[o].detach().double()).abs()
+    return True
 
 
 def _carried_error(i, tpu, ref, slopes):
@@ -318,16 +356,20 @@ def _carried_error(i, tpu, ref, slopes):
     return slope * (a.detach().cpu().double() - b.detach().double()).abs()
 
 
-def _compare_envs(tpu, cpu, ref, slopes=None):
+def _compare_envs(tpu, cpu, ref, slopes=None, explained=None):
     """The first disagreement of |tpu|'s tensors, gradients and optimizer
     state with |cpu|'s, or None. |slopes|: {tensor: (slope, input)} of the
-    elementwise ops that made them."""
+    elementwise ops that made them; |explained|: {tensor: error} accepted
+    for tensors whose op was arbitrated on tpu's own inputs."""
     slopes = slopes or {}
+    explained = explained or {}
     for i in sorted(cpu.t):
         if i not in tpu.t:
             return f"t{i}: missing on {tpu.device}"
-        why = _compare_tensor(f"t{i}", tpu.t[i], cpu.t[i], ref.t.get(i), _carried_error(i, tpu, ref, slopes),
-                              tpu.device)
+        carried = explained.get(i)
+        if carried is None:
+            carried = _carried_error(i, tpu, ref, slopes)
+        why = _compare_tensor(f"t{i}", tpu.t[i], cpu.t[i], ref.t.get(i), carried, tpu.device)
         if why:
             return why
     for n, (p, q, r) in enumerate(zip(tpu.params, cpu.params, ref.params)):
@@ -393,10 +435,11 @@ def _blocks(program):
     return out
 
 
-def run_program(program, fault=None):
+def run_program(program, fault=None, stop=None):
     """Runs |program| on tpu and on the CPU (float32, float64); raises
     Failure at the first disagreement. |fault| (tests only) perturbs tpu's
-    tensors after an instruction: fault(index, instruction, tensors)."""
+    tensors after an instruction: fault(index, instruction, tensors).
+    |stop|: run the instructions before it and return the three runs."""
     import torchtpu  # noqa: F401 - the device
 
     torch._dynamo.reset()
@@ -404,7 +447,10 @@ def run_program(program, fault=None):
     instrs = program["instrs"]
     compiled = {}
     slopes = {}
+    explained = {}  # tensor -> the error its own op's arbitration accepted
     for start, end in _blocks(program):
+        if stop is not None and start >= stop:
+            return tpu, cpu, ref
         block = instrs[start:end]
         for ins in block:
             if ins.get("src") in _SLOPES and len(ins["ins"]) == 1 and len(ins.get("outs", [])) == 1:
@@ -441,7 +487,9 @@ def run_program(program, fault=None):
                     raise Failure("error", start, f"tpu raised {errs['tpu']!r}, the CPU {errs['cpu']!r}")
         if fault is not None:
             fault(start, instrs[start], tpu.t)
-        why = _compare_envs(tpu, cpu, ref, slopes)
+        why = _compare_envs(tpu, cpu, ref, slopes, explained)
+        if why and fault is None and _explained_by_inputs(program, start, tpu, ref, explained):
+            why = _compare_envs(tpu, cpu, ref, slopes, explained)
         if why and program["mode"] == "compiled" and block[0].get("blk") is not None and _fails_upstream(program, end):
             raise Failure("upstream", start, f"aot_eager on the CPU differs too: {why}")
         if why:
@@ -741,8 +789,11 @@ class Gen:
             ("{0} + {1}", True), ("{0} - {1}", True), ("{0} * {1}", True), ("{0} / ({1}.abs() + 1)", False),
             ("torch.maximum({0}, {1})", True), ("torch.minimum({0}, {1})", True),
             ("torch.add({0}, {1}, alpha=0.5)", False), ("torch.lerp({0}, {1}, 0.3)", False),
-            ("torch.addcmul({0}, {1}, {1}, value=0.5)", False), ("torch.atan2({0}, {1})", False),
-            ("torch.where({1} > 0, {0}, {1})", True), ("torch.hypot({0}, {1})", False),
+            ("torch.addcmul({0}, {1}, {1}, value=0.5)", False),
+            # atan2 and hypot away from (0, 0), where their gradients blow up
+            # the inputs' rounding (seed 7008: a weight's gradient through hypot)
+            ("torch.atan2({0}, {1}.abs() + 0.5)", False),
+            ("torch.where({1} > 0, {0}, {1})", True), ("torch.hypot({0}, {1}.abs() + 0.5)", False),
             ("{0} + 2.5 * {1}", False), ("torch.cat([{0}, {0} * {1}], 0)", True)])
         if "where" in src and not self.is_exact(j):
             src = "torch.where({1}.abs() >= 0, {0}, {1})"
