@@ -883,13 +883,20 @@ class Gen:
             src = src.replace("{0}, {1})", "{0}, {1}.narrow(1, 0, %d))" % max(1, n // 2))
         self.op(src, [a, b])
 
-    def g_reduce(self):
+    def nonempty_and_dim(self):
+        """A non-empty float tensor with a dim of it, (None, None, None) if
+        there is none."""
         i = self.pick(self.floats(lambda t: t.dim() > 0 and t.numel() > 0))
         if i is None:
-            return self.g_new()
+            return None, None, None
         t = self.shadow.t[i]
+        return i, t, self.rng.randrange(t.dim())
+
+    def g_reduce(self):
+        i, t, d = self.nonempty_and_dim()
+        if i is None:
+            return self.g_new()
         r = self.rng
-        d = r.randrange(t.dim())
         keep = r.random() < 0.5
         dims = sorted(r.sample(range(t.dim()), r.randint(1, t.dim())))
         exact = self.is_exact(i)
@@ -910,12 +917,10 @@ class Gen:
         self.op(src, [i], exact=ex)
 
     def g_index(self):
-        i = self.pick(self.floats(lambda t: t.dim() > 0 and t.numel() > 0))
+        i, t, d = self.nonempty_and_dim()
         if i is None:
             return self.g_new()
-        t = self.shadow.t[i]
         r = self.rng
-        d = r.randrange(t.dim())
         n = t.shape[d]
         idx = self.new(dtype="int", high=n, shape=[r.randint(1, 8)])
         exact = self.is_exact(i)
