@@ -68,6 +68,7 @@ at::Tensor to_host(const at::Tensor& src) {
   at::Tensor out = at::empty(src.sizes(), src.options().device(at::kCPU));
   if (src.numel() == 0) return out;
   tpu_storage* s = storage_of(src);
+  TPU_CHECK(tpu_storage_settle(s, TPU_CUT_HOST_READ));
   if (s->buf == nullptr) return out;  // never written: contents unspecified, as torch.empty
   if (downloadable(src)) {
     download_whole(src, out.mutable_data_ptr());
@@ -113,12 +114,14 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
     tpu_hlo_type type;
     tpu_buffer* buf = upload(host, device, &type);
     if (is_whole(dst)) {
+      TPU_CHECK(tpu_storage_settle(storage_of(dst), TPU_CUT_HOST_WRITE));
       tpu_storage_set(storage_of(dst), buf, &type);
     } else {
       device_copy(dst, tensor_from_buffer(buf, dst.scalar_type(), dst.sizes(), device));
     }
   } else {
     TORCH_CHECK(dst.device().is_cpu(), "tpu can copy only to cpu or tpu tensors, got ", dst.device());
+    TPU_CHECK(tpu_storage_settle(storage_of(self), TPU_CUT_HOST_READ));
     if (dst.is_contiguous() && dst.scalar_type() == self.scalar_type() && dst.sizes() == self.sizes() &&
         downloadable(self)) {
       download_whole(self, dst.mutable_data_ptr());
