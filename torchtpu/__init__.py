@@ -109,8 +109,10 @@ def stats():
     and decompositions (op name -> count) and cached_programs; fused eager's
     fused_ops (calls recorded), fused_programs (runs of them launched as one
     program), trace_hits / trace_misses (those programs found in memory or
-    built), fused_max_ops (the most calls in one) and cuts (reason -> count:
-    why recorded calls ran)."""
+    built), fused_max_ops (the most calls in one), fused_replays (fused
+    programs that failed to build, compile or run, whose ops then ran one by
+    one as in strict mode) and cuts (reason -> count: why recorded calls
+    ran)."""
     return _C._stats()
 
 

@@ -48,7 +48,7 @@ import traceback
 import torch
 import torch.nn.functional as F
 
-MODES = ("eager", "compiled")
+MODES = ("eager", "compiled", "fused")
 OPTIMIZERS = ("sgd", "sgd_foreach", "adamw_foreach", "adamw_fused", "adam")
 FLOAT = torch.float32
 
@@ -435,12 +435,83 @@ def _blocks(program):
     return out
 
 
+def _same_tensor(name, got, want):
+    """None if |got| (fused eager's) is |want| (strict eager's) bit for bit."""
+    if not isinstance(got, torch.Tensor) or not isinstance(want, torch.Tensor):
+        return None if (got is None) == (want is None) else f"{name}: {type(got).__name__} fused, {type(want).__name__} strict"
+    if (got.shape, got.dtype, got.stride(), got.storage_offset()) != \
+            (want.shape, want.dtype, want.stride(), want.storage_offset()):
+        return (f"{name}: {tuple(got.shape)} {got.dtype} strides {got.stride()} fused, "
+                f"{tuple(want.shape)} {want.dtype} strides {want.stride()} strict")
+    g, w = _bits(got), _bits(want)
+    if torch.equal(g, w):
+        return None
+    k = int((g != w).nonzero()[0, 0])
+    flat_got, flat_want = got.detach().cpu().contiguous().reshape(-1), want.detach().cpu().contiguous().reshape(-1)
+    return f"{name}: element {k} (row-major) is {flat_got[k].item()!r} fused, {flat_want[k].item()!r} strict"
+
+
+def _bits(t):
+    """|t|'s elements as integers of their bits (NaN payloads, signed zeros)."""
+    t = t.detach().cpu().contiguous().reshape(-1)
+    if t.is_complex():
+        t = torch.view_as_real(t).reshape(-1)
+    if t.is_floating_point():
+        t = t.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+    return t
+
+
+def _run_fused(program, fault=None):
+    """Fused eager against strict eager: the program runs twice on tpu, in
+    lockstep, one run in each mode; every instruction must raise the same
+    error in both, and at the end (only then, so that fused runs record long
+    traces) every live tensor, gradient and optimizer state must be equal
+    bit for bit, strides included."""
+    import torchtpu
+
+    strict, fused = Env("tpu"), Env("tpu")
+    instrs = program["instrs"]
+    for start, ins in enumerate(instrs):
+        errs = {}
+        for env, mode in ((strict, "strict"), (fused, "fused")):
+            with torchtpu.eager_mode(mode):
+                try:
+                    env.run(ins)
+                except Refused as e:
+                    errs[mode] = e.exc
+                except AssertionError as e:  # a random op that did not repeat
+                    raise Failure("mismatch", start, f"{mode}: {e}") from e
+        if errs and (len(errs) == 1 or not _same_error(errs["fused"], errs["strict"])):
+            raise Failure("error", start, f"fused raised {errs.get('fused')!r}, strict {errs.get('strict')!r}")
+        if fault is not None:
+            fault(start, ins, fused.t)
+    end = len(instrs) - 1
+    for i, t in strict.t.items():
+        why = _same_tensor(f"t{i}", fused.t.get(i), t)
+        if why is None and isinstance(t, torch.Tensor) and t.requires_grad:
+            why = _same_tensor(f"t{i}.grad", fused.t[i].grad, t.grad)
+        if why:
+            raise Failure("mismatch", end, why)
+    for k, (p, q) in enumerate(zip(fused.params, strict.params)):
+        why = _same_tensor(f"param {k}.grad", p.grad, q.grad)
+        if why:
+            raise Failure("mismatch", end, why)
+    for (name, a), (_, b) in zip(fused.opt_state(), strict.opt_state()):
+        why = _same_tensor(f"optimizer state {name}", a, b)
+        if why:
+            raise Failure("mismatch", end, why)
+
+
 def run_program(program, fault=None, stop=None):
     """Runs |program| on tpu and on the CPU (float32, float64); raises
     Failure at the first disagreement. |fault| (tests only) perturbs tpu's
     tensors after an instruction: fault(index, instruction, tensors).
-    |stop|: run the instructions before it and return the three runs."""
+    |stop|: run the instructions before it and return the three runs.
+    A fused program runs in fused eager against strict eager (_run_fused)."""
     import torchtpu  # noqa: F401 - the device
+
+    if program["mode"] == "fused":
+        return _run_fused(program, fault)
 
     torch._dynamo.reset()
     tpu, cpu, ref = Env("tpu"), Env("cpu"), Env("cpu", double=True)
@@ -1103,7 +1174,10 @@ def _writable(t):
 
 
 def generate(seed, mode="eager", steps=40):
-    """The program of |seed| (deterministic)."""
+    """The program of |seed| (deterministic). A fused program is the eager
+    program of the same seed."""
+    if mode == "fused":
+        return dict(Gen(seed, "eager", steps).generate(), mode="fused")
     return Gen(seed, mode, steps).generate()
 
 
@@ -1296,7 +1370,8 @@ def main(argv=None):
     ap.add_argument("--minutes", type=float, default=None, help="run until this much time has passed")
     ap.add_argument("--programs", type=int, default=None, help="run this many programs (per mode)")
     ap.add_argument("--seed", type=int, default=0, help="the first program's seed")
-    ap.add_argument("--mode", choices=MODES + ("both",), default="both")
+    ap.add_argument("--mode", choices=MODES + ("both", "all"), default="both",
+                    help="both: eager and compiled; fused: fused eager against strict eager, bit for bit")
     ap.add_argument("--steps", type=int, default=40, help="instructions per program")
     ap.add_argument("--replay", help="run a saved program (JSON) and print it")
     ap.add_argument("--out", default="fuzz-failures", help="where failing programs are written")
@@ -1307,7 +1382,7 @@ def main(argv=None):
     if args.worker:
         return worker_main()
     worker = Worker(_worker_env())
-    modes = MODES if args.mode == "both" else (args.mode,)
+    modes = {"both": ("eager", "compiled"), "all": MODES}.get(args.mode, (args.mode,))
     if args.replay or (args.minutes is None and args.programs is None):
         if args.replay:
             with open(args.replay) as f:

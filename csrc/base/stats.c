@@ -22,6 +22,7 @@ static const char *const names[TPU_STAT_COUNT_] = {
     [TPU_STAT_TRACE_HITS] = "trace_hits",
     [TPU_STAT_TRACE_MISSES] = "trace_misses",
     [TPU_STAT_FUSED_MAX_OPS] = "fused_max_ops",
+    [TPU_STAT_FUSED_REPLAYS] = "fused_replays",
 };
 
 void tpu_stats_add(tpu_counter_t c, uint64_t v) {

@@ -24,6 +24,7 @@ typedef enum tpu_counter {
   TPU_STAT_TRACE_HITS,       /* ... whose program was in memory */
   TPU_STAT_TRACE_MISSES,     /* ... whose program was built */
   TPU_STAT_FUSED_MAX_OPS,    /* the most calls one fused program held */
+  TPU_STAT_FUSED_REPLAYS,    /* fused programs that failed, their calls run one by one instead */
   TPU_STAT_COUNT_
 } tpu_counter_t;
 

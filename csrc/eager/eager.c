@@ -381,8 +381,11 @@ tpu_status_t tpu_eager_run(tpu_eager_entry *e, const tpu_eager_call *call, tpu_s
      * buffers (the key reads their types). */
     if (tpu_trace_call_touches(call)) {
       TPU_RETURN_IF_ERROR(tpu_trace_settle_call(call, TPU_CUT_CHECK));
-      again = tpu_eager_lookup(call);
-      if (again == NULL) TPU_RETURN_IF_ERROR(tpu_eager_compile(call, tpu_eager_entry_metas(e), &again));
+      tpu_eager_call same = *call; /* with the promoted dtypes a hit's call lacks */
+      same.common_dtype = tpu_eager_entry_common_dtype(e);
+      same.item_common_dtypes = tpu_eager_entry_item_common_dtypes(e);
+      again = tpu_eager_lookup(&same);
+      if (again == NULL) TPU_RETURN_IF_ERROR(tpu_eager_compile(&same, tpu_eager_entry_metas(e), &again));
       e = again;
     }
   }
@@ -534,6 +537,10 @@ tpu_status_t tpu_eager_compile(const tpu_eager_call *call, const tpu_eager_out_m
   for (int k = per_item ? 0 : -1, end = per_item ? tpu_eager_call_items(call) : 0; k < end; k++)
     TPU_GOTO_IF_ERROR(st, tpu_eager_apply(p, call, k, meta, -1), done);
   TPU_GOTO_IF_ERROR(st, tpu_program_finish(p, &e), done);
+  if (!tpu_eager_entry_set_dtypes(e, call->common_dtype, call->item_common_dtypes, tpu_eager_call_items(call))) {
+    st = tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+    goto done;
+  }
   uint64_t h;
   if (!key_of(call, &h)) {
     st = tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");

@@ -19,6 +19,7 @@
 #define TPU_EAGER_EAGER_H_
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "base/status.h"
@@ -215,6 +216,10 @@ tpu_status_t tpu_storage_settle(tpu_storage *s, tpu_cut_reason why) TPU_MUST_USE
 tpu_status_t tpu_eager_flush(tpu_cut_reason why) TPU_MUST_USE;
 /* Sets the trace's size cap in calls (0: TORCHTPU_FUSED_MAX_OPS or 1024). */
 void tpu_eager_set_fused_max_ops(int n);
+/* Why the last fused program that failed did ("" if none has). */
+void tpu_eager_fused_last_failure(char *out, size_t cap);
+/* Whether repeating calls cut the trace (on by default). */
+void tpu_eager_set_fused_loop_detection(bool on);
 
 /* --- storages ---------------------------------------------------------------- */
 tpu_storage *tpu_storage_new(int device, int64_t nbytes);

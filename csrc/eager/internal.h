@@ -55,6 +55,11 @@ void tpu_eager_key_call(tpu_strbuf *k, const tpu_eager_call *call, int num_args,
  * memory. */
 tpu_eager_entry *tpu_eager_cache_find(const char *key, size_t len, uint64_t h);
 tpu_eager_entry *tpu_eager_cache_insert(tpu_eager_entry *e, const char *key, size_t len, uint64_t h);
+/* The promoted dtypes of the call an entry was built for (kept for fused
+ * eager, which builds the call again from a lookup's call). */
+bool tpu_eager_entry_set_dtypes(tpu_eager_entry *e, tpu_dtype_t common, const tpu_dtype_t *items, int n);
+tpu_dtype_t tpu_eager_entry_common_dtype(const tpu_eager_entry *e);
+const tpu_dtype_t *tpu_eager_entry_item_common_dtypes(const tpu_eager_entry *e);
 /* Every output's metadata (as tpu_eager_compile takes them). */
 const tpu_eager_out_meta *tpu_eager_entry_metas(const tpu_eager_entry *e);
 /* Trace hooks (trace.c). */

@@ -12,6 +12,7 @@
 #include "base/stats.h"
 #include "base/strbuf.h"
 #include "eager/internal.h"
+#include "kernels/kernels.h"
 #include "runtime/compile_cache.h"
 
 /* Distinct runtime checks one program may carry (checks raising the same
@@ -89,7 +90,7 @@ tpu_status_t tpu_flatten_call(const tpu_eager_call *call, flat_call *f) {
 
 /* --- entries --------------------------------------------------------------------- */
 
-typedef enum { SRC_STORAGE, SRC_HOST_SCALAR, SRC_SCALAR, SRC_SCALAR_LIST, SRC_RNG, SRC_ZERO } src_kind;
+typedef enum { SRC_STORAGE, SRC_HOST_SCALAR, SRC_SCALAR, SRC_SCALAR_LIST, SRC_RNG } src_kind;
 
 typedef struct param_src {
   src_kind kind;
@@ -124,6 +125,10 @@ struct tpu_eager_entry {
   bool track; /* ask for completion tracking (see tpu_executable_execute) */
   char *name;
   char *text; /* a lazy entry's program until it is compiled */
+  /* a one-op entry's call's promoted dtypes (a lookup's call has none: they
+   * are computed on a miss), for fused eager's programs */
+  tpu_dtype_t common_dtype;
+  tpu_dtype_t *item_common_dtypes;
   tpu_compile_options options;
   /* Runtime checks: the last |num_checks| results, each s64[1 +
    * TPU_LOWER_CHECK_VALUES]: the flag, then the values its message reports. */
@@ -150,6 +155,7 @@ void tpu_eager_entry_free(tpu_eager_entry *e) {
   tpu_executable_destroy(tpu_eager_runtime(), e->exe);
   free(e->name);
   free(e->text);
+  free(e->item_common_dtypes);
   free(e->key);
   free(e->params);
   free(e->donate);
@@ -164,6 +170,18 @@ const tpu_eager_out_meta *tpu_eager_entry_meta(const tpu_eager_entry *e, int i) 
 }
 
 const tpu_eager_out_meta *tpu_eager_entry_metas(const tpu_eager_entry *e) { return e->meta; }
+
+bool tpu_eager_entry_set_dtypes(tpu_eager_entry *e, tpu_dtype_t common, const tpu_dtype_t *items, int n) {
+  e->common_dtype = common;
+  if (items == NULL) return true;
+  e->item_common_dtypes = malloc((size_t)(n ? n : 1) * sizeof *items);
+  if (e->item_common_dtypes == NULL) return false;
+  memcpy(e->item_common_dtypes, items, (size_t)n * sizeof *items);
+  return true;
+}
+
+tpu_dtype_t tpu_eager_entry_common_dtype(const tpu_eager_entry *e) { return e->common_dtype; }
+const tpu_dtype_t *tpu_eager_entry_item_common_dtypes(const tpu_eager_entry *e) { return e->item_common_dtypes; }
 
 tpu_eager_entry **tpu_eager_entry_chain(tpu_eager_entry *e) { return &e->next; }
 
@@ -260,7 +278,8 @@ struct tpu_program {
   bool lazy;          /* finish keeps the text; compiled at first execute */
   bool exact_rounding;
   bool *slot_discard; /* written, but not a result (a storage nobody holds) */
-  tpu_hlo_value zero[2]; /* s32 and s64 zeros (see opaque) */
+  tpu_hlo_value *slot_read; /* a written storage's value as later calls read it (written_storage) */
+  int *slot_writer;         /* the call (its arg_base + 1) that wrote the slot last */
 };
 
 tpu_hlo_builder *tpu_program_builder(tpu_program *p) { return p->b; }
@@ -277,6 +296,8 @@ void tpu_program_free(tpu_program *p) {
   free(p->slot_written);
   free(p->slot_kept);
   free(p->slot_discard);
+  free(p->slot_read);
+  free(p->slot_writer);
   free(p->written);
   free(p->scalar_value);
   free(p->params);
@@ -290,7 +311,7 @@ tpu_status_t tpu_program_new(const tpu_eager_call *call, const char *name, tpu_p
   tpu_program *p = calloc(1, sizeof *p);
   if (p == NULL) return tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
   p->call = call;
-  p->rng_param = p->zero[0] = p->zero[1] = TPU_HLO_NONE;
+  p->rng_param = TPU_HLO_NONE;
   tpu_status_t st = tpu_flatten_call(call, &p->flat);
   if (st != NULL) {
     free(p);
@@ -305,14 +326,16 @@ tpu_status_t tpu_program_new(const tpu_eager_call *call, const char *name, tpu_p
   p->slot_written = calloc((size_t)n, sizeof *p->slot_written);
   p->slot_kept = calloc((size_t)n, sizeof *p->slot_kept);
   p->slot_discard = calloc((size_t)n, sizeof *p->slot_discard);
+  p->slot_read = malloc((size_t)n * sizeof *p->slot_read);
+  p->slot_writer = calloc((size_t)n, sizeof *p->slot_writer);
   p->written = malloc((size_t)n * sizeof *p->written);
   p->scalar_value = malloc((size_t)(call->num_args + 1) * sizeof *p->scalar_value);
   if (!p->name || !p->fetched || !p->slot_param || !p->slot_param_index || !p->slot_value || !p->slot_written ||
-      !p->slot_kept || !p->slot_discard || !p->written || !p->scalar_value) {
+      !p->slot_kept || !p->slot_discard || !p->slot_read || !p->slot_writer || !p->written || !p->scalar_value) {
     tpu_program_free(p);
     return tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
   }
-  for (int i = 0; i < n; i++) p->fetched[i] = p->slot_param[i] = p->slot_value[i] = TPU_HLO_NONE;
+  for (int i = 0; i < n; i++) p->fetched[i] = p->slot_param[i] = p->slot_value[i] = p->slot_read[i] = TPU_HLO_NONE;
   for (int i = 0; i <= call->num_args; i++) p->scalar_value[i] = TPU_HLO_NONE;
   st = tpu_hlo_builder_create(&p->b);
   if (st != NULL) {
@@ -336,6 +359,8 @@ static tpu_hlo_value add_param(tpu_program *p, const tpu_hlo_type *t, param_src 
 }
 
 /* The storage param of |slot|, created on first use. */
+static tpu_hlo_value written_storage(tpu_program *p, int slot);
+
 static tpu_hlo_value slot_storage(tpu_program *p, int slot, tpu_dtype_t reader) {
   if (p->slot_param[slot] != TPU_HLO_NONE) return p->slot_param[slot];
   tpu_hlo_type t = tpu_storage_type(p->flat.refs[slot].ref->storage, reader);
@@ -403,7 +428,7 @@ tpu_hlo_value tpu_program_tensor(tpu_program *p, int arg, int item) {
     /* Reads see the storage as it was before the program's writes; in a
      * program of several calls, as the calls before this one left it. */
     int slot = p->flat.refs[fi].slot;
-    tpu_hlo_value storage = p->sequential && p->slot_written[slot] ? p->slot_value[slot]
+    tpu_hlo_value storage = p->sequential && p->slot_written[slot] ? written_storage(p, slot)
                                                                     : slot_storage(p, slot, r->view.dtype);
     v = tpu_hlo_view_read(p->b, storage, &r->view);
     v = apply_view_bits(p->b, r, v);
@@ -442,29 +467,31 @@ static tpu_hlo_value next_rng_state(tpu_program *p) {
   return tpu_hlo_binary(p->b, TPU_HLO_XOR, p->rng_param, tpu_hlo_bitcast(p->b, k, &ut));
 }
 
-/* A float call result as the next call of a fused program may use it: its
- * bits through an integer xor with a zero XLA cannot see (a parameter).
- * Fused into the next call's loop, a product and a sum otherwise become
- * one fused multiply-add (XLA's CPU compiler always lets LLVM contract
- * them, and an optimization barrier is gone before fusion): one rounding
- * fewer than strict eager's. Half types round through a convert, which
- * nothing contracts across. */
-static tpu_hlo_value opaque(tpu_program *p, tpu_hlo_value v) {
-  if (v == TPU_HLO_NONE) return v;
-  const tpu_hlo_type *t = tpu_hlo_type_of(p->b, v);
-  if (t == NULL || (t->dtype != TPU_F32 && t->dtype != TPU_F64)) return v;
-  int k = t->dtype == TPU_F32 ? 0 : 1;
-  tpu_dtype_t bits = k == 0 ? TPU_S32 : TPU_S64;
-  if (p->zero[k] == TPU_HLO_NONE) {
-    tpu_hlo_type zt = tpu_hlo_make_type(bits, 0, NULL);
-    param_src src = {.kind = SRC_ZERO, .dtype = bits};
-    p->zero[k] = add_param(p, &zt, src);
+/* The storage value of |slot| that a later call of a fused program reads:
+ * through the boundary custom call (kernels.h), so that XLA computes the
+ * call as strict eager's program does, on a buffer. Fused with the call
+ * that wrote it, a product and the next call's sum became one fused
+ * multiply-add (XLA's CPU compiler always lets LLVM contract them; an
+ * optimization barrier is gone before fusion), and a layer norm summed a
+ * fused broadcast in another order: last bits differed. One boundary per
+ * value of the storage. */
+static tpu_hlo_value written_storage(tpu_program *p, int slot) {
+  if (p->slot_read[slot] != TPU_HLO_NONE) return p->slot_read[slot];
+  tpu_hlo_value v = p->slot_value[slot];
+  if (p->exact_rounding && (tpu_eager_kernels() & TPU_KERNEL_BOUNDARY)) {
+    const tpu_hlo_type *t = tpu_hlo_type_of(p->b, v);
+    if (t != NULL) {
+      tpu_hlo_type type = *t;
+      tpu_hlo_value operand = v;
+      tpu_hlo_op(p->b, "stablehlo.custom_call", &operand, 1, NULL, 0,
+                 "call_target_name = \"" TPU_KERNEL_BOUNDARY_CALL "\", api_version = 4 : i32, "
+                 "output_operand_aliases = [#stablehlo.output_operand_alias<output_tuple_indices = [], "
+                 "operand_index = 0, operand_tuple_indices = []>]",
+                 &type, 1, &v);
+    }
   }
-  tpu_hlo_type it = *t, ft = *t;
-  it.dtype = bits;
-  tpu_hlo_value i = tpu_hlo_bitcast(p->b, v, &it);
-  i = tpu_hlo_binary(p->b, TPU_HLO_XOR, i, tpu_hlo_broadcast_to(p->b, p->zero[k], &it));
-  return tpu_hlo_bitcast(p->b, i, &ft);
+  p->slot_read[slot] = v;
+  return v;
 }
 
 tpu_status_t tpu_program_apply(tpu_program *p, const tpu_lower_rule *rule, const char *op, int num_args,
@@ -488,8 +515,6 @@ tpu_status_t tpu_program_apply(tpu_program *p, const tpu_lower_rule *rule, const
   };
   if (rule->flags & TPU_RULE_RNG) c.rng_state = next_rng_state(p);
   TPU_RETURN_IF_ERROR(tpu_lower_run(rule, &c));
-  if (p->exact_rounding && p->sequential)
-    for (int i = 0; i < num_outputs; i++) out_values[i] = opaque(p, out_values[i]);
   if (out_writes_add != NULL) *out_writes_add = c.writes_add;
   /* Checks that raise the same error share one flag: a graph of many
    * indexing ops waits for one result per kind of error. */
@@ -524,6 +549,9 @@ void tpu_program_write(tpu_program *p, int arg, int item, tpu_hlo_value value, b
   int slot = p->flat.refs[fi].slot;
   value = apply_view_bits(p->b, ref, tpu_hlo_convert(p->b, value, ref->view.dtype));
   tpu_hlo_value cur = p->slot_value[slot];
+  /* A write through a view keeps the rest of the storage as the earlier
+   * calls left it: read as any call reads it. */
+  if (cur != TPU_HLO_NONE && p->sequential && p->slot_writer[slot] != p->arg_base + 1) cur = written_storage(p, slot);
   if (cur == TPU_HLO_NONE && !tpu_view_is_whole(&ref->view, ref->storage->nbytes))
     cur = slot_storage(p, slot, ref->view.dtype);
   tpu_hlo_value nv;
@@ -533,6 +561,8 @@ void tpu_program_write(tpu_program *p, int arg, int item, tpu_hlo_value value, b
     nv = tpu_hlo_view_write(p->b, cur, &ref->view, value, adds);
   }
   p->slot_value[slot] = nv;
+  p->slot_read[slot] = TPU_HLO_NONE;
+  p->slot_writer[slot] = p->arg_base + 1;
   if (!donate) p->slot_kept[slot] = true;
   if (!p->slot_written[slot]) {
     p->slot_written[slot] = true;
@@ -605,6 +635,8 @@ void tpu_program_output_to(tpu_program *p, int arg, tpu_hlo_value value, const t
   if (ref->storage == NULL || tpu_view_numel(&ref->view) == 0) return;
   int slot = p->flat.refs[fi].slot;
   p->slot_value[slot] = output_storage(p->b, value, meta);
+  p->slot_read[slot] = TPU_HLO_NONE;
+  p->slot_writer[slot] = p->arg_base + 1;
   if (!p->slot_written[slot]) {
     p->slot_written[slot] = true;
     p->written[p->num_written++] = slot;
@@ -877,12 +909,11 @@ tpu_status_t tpu_eager_execute_raw(const tpu_eager_entry *e, const tpu_eager_cal
         break;
       }
       case SRC_HOST_SCALAR:
-      case SRC_SCALAR:
-      case SRC_ZERO: {
+      case SRC_SCALAR: {
         unsigned char bytes[16] = {0};
         const void *value = bytes;
         if (p->kind == SRC_HOST_SCALAR) value = f.refs[p->ref].ref->host_scalar;
-        else if (p->kind == SRC_SCALAR) scalar_bytes(&call->args[p->arg].lower, bytes);
+        else scalar_bytes(&call->args[p->arg].lower, bytes);
         TPU_GOTO_IF_ERROR(st, scalar_buffer(call->device, p->dtype, value, &held[num_held]), done);
         args[i] = held[num_held++]->buf;
         break;

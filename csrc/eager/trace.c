@@ -70,8 +70,6 @@ typedef struct rec {
   int base;     /* its arguments: args[base, base + num_args) */
   int num_args;
   int num_outs; /* then one argument per new output (NONE where there is none) */
-  tpu_dtype_t common_dtype;
-  const tpu_dtype_t *item_common_dtypes;
   tpu_hlo_precision_t precision;
   int rng; /* index of its (seed, offset) pair, or -1 */
 } rec;
@@ -100,8 +98,22 @@ static struct {
   uint64_t history[HISTORY];
   int64_t stream;
   int period, matched, loop_calls;
+  bool no_loops;
   tpu_strbuf key;
+  char last_failure[1024];
 } g = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+void tpu_eager_fused_last_failure(char *out, size_t cap) {
+  pthread_mutex_lock(&g.lock);
+  snprintf(out, cap, "%s", g.last_failure);
+  pthread_mutex_unlock(&g.lock);
+}
+
+void tpu_eager_set_fused_loop_detection(bool on) {
+  pthread_mutex_lock(&g.lock);
+  g.no_loops = !on;
+  pthread_mutex_unlock(&g.lock);
+}
 
 void tpu_eager_set_fused_max_ops(int n) {
   pthread_mutex_lock(&g.lock);
@@ -244,8 +256,8 @@ static tpu_eager_call rec_call(const rec *r) {
       .op = r->op,
       .num_args = r->num_args,
       .args = g.args + r->base,
-      .common_dtype = r->common_dtype,
-      .item_common_dtypes = r->item_common_dtypes,
+      .common_dtype = tpu_eager_entry_common_dtype(r->entry), /* a hit's call has none */
+      .item_common_dtypes = tpu_eager_entry_item_common_dtypes(r->entry),
       .precision = r->precision,
       .device = g.device,
   };
@@ -380,6 +392,8 @@ static tpu_status_t flush_locked(tpu_cut_reason why) {
   if (st == NULL) st = tpu_eager_execute_raw(e, &all, NULL);
   tpu_eager_entry_release(e);
   if (st != NULL) { /* strict eager's state, and its first error */
+    tpu_stats_add(TPU_STAT_FUSED_REPLAYS, 1);
+    snprintf(g.last_failure, sizeof g.last_failure, "%s", tpu_status_message(st));
     tpu_status_free(st);
     st = replay();
   }
@@ -491,15 +505,10 @@ tpu_status_t tpu_trace_record(tpu_eager_entry *e, const tpu_eager_call *call, tp
       .base = g.num_args,
       .num_args = call->num_args,
       .num_outs = num_outs,
-      .common_dtype = call->common_dtype,
       .precision = call->precision,
       .rng = -1,
   };
   bool ok = true;
-  if (call->item_common_dtypes != NULL) {
-    r->item_common_dtypes = arena_copy(call->item_common_dtypes, (size_t)items * sizeof *call->item_common_dtypes);
-    ok = r->item_common_dtypes != NULL;
-  }
   for (int a = 0; a < call->num_args && ok; a++) ok = copy_arg(&g.args[r->base + a], &call->args[a]);
   for (int o = 0; o < num_outs && ok; o++) {
     tpu_eager_arg *a = &g.args[r->base + call->num_args + o];
@@ -533,7 +542,7 @@ tpu_status_t tpu_trace_record(tpu_eager_entry *e, const tpu_eager_call *call, tp
   tpu_stats_add(TPU_STAT_FUSED_OPS, 1);
   tpu_stats_add(TPU_STAT_OPS, 1);
   note_call(tpu_eager_entry_hash(e));
-  if (g.loop_calls > 0 && g.n >= g.loop_calls && g.n % g.period == 0) st = flush_locked(TPU_CUT_LOOP);
+  if (!g.no_loops && g.loop_calls > 0 && g.n >= g.loop_calls && g.n % g.period == 0) st = flush_locked(TPU_CUT_LOOP);
   else if (g.n >= max_calls()) st = flush_locked(TPU_CUT_SIZE);
   pthread_mutex_unlock(&g.lock);
   return st;

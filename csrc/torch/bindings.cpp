@@ -112,6 +112,12 @@ PYBIND11_MODULE(_C, m) {
     TPU_CHECK(tpu_eager_flush(TPU_CUT_SYNC));
   });
   m.def("_set_fused_max_ops", [](int n) { tpu_eager_set_fused_max_ops(n); });
+  m.def("_set_fused_loop_detection", [](bool on) { tpu_eager_set_fused_loop_detection(on); });
+  m.def("_fused_last_failure", []() {
+    char text[1024];
+    tpu_eager_fused_last_failure(text, sizeof text);
+    return std::string(text);
+  });
   m.def("_info", &info);
   m.def("_stats", &stats);
   m.def("_reset_stats", []() { tpu_stats_reset(); });

@@ -48,11 +48,14 @@ tpu_buffer* upload(const at::Tensor& host, c10::DeviceIndex device, tpu_hlo_type
 // Downloads the dense contents of |t| (whole-storage, same dtype) into |dst|.
 void download_whole(const at::Tensor& t, void* dst) {
   tpu_storage* s = storage_of(t);
+  TPU_CHECK(tpu_storage_settle(s, TPU_CUT_HOST_READ));
   TPU_CHECK(tpu_buffer_to_host(runtime(), s->buf, dst, static_cast<size_t>(t.nbytes())));
 }
 
+// Whether |t| downloads as it is stored (runs what fused eager recorded on it).
 bool downloadable(const at::Tensor& t) {
   tpu_storage* s = storage_of(t);
+  if (s != nullptr) TPU_CHECK(tpu_storage_settle(s, TPU_CUT_HOST_READ));
   return s != nullptr && s->buf != nullptr && is_whole(t) && s->type.dtype == to_tpu(t.scalar_type());
 }
 
@@ -121,7 +124,6 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
     }
   } else {
     TORCH_CHECK(dst.device().is_cpu(), "tpu can copy only to cpu or tpu tensors, got ", dst.device());
-    TPU_CHECK(tpu_storage_settle(storage_of(self), TPU_CUT_HOST_READ));
     if (dst.is_contiguous() && dst.scalar_type() == self.scalar_type() && dst.sizes() == self.sizes() &&
         downloadable(self)) {
       download_whole(self, dst.mutable_data_ptr());
