@@ -167,7 +167,12 @@ def current_eager_mode():
     return next(k for k, v in _EAGER_MODES.items() if v == number)
 
 
-_C._set_default_eager_mode(_eager_mode_number(os.environ.get("TORCHTPU_EAGER", "strict").strip().lower() or "strict"))
+def _default_eager_mode():
+    """The process default from TORCHTPU_EAGER (strict when unset)."""
+    return _eager_mode_number(os.environ.get("TORCHTPU_EAGER", "strict").strip().lower() or "strict")
+
+
+_C._set_default_eager_mode(_default_eager_mode())
 
 
 def reset_stats():

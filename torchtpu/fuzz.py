@@ -435,22 +435,6 @@ def _blocks(program):
     return out
 
 
-def _same_tensor(name, got, want):
-    """None if |got| (fused eager's) is |want| (strict eager's) bit for bit."""
-    if not isinstance(got, torch.Tensor) or not isinstance(want, torch.Tensor):
-        return None if (got is None) == (want is None) else f"{name}: {type(got).__name__} fused, {type(want).__name__} strict"
-    if (got.shape, got.dtype, got.stride(), got.storage_offset()) != \
-            (want.shape, want.dtype, want.stride(), want.storage_offset()):
-        return (f"{name}: {tuple(got.shape)} {got.dtype} strides {got.stride()} fused, "
-                f"{tuple(want.shape)} {want.dtype} strides {want.stride()} strict")
-    g, w = _bits(got), _bits(want)
-    if torch.equal(g, w):
-        return None
-    k = int((g != w).nonzero()[0, 0])
-    flat_got, flat_want = got.detach().cpu().contiguous().reshape(-1), want.detach().cpu().contiguous().reshape(-1)
-    return f"{name}: element {k} (row-major) is {flat_got[k].item()!r} fused, {flat_want[k].item()!r} strict"
-
-
 def _bits(t):
     """|t|'s elements as integers of their bits (NaN payloads, signed zeros)."""
     t = t.detach().cpu().contiguous().reshape(-1)
@@ -461,45 +445,73 @@ def _bits(t):
     return t
 
 
+def _snapshot(env):
+    """CPU copies of every live tensor, gradient and optimizer state (read
+    after the whole program: fused eager records until then)."""
+    out = {}
+    for i, t in env.t.items():
+        out[f"t{i}"] = t
+        try:
+            if isinstance(t, torch.Tensor) and t.is_leaf and t.grad is not None:
+                out[f"t{i}.grad"] = t.grad
+        except RuntimeError as e:  # a view autograd refuses to look at (its base changed): its message
+            out[f"t{i}"] = str(e)
+    for k, p in enumerate(env.params):
+        out[f"param {k}.grad"] = p.grad
+    for k, (name, v) in enumerate(env.opt_state()):
+        out[f"optimizer state {k} {name}"] = v
+    return {k: (v.detach().cpu() if isinstance(v, torch.Tensor) else v,
+                (v.shape, v.dtype, v.stride(), v.storage_offset()) if isinstance(v, torch.Tensor) else None)
+            for k, v in out.items()}
+
+
 def _run_fused(program, fault=None):
-    """Fused eager against strict eager: the program runs twice on tpu, in
-    lockstep, one run in each mode; every instruction must raise the same
-    error in both, and at the end (only then, so that fused runs record long
-    traces) every live tensor, gradient and optimizer state must be equal
-    bit for bit, strides included."""
+    """Fused eager against strict eager: the program runs on tpu in strict
+    mode, then again with fused mode the process default (autograd's thread
+    records too). Every instruction must raise the same error in both runs,
+    and at the end (only then, so that the fused run records long traces)
+    every live tensor, gradient and optimizer state must be equal bit for
+    bit, strides included. |fault| perturbs the fused run's tensors."""
     import torchtpu
 
-    strict, fused = Env("tpu"), Env("tpu")
     instrs = program["instrs"]
-    for start, ins in enumerate(instrs):
-        errs = {}
-        for env, mode in ((strict, "strict"), (fused, "fused")):
+    runs = {}
+    try:
+        for mode in ("strict", "fused"):
+            torchtpu._C._set_default_eager_mode(torchtpu._eager_mode_number(mode))
             with torchtpu.eager_mode(mode):
-                try:
-                    env.run(ins)
-                except Refused as e:
-                    errs[mode] = e.exc
-                except AssertionError as e:  # a random op that did not repeat
-                    raise Failure("mismatch", start, f"{mode}: {e}") from e
-        if errs and (len(errs) == 1 or not _same_error(errs["fused"], errs["strict"])):
-            raise Failure("error", start, f"fused raised {errs.get('fused')!r}, strict {errs.get('strict')!r}")
-        if fault is not None:
-            fault(start, ins, fused.t)
+                env, errs = Env("tpu"), []
+                for n, ins in enumerate(instrs):
+                    try:
+                        env.run(ins)
+                        errs.append(None)
+                    except Refused as e:
+                        errs.append(e.exc)
+                    except AssertionError as e:  # a random op that did not repeat
+                        raise Failure("mismatch", n, f"{mode}: {e}") from e
+                    if fault is not None and mode == "fused":
+                        fault(n, ins, env.t)
+                runs[mode] = errs, _snapshot(env)
+    finally:
+        torchtpu._C._set_default_eager_mode(torchtpu._default_eager_mode())
+    (fused_errs, fused), (strict_errs, strict) = runs["fused"], runs["strict"]
+    for n, (a, b) in enumerate(zip(fused_errs, strict_errs)):
+        if (a is None) != (b is None) or (a is not None and not _same_error(a, b)):
+            raise Failure("error", n, f"fused raised {a!r}, strict {b!r}")
     end = len(instrs) - 1
-    for i, t in strict.t.items():
-        why = _same_tensor(f"t{i}", fused.t.get(i), t)
-        if why is None and isinstance(t, torch.Tensor) and t.requires_grad:
-            why = _same_tensor(f"t{i}.grad", fused.t[i].grad, t.grad)
-        if why:
-            raise Failure("mismatch", end, why)
-    for k, (p, q) in enumerate(zip(fused.params, strict.params)):
-        why = _same_tensor(f"param {k}.grad", p.grad, q.grad)
-        if why:
-            raise Failure("mismatch", end, why)
-    for (name, a), (_, b) in zip(fused.opt_state(), strict.opt_state()):
-        why = _same_tensor(f"optimizer state {name}", a, b)
-        if why:
-            raise Failure("mismatch", end, why)
+    for name, (want, meta) in strict.items():
+        got, got_meta = fused.get(name, (None, None))
+        if not isinstance(want, torch.Tensor) or not isinstance(got, torch.Tensor):
+            if type(got) is not type(want) or (isinstance(want, str) and got != want):
+                raise Failure("mismatch", end, f"{name}: {got!r} fused, {want!r} strict")
+            continue
+        if got_meta != meta:
+            raise Failure("mismatch", end, f"{name}: {got_meta} fused, {meta} strict (shape, dtype, strides, offset)")
+        g, w = _bits(got), _bits(want)
+        if not torch.equal(g, w):
+            k = int((g != w).nonzero()[0, 0])
+            raise Failure("mismatch", end, f"{name}: element {k} (row-major) is "
+                          f"{got.contiguous().reshape(-1)[k].item()!r} fused, {want.contiguous().reshape(-1)[k].item()!r} strict")
 
 
 def run_program(program, fault=None, stop=None):

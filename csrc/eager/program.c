@@ -12,7 +12,6 @@
 #include "base/stats.h"
 #include "base/strbuf.h"
 #include "eager/internal.h"
-#include "kernels/kernels.h"
 #include "runtime/compile_cache.h"
 
 /* Distinct runtime checks one program may carry (checks raising the same
@@ -276,7 +275,7 @@ struct tpu_program {
   bool sequential;    /* reads see earlier writes */
   bool rng_per_op;    /* each random op its own state parameter */
   bool lazy;          /* finish keeps the text; compiled at first execute */
-  bool exact_rounding;
+  bool exact;         /* calls read earlier calls' results through the boundary */
   bool *slot_discard; /* written, but not a result (a storage nobody holds) */
   tpu_hlo_value *slot_read; /* a written storage's value as later calls read it (written_storage) */
   int *slot_writer;         /* the call (its arg_base + 1) that wrote the slot last */
@@ -360,6 +359,7 @@ static tpu_hlo_value add_param(tpu_program *p, const tpu_hlo_type *t, param_src 
 
 /* The storage param of |slot|, created on first use. */
 static tpu_hlo_value written_storage(tpu_program *p, int slot);
+static tpu_hlo_value boundary(tpu_program *p, tpu_hlo_value v);
 
 static tpu_hlo_value slot_storage(tpu_program *p, int slot, tpu_dtype_t reader) {
   if (p->slot_param[slot] != TPU_HLO_NONE) return p->slot_param[slot];
@@ -475,23 +475,13 @@ static tpu_hlo_value next_rng_state(tpu_program *p) {
  * optimization barrier is gone before fusion), and a layer norm summed a
  * fused broadcast in another order: last bits differed. One boundary per
  * value of the storage. */
+static tpu_hlo_value boundary(tpu_program *p, tpu_hlo_value v) {
+  return p->exact ? tpu_lower_boundary(p->b, tpu_eager_kernels(), v) : v;
+}
+
 static tpu_hlo_value written_storage(tpu_program *p, int slot) {
-  if (p->slot_read[slot] != TPU_HLO_NONE) return p->slot_read[slot];
-  tpu_hlo_value v = p->slot_value[slot];
-  if (p->exact_rounding && (tpu_eager_kernels() & TPU_KERNEL_BOUNDARY)) {
-    const tpu_hlo_type *t = tpu_hlo_type_of(p->b, v);
-    if (t != NULL) {
-      tpu_hlo_type type = *t;
-      tpu_hlo_value operand = v;
-      tpu_hlo_op(p->b, "stablehlo.custom_call", &operand, 1, NULL, 0,
-                 "call_target_name = \"" TPU_KERNEL_BOUNDARY_CALL "\", api_version = 4 : i32, "
-                 "output_operand_aliases = [#stablehlo.output_operand_alias<output_tuple_indices = [], "
-                 "operand_index = 0, operand_tuple_indices = []>]",
-                 &type, 1, &v);
-    }
-  }
-  p->slot_read[slot] = v;
-  return v;
+  if (p->slot_read[slot] == TPU_HLO_NONE) p->slot_read[slot] = boundary(p, p->slot_value[slot]);
+  return p->slot_read[slot];
 }
 
 tpu_status_t tpu_program_apply(tpu_program *p, const tpu_lower_rule *rule, const char *op, int num_args,
@@ -515,6 +505,10 @@ tpu_status_t tpu_program_apply(tpu_program *p, const tpu_lower_rule *rule, const
   };
   if (rule->flags & TPU_RULE_RNG) c.rng_state = next_rng_state(p);
   TPU_RETURN_IF_ERROR(tpu_lower_run(rule, &c));
+  /* A fused program's calls end at the boundary too: XLA fused two
+   * independent calls' loops into one, and a logarithm's last bit moved. */
+  if (p->sequential)
+    for (int i = 0; i < num_outputs; i++) out_values[i] = boundary(p, out_values[i]);
   if (out_writes_add != NULL) *out_writes_add = c.writes_add;
   /* Checks that raise the same error share one flag: a graph of many
    * indexing ops waits for one result per kind of error. */
@@ -622,7 +616,7 @@ void tpu_program_set_base(tpu_program *p, int arg_base) { p->arg_base = arg_base
 
 void tpu_program_set_fused(tpu_program *p, bool exact) {
   p->sequential = p->rng_per_op = p->lazy = true;
-  p->exact_rounding = exact;
+  p->exact = exact;
 }
 
 void tpu_program_set_lazy(tpu_program *p) { p->lazy = true; }
@@ -759,7 +753,6 @@ tpu_status_t tpu_program_finish(tpu_program *p, tpu_eager_entry **out_entry) {
     TPU_GOTO_IF_ERROR(st, tpu_hlo_finish(b, values, n, &text), fail);
     tpu_compile_options_init(&e->options);
     e->options.max_rank = tpu_hlo_max_rank(b);
-    e->options.exact_rounding = p->exact_rounding;
     e->name = strdup(p->name);
     if (e->name == NULL) {
       st = tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");

@@ -71,10 +71,11 @@ void tpu_program_output(tpu_program *p, int index, tpu_hlo_value value, const tp
 void tpu_program_set_base(tpu_program *p, int arg_base);
 /* Reads see the writes of earlier calls, each random op gets the state
  * strict eager would give it (tpu_eager_call.rng_states), and finishing
- * defers the compile to the first execute. |exact|: every call computes as
- * it would alone (its results behind an optimization barrier, rounding to
- * each call's dtypes kept): bit-identical to strict eager. Without, XLA
- * fuses across calls (a product and a sum into one fused multiply-add). */
+ * defers the compile to the first execute. |exact|: a call reads what
+ * earlier calls wrote through the boundary custom call (kernels.h), so XLA
+ * computes every call as strict eager's program does, bit for bit. Without,
+ * XLA fuses across calls (a product and a sum into one fused multiply-add,
+ * a broadcast into the next call's reduction). */
 void tpu_program_set_fused(tpu_program *p, bool exact);
 /* Finishing keeps the program's text; the first execute compiles it. */
 void tpu_program_set_lazy(tpu_program *p);

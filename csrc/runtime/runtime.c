@@ -77,14 +77,10 @@ typedef struct cpu_override {
   const char *string_value; /* OptionOverrideProto.string_field, or NULL for bool_value */
   bool bool_value;          /* OptionOverrideProto.bool_field */
   bool ynn;                 /* left out of programs of more than CPU_OVERRIDES_MAX_RANK dims */
-  bool exact;               /* only for programs that ask for exact rounding */
 } cpu_override;
 static const cpu_override kCpuOverrides[] = {
     {"xla_cpu_experimental_ynn_fusion_type", "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT", false, true},
     {"xla_cpu_use_xnnpack", NULL, false, false},
-    /* Fused eager: a bfloat16 result rounded and then read by the next call
-     * stays rounded, as it is between two one-op programs. */
-    {"xla_allow_excess_precision", NULL, false, false, true},
 };
 #define NUM_CPU_OVERRIDES (sizeof kCpuOverrides / sizeof kCpuOverrides[0])
 
@@ -97,15 +93,6 @@ static const cpu_override kCpuOverrides[] = {
  * a program with any value of more dims is compiled without the overrides:
  * XLA's own emitters, which take any rank. */
 #define CPU_OVERRIDES_MAX_RANK 8
-
-/* The overrides only some programs use: the directory's options (the
- * defaults) leave them out. */
-static unsigned exact_overrides(void) {
-  unsigned mask = 0;
-  for (size_t i = 0; i < NUM_CPU_OVERRIDES; i++)
-    if (kCpuOverrides[i].exact) mask |= 1u << i;
-  return mask;
-}
 
 static void put_varint(tpu_strbuf *sb, uint64_t v) {
   do {
@@ -362,7 +349,7 @@ tpu_status_t tpu_runtime_create(const tpu_runtime_options *opts, tpu_runtime **o
   TPU_GOTO_IF_ERROR(st, client_string(api, rt->client, true, &rt->platform_version), fail);
   if (strcmp(rt->platform_name, "cpu") == 0) {
     rt->cpu_overrides = true;
-    TPU_GOTO_IF_ERROR(st, cpu_compile_options(exact_overrides(), &rt->compile_options), fail);
+    TPU_GOTO_IF_ERROR(st, cpu_compile_options(0, &rt->compile_options), fail);
   } else {
     tpu_strbuf_append(&rt->compile_options, kCompileOptions, sizeof kCompileOptions);
     TPU_GOTO_IF_ERROR(st, tpu_strbuf_status(&rt->compile_options), fail);
@@ -610,7 +597,6 @@ fail:
 
 void tpu_compile_options_init(tpu_compile_options *o) { *o = (tpu_compile_options){.max_rank = 0}; }
 
-
 tpu_status_t tpu_runtime_compile_options_for(tpu_runtime *rt, const tpu_compile_options *options,
                                              tpu_strbuf *out) {
   if (!rt->cpu_overrides) {
@@ -619,10 +605,9 @@ tpu_status_t tpu_runtime_compile_options_for(tpu_runtime *rt, const tpu_compile_
     return tpu_strbuf_status(out);
   }
   unsigned left_out = 0;
-  for (size_t i = 0; i < NUM_CPU_OVERRIDES; i++) {
-    if (kCpuOverrides[i].ynn && options != NULL && options->max_rank > CPU_OVERRIDES_MAX_RANK) left_out |= 1u << i;
-    if (kCpuOverrides[i].exact && (options == NULL || !options->exact_rounding)) left_out |= 1u << i;
-  }
+  if (options != NULL && options->max_rank > CPU_OVERRIDES_MAX_RANK)
+    for (size_t i = 0; i < NUM_CPU_OVERRIDES; i++)
+      if (kCpuOverrides[i].ynn) left_out |= 1u << i;
   pthread_mutex_lock(&rt->lock);
   left_out |= rt->dropped_overrides;
   pthread_mutex_unlock(&rt->lock);
@@ -665,7 +650,7 @@ tpu_status_t tpu_executable_compile(tpu_runtime *rt, const char *mlir, size_t si
     st = NULL;
     pthread_mutex_lock(&rt->lock);
     rt->dropped_overrides |= dropped | 1u << refused;
-    st = cpu_compile_options(rt->dropped_overrides | exact_overrides(), &rt->compile_options);
+    st = cpu_compile_options(rt->dropped_overrides, &rt->compile_options);
     pthread_mutex_unlock(&rt->lock);
     if (st != NULL) goto done;
   }

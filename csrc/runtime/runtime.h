@@ -108,9 +108,6 @@ void tpu_buffer_destroy(tpu_runtime *rt, tpu_buffer *buf);
 /* What a compile is told about the program beside its text. */
 typedef struct tpu_compile_options {
   int max_rank; /* the most dims of any value in the program */
-  /* Keep every rounding the program writes (XLA's allow_excess_precision
-   * off): a program of many eager calls rounds where each call did. */
-  bool exact_rounding;
 } tpu_compile_options;
 /* Defaults: a program of low-rank values. */
 void tpu_compile_options_init(tpu_compile_options *o);
