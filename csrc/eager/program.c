@@ -480,7 +480,10 @@ static tpu_hlo_value boundary(tpu_program *p, tpu_hlo_value v) {
 }
 
 static tpu_hlo_value written_storage(tpu_program *p, int slot) {
-  if (p->slot_read[slot] == TPU_HLO_NONE) p->slot_read[slot] = boundary(p, p->slot_value[slot]);
+  /* The boundary's result is the storage's value from now on (its result
+   * too): the value it was given has no other use, and XLA aliases it
+   * instead of copying. */
+  if (p->slot_read[slot] == TPU_HLO_NONE) p->slot_value[slot] = p->slot_read[slot] = boundary(p, p->slot_value[slot]);
   return p->slot_read[slot];
 }
 
@@ -505,10 +508,6 @@ tpu_status_t tpu_program_apply(tpu_program *p, const tpu_lower_rule *rule, const
   };
   if (rule->flags & TPU_RULE_RNG) c.rng_state = next_rng_state(p);
   TPU_RETURN_IF_ERROR(tpu_lower_run(rule, &c));
-  /* A fused program's calls end at the boundary too: XLA fused two
-   * independent calls' loops into one, and a logarithm's last bit moved. */
-  if (p->sequential)
-    for (int i = 0; i < num_outputs; i++) out_values[i] = boundary(p, out_values[i]);
   if (out_writes_add != NULL) *out_writes_add = c.writes_add;
   /* Checks that raise the same error share one flag: a graph of many
    * indexing ops waits for one result per kind of error. */
