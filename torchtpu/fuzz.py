@@ -460,9 +460,17 @@ def _snapshot(env):
         out[f"param {k}.grad"] = p.grad
     for k, (name, v) in enumerate(env.opt_state()):
         out[f"optimizer state {k} {name}"] = v
-    return {k: (v.detach().cpu() if isinstance(v, torch.Tensor) else v,
-                (v.shape, v.dtype, v.stride(), v.storage_offset()) if isinstance(v, torch.Tensor) else None)
-            for k, v in out.items()}
+    snap = {}
+    for k, v in out.items():
+        if not isinstance(v, torch.Tensor):
+            snap[k] = (v, None)
+            continue
+        meta = (v.shape, v.dtype, v.stride(), v.storage_offset())
+        try:
+            snap[k] = (v.detach().cpu(), meta)
+        except RuntimeError as e:  # an expanded view too large to copy out: its message
+            snap[k] = (str(e).split("\n")[0], meta)
+    return snap
 
 
 def _run_fused(program, fault=None):
