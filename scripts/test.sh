@@ -20,3 +20,7 @@ LSAN_OPTIONS="suppressions=$PWD/tests/c/lsan.supp" \
   ctest --test-dir build/ctest --output-on-failure
 
 $PY -m pytest -q tests "$@"
+# A large slice again in fused eager mode (ops recorded and run as one
+# program): the results must be strict's.
+TORCHTPU_EAGER=fused $PY -m pytest -q tests/test_semantics.py tests/test_reexecution.py tests/test_foreach.py \
+  tests/test_training.py tests/test_random.py tests/test_index.py tests/test_optim.py tests/test_reduce.py "$@"

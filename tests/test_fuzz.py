@@ -13,7 +13,7 @@ from torchtpu import fuzz
 # Seeds of the CI slice; `python -m torchtpu.fuzz --seed S --programs N`
 # runs more. Programs are deterministic, so a failure here replays with
 # fuzz.run_program(fuzz.generate(seed, mode)).
-SLICE = {"eager": range(0, 10), "compiled": range(0, 6)}
+SLICE = {"eager": range(0, 10), "compiled": range(0, 6), "fused": range(0, 10)}
 
 
 @pytest.mark.parametrize("mode,seed", [(m, s) for m, seeds in SLICE.items() for s in seeds])

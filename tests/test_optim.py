@@ -105,6 +105,7 @@ def test_fused_adagrad_amp_arguments(found_inf, dtype):
 @pytest.mark.parametrize("opt_cls", [torch.optim.AdamW, torch.optim.SGD, torch.optim.Adagrad],
                          ids=["AdamW", "SGD", "Adagrad"])
 @pytest.mark.parametrize("tensor_lr", [False, True], ids=["float_lr", "tensor_lr"])
+@torchtpu.eager_mode("strict")  # counts strict eager's programs (fused eager records the step with the rest)
 def test_fused_step_is_one_program_across_a_schedule(opt_cls, tensor_lr):
     """A fused step over every parameter is one program (AdamW adds one for
     its step counters), and a learning rate that changes every step (a

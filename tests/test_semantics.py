@@ -338,6 +338,7 @@ class TestValues:
         assert bool(t.sum() > 0)
         assert t.tolist() == [[1.5, -2.0], [3.0, 4.25]]
 
+    @torchtpu.eager_mode("strict")  # counts strict eager's one-op programs
     def test_scalar_args_do_not_multiply_the_cache(self):
         t = torch.ones(4, device="tpu")
         (t * 0.5).cpu()

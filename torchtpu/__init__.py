@@ -9,7 +9,10 @@ compiled program's StableHLO there), TORCHTPU_CACHE_DIR (the persistent
 compile cache; default ~/.cache/torchtpu, "off" disables it),
 TORCHTPU_CACHE_MAX_MB (its size cap, default 2048), TORCHTPU_KERNELS (which
 hand-written kernels programs call: 1 all, 0 none, or names such as
-"attention,matmul"; XLA's composites do the rest, for A/B comparisons).
+"attention,matmul"; XLA's composites do the rest, for A/B comparisons),
+TORCHTPU_EAGER (strict | fused | blocking: how eager ops run, see
+eager_mode), TORCHTPU_FUSED_MAX_OPS (the most ops one fused program records,
+default 512).
 """
 import atexit
 import os
@@ -103,8 +106,73 @@ atexit.register(_settle_autograd_threads)
 def stats():
     """Counters since start (or reset_stats()): ops, cache_hits, cache_misses,
     cache_loads, compile_seconds, executions, h2d_bytes, d2h_bytes, fallbacks
-    and decompositions (op name -> count) and cached_programs."""
+    and decompositions (op name -> count) and cached_programs; fused eager's
+    fused_ops (calls recorded), fused_programs (runs of them launched as one
+    program), trace_hits / trace_misses (those programs found in memory or
+    built), fused_max_ops (the most calls in one), fused_replays (fused
+    programs that failed to build, compile or run, whose ops then ran one by
+    one as in strict mode) and cuts (reason -> count: why recorded calls
+    ran)."""
     return _C._stats()
+
+
+_EAGER_MODES = {"strict": 0, "fused": 1, "blocking": 2}
+
+
+def _eager_mode_number(mode):
+    if mode not in _EAGER_MODES:
+        raise ValueError(f"eager mode must be one of {', '.join(_EAGER_MODES)}, got {mode!r}")
+    return _EAGER_MODES[mode]
+
+
+class eager_mode:
+    """How tpu ops run on this thread, in a with block (or as a decorator):
+
+    - "strict" (the default): each op runs at once as its own cached program;
+    - "fused": ops are recorded, and runs of them become one program, run when
+      something needs their results (printing, .item(), .cpu(), a sync, an
+      op that checks data, a compiled graph), at a size cap, or at a loop's
+      iteration; results are bit-identical to strict's;
+    - "blocking": each op runs and waits for its results, so a device error is
+      reported by the op that caused it (CUDA_LAUNCH_BLOCKING's role).
+
+    TORCHTPU_EAGER sets the process default (every thread, autograd's too).
+    Leaving a fused block runs what it recorded."""
+
+    def __init__(self, mode):
+        self._mode = _eager_mode_number(mode)
+        self._old = []
+
+    def __enter__(self):
+        self._old.append(_C._set_thread_eager_mode(self._mode))
+        return self
+
+    def __exit__(self, *exc):
+        _C._set_thread_eager_mode(self._old.pop())
+        return False
+
+    def __call__(self, fn):
+        import functools
+
+        @functools.wraps(fn)
+        def wrapped(*args, **kwargs):
+            with eager_mode(next(k for k, v in _EAGER_MODES.items() if v == self._mode)):
+                return fn(*args, **kwargs)
+        return wrapped
+
+
+def current_eager_mode():
+    """This thread's eager mode: "strict", "fused" or "blocking"."""
+    number = _C._eager_mode()
+    return next(k for k, v in _EAGER_MODES.items() if v == number)
+
+
+def _default_eager_mode():
+    """The process default from TORCHTPU_EAGER (strict when unset)."""
+    return _eager_mode_number(os.environ.get("TORCHTPU_EAGER", "strict").strip().lower() or "strict")
+
+
+_C._set_default_eager_mode(_default_eager_mode())
 
 
 def reset_stats():
@@ -115,4 +183,4 @@ def synchronize(device=None):
     _device_module.synchronize(device)
 
 
-__all__ = ["stats", "reset_stats", "synchronize"]
+__all__ = ["stats", "reset_stats", "synchronize", "eager_mode", "current_eager_mode"]

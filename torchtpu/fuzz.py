@@ -48,7 +48,7 @@ import traceback
 import torch
 import torch.nn.functional as F
 
-MODES = ("eager", "compiled")
+MODES = ("eager", "compiled", "fused")
 OPTIMIZERS = ("sgd", "sgd_foreach", "adamw_foreach", "adamw_fused", "adam")
 FLOAT = torch.float32
 
@@ -435,12 +435,103 @@ def _blocks(program):
     return out
 
 
+def _bits(t):
+    """|t|'s elements as integers of their bits (NaN payloads, signed zeros)."""
+    t = t.detach().cpu().contiguous().reshape(-1)
+    if t.is_complex():
+        t = torch.view_as_real(t).reshape(-1)
+    if t.is_floating_point():
+        t = t.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+    return t
+
+
+def _snapshot(env):
+    """CPU copies of every live tensor, gradient and optimizer state (read
+    after the whole program: fused eager records until then)."""
+    out = {}
+    for i, t in env.t.items():
+        out[f"t{i}"] = t
+        try:
+            if isinstance(t, torch.Tensor) and t.is_leaf and t.grad is not None:
+                out[f"t{i}.grad"] = t.grad
+        except RuntimeError as e:  # a view autograd refuses to look at (its base changed): its message
+            out[f"t{i}"] = str(e)
+    for k, p in enumerate(env.params):
+        out[f"param {k}.grad"] = p.grad
+    for k, (name, v) in enumerate(env.opt_state()):
+        out[f"optimizer state {k} {name}"] = v
+    snap = {}
+    for k, v in out.items():
+        if not isinstance(v, torch.Tensor):
+            snap[k] = (v, None)
+            continue
+        meta = (v.shape, v.dtype, v.stride(), v.storage_offset())
+        try:
+            snap[k] = (v.detach().cpu(), meta)
+        except RuntimeError as e:  # an expanded view too large to copy out: its message
+            snap[k] = (str(e).split("\n")[0], meta)
+    return snap
+
+
+def _run_fused(program, fault=None):
+    """Fused eager against strict eager: the program runs on tpu in strict
+    mode, then again with fused mode the process default (autograd's thread
+    records too). Every instruction must raise the same error in both runs,
+    and at the end (only then, so that the fused run records long traces)
+    every live tensor, gradient and optimizer state must be equal bit for
+    bit, strides included. |fault| perturbs the fused run's tensors."""
+    import torchtpu
+
+    instrs = program["instrs"]
+    runs = {}
+    try:
+        for mode in ("strict", "fused"):
+            torchtpu._C._set_default_eager_mode(torchtpu._eager_mode_number(mode))
+            with torchtpu.eager_mode(mode):
+                env, errs = Env("tpu"), []
+                for n, ins in enumerate(instrs):
+                    try:
+                        env.run(ins)
+                        errs.append(None)
+                    except Refused as e:
+                        errs.append(e.exc)
+                    except AssertionError as e:  # a random op that did not repeat
+                        raise Failure("mismatch", n, f"{mode}: {e}") from e
+                    if fault is not None and mode == "fused":
+                        fault(n, ins, env.t)
+                runs[mode] = errs, _snapshot(env)
+    finally:
+        torchtpu._C._set_default_eager_mode(torchtpu._default_eager_mode())
+    (fused_errs, fused), (strict_errs, strict) = runs["fused"], runs["strict"]
+    for n, (a, b) in enumerate(zip(fused_errs, strict_errs)):
+        if (a is None) != (b is None) or (a is not None and not _same_error(a, b)):
+            raise Failure("error", n, f"fused raised {a!r}, strict {b!r}")
+    end = len(instrs) - 1
+    for name, (want, meta) in strict.items():
+        got, got_meta = fused.get(name, (None, None))
+        if not isinstance(want, torch.Tensor) or not isinstance(got, torch.Tensor):
+            if type(got) is not type(want) or (isinstance(want, str) and got != want):
+                raise Failure("mismatch", end, f"{name}: {got!r} fused, {want!r} strict")
+            continue
+        if got_meta != meta:
+            raise Failure("mismatch", end, f"{name}: {got_meta} fused, {meta} strict (shape, dtype, strides, offset)")
+        g, w = _bits(got), _bits(want)
+        if not torch.equal(g, w):
+            k = int((g != w).nonzero()[0, 0])
+            raise Failure("mismatch", end, f"{name}: element {k} (row-major) is "
+                          f"{got.contiguous().reshape(-1)[k].item()!r} fused, {want.contiguous().reshape(-1)[k].item()!r} strict")
+
+
 def run_program(program, fault=None, stop=None):
     """Runs |program| on tpu and on the CPU (float32, float64); raises
     Failure at the first disagreement. |fault| (tests only) perturbs tpu's
     tensors after an instruction: fault(index, instruction, tensors).
-    |stop|: run the instructions before it and return the three runs."""
+    |stop|: run the instructions before it and return the three runs.
+    A fused program runs in fused eager against strict eager (_run_fused)."""
     import torchtpu  # noqa: F401 - the device
+
+    if program["mode"] == "fused":
+        return _run_fused(program, fault)
 
     torch._dynamo.reset()
     tpu, cpu, ref = Env("tpu"), Env("cpu"), Env("cpu", double=True)
@@ -1103,7 +1194,10 @@ def _writable(t):
 
 
 def generate(seed, mode="eager", steps=40):
-    """The program of |seed| (deterministic)."""
+    """The program of |seed| (deterministic). A fused program is the eager
+    program of the same seed."""
+    if mode == "fused":
+        return dict(Gen(seed, "eager", steps).generate(), mode="fused")
     return Gen(seed, mode, steps).generate()
 
 
@@ -1296,7 +1390,8 @@ def main(argv=None):
     ap.add_argument("--minutes", type=float, default=None, help="run until this much time has passed")
     ap.add_argument("--programs", type=int, default=None, help="run this many programs (per mode)")
     ap.add_argument("--seed", type=int, default=0, help="the first program's seed")
-    ap.add_argument("--mode", choices=MODES + ("both",), default="both")
+    ap.add_argument("--mode", choices=MODES + ("both", "all"), default="both",
+                    help="both: eager and compiled; fused: fused eager against strict eager, bit for bit")
     ap.add_argument("--steps", type=int, default=40, help="instructions per program")
     ap.add_argument("--replay", help="run a saved program (JSON) and print it")
     ap.add_argument("--out", default="fuzz-failures", help="where failing programs are written")
@@ -1307,7 +1402,7 @@ def main(argv=None):
     if args.worker:
         return worker_main()
     worker = Worker(_worker_env())
-    modes = MODES if args.mode == "both" else (args.mode,)
+    modes = {"both": ("eager", "compiled"), "all": MODES}.get(args.mode, (args.mode,))
     if args.replay or (args.minutes is None and args.programs is None):
         if args.replay:
             with open(args.replay) as f:

@@ -17,10 +17,23 @@ static const char *const names[TPU_STAT_COUNT_] = {
     [TPU_STAT_EXECUTIONS] = "executions",
     [TPU_STAT_H2D_BYTES] = "h2d_bytes",
     [TPU_STAT_D2H_BYTES] = "d2h_bytes",
+    [TPU_STAT_FUSED_OPS] = "fused_ops",
+    [TPU_STAT_FUSED_PROGRAMS] = "fused_programs",
+    [TPU_STAT_TRACE_HITS] = "trace_hits",
+    [TPU_STAT_TRACE_MISSES] = "trace_misses",
+    [TPU_STAT_FUSED_MAX_OPS] = "fused_max_ops",
+    [TPU_STAT_FUSED_REPLAYS] = "fused_replays",
 };
 
 void tpu_stats_add(tpu_counter_t c, uint64_t v) {
   atomic_fetch_add_explicit(&counters[c], v, memory_order_relaxed);
+}
+
+void tpu_stats_max(tpu_counter_t c, uint64_t v) {
+  uint64_t cur = atomic_load_explicit(&counters[c], memory_order_relaxed);
+  while (cur < v && !atomic_compare_exchange_weak_explicit(&counters[c], &cur, v, memory_order_relaxed,
+                                                           memory_order_relaxed)) {
+  }
 }
 
 uint64_t tpu_stats_get(tpu_counter_t c) {

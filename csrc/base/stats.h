@@ -19,10 +19,18 @@ typedef enum tpu_counter {
   TPU_STAT_EXECUTIONS,       /* programs launched */
   TPU_STAT_H2D_BYTES,        /* host to device bytes */
   TPU_STAT_D2H_BYTES,        /* device to host bytes */
+  TPU_STAT_FUSED_OPS,        /* eager calls recorded (fused eager) */
+  TPU_STAT_FUSED_PROGRAMS,   /* runs of recorded calls launched as one program */
+  TPU_STAT_TRACE_HITS,       /* ... whose program was in memory */
+  TPU_STAT_TRACE_MISSES,     /* ... whose program was built */
+  TPU_STAT_FUSED_MAX_OPS,    /* the most calls one fused program held */
+  TPU_STAT_FUSED_REPLAYS,    /* fused programs that failed, their calls run one by one instead */
   TPU_STAT_COUNT_
 } tpu_counter_t;
 
 void tpu_stats_add(tpu_counter_t c, uint64_t v);
+/* Raises |c| to |v| if it is less. */
+void tpu_stats_max(tpu_counter_t c, uint64_t v);
 uint64_t tpu_stats_get(tpu_counter_t c);
 const char *tpu_stats_name(tpu_counter_t c);
 
@@ -30,6 +38,7 @@ const char *tpu_stats_name(tpu_counter_t c);
 typedef enum tpu_op_counter_kind {
   TPU_OPSTAT_FALLBACK = 0,
   TPU_OPSTAT_DECOMPOSITION,
+  TPU_OPSTAT_CUT, /* fused eager's cuts, by reason */
   TPU_OPSTAT_KIND_COUNT_
 } tpu_op_counter_kind_t;
 

@@ -91,11 +91,16 @@ static void key_ref(tpu_strbuf *k, const ref_slot *r, const tpu_eager_arg *arg, 
  * signature or constant value. Python numbers add only their type unless
  * the rule folds them into the program. */
 static void build_key(tpu_strbuf *k, const tpu_eager_call *call, const flat_call *f) {
-  const unsigned flags = call->op->rule->flags;
-  int64_t head[3] = {call->op->id, call->precision, call->num_args};
-  tpu_strbuf_append(k, head, sizeof head);
   int fi = 0;
-  for (int a = 0; a < call->num_args; a++) {
+  tpu_eager_key_call(k, call, call->num_args, f, &fi);
+}
+
+void tpu_eager_key_call(tpu_strbuf *k, const tpu_eager_call *call, int num_args, const flat_call *f, int *fip) {
+  const unsigned flags = call->op->rule->flags;
+  int64_t head[3] = {call->op->id, call->precision, num_args};
+  tpu_strbuf_append(k, head, sizeof head);
+  int fi = *fip;
+  for (int a = 0; a < num_args; a++) {
     const tpu_eager_arg *arg = &call->args[a];
     const tpu_lower_arg *l = &arg->lower;
     tpu_strbuf_put_i64(k, l->kind);
@@ -152,6 +157,7 @@ static void build_key(tpu_strbuf *k, const tpu_eager_call *call, const flat_call
         break;
     }
   }
+  *fip = fi;
 }
 
 /* --- the cache ---------------------------------------------------------------------- */
@@ -221,19 +227,30 @@ static bool key_of(const tpu_eager_call *call, uint64_t *out_hash) {
   return !t_key.failed;
 }
 
-tpu_eager_entry *tpu_eager_lookup(const tpu_eager_call *call) {
-  uint64_t h;
-  if (!key_of(call, &h)) return NULL;
+tpu_eager_entry *tpu_eager_cache_find(const char *key, size_t len, uint64_t h) {
   tpu_eager_entry *found = NULL;
   pthread_mutex_lock(&g_cache_lock);
   if (g_num_buckets != 0)
     for (tpu_eager_entry *e = g_buckets[h & (g_num_buckets - 1)]; e != NULL; e = *tpu_eager_entry_chain(e))
-      if (tpu_eager_entry_has_key(e, t_key.data, t_key.len, h)) {
+      if (tpu_eager_entry_has_key(e, key, len, h)) {
         found = e;
         tpu_eager_entry_retain(found);
         break;
       }
   pthread_mutex_unlock(&g_cache_lock);
+  return found;
+}
+
+tpu_status_t tpu_eager_prepare(const tpu_eager_call *call) {
+  if (__atomic_load_n(&tpu_trace_pending, __ATOMIC_ACQUIRE) == 0 || tpu_eager_current_mode() == TPU_EAGER_FUSED)
+    return NULL;
+  return tpu_trace_settle_call(call, TPU_CUT_STRICT);
+}
+
+tpu_eager_entry *tpu_eager_lookup(const tpu_eager_call *call) {
+  uint64_t h;
+  if (!key_of(call, &h)) return NULL;
+  tpu_eager_entry *found = tpu_eager_cache_find(t_key.data, t_key.len, h);
   if (found != NULL) tpu_stats_add(TPU_STAT_CACHE_HITS, 1); /* misses count where programs compile */
   return found;
 }
@@ -318,6 +335,64 @@ tpu_status_t tpu_eager_cache_clear(void) {
     next = *tpu_eager_entry_chain(e);
     tpu_eager_entry_free(e);
   }
+  return st;
+}
+
+tpu_eager_entry *tpu_eager_cache_insert(tpu_eager_entry *e, const char *key, size_t len, uint64_t h) {
+  size_t cached = tpu_eager_cache_size();
+  if (cached >= max_cached_programs() || (cached >= 64 && maps_running_out())) {
+    tpu_status_t st = tpu_eager_cache_clear();
+    if (st != NULL) { /* a launch's error, which its own waiters report */
+      tpu_status_free(st);
+    }
+  }
+  pthread_mutex_lock(&g_cache_lock);
+  tpu_eager_entry *kept = insert_locked(e, key, len, h);
+  if (kept != NULL) tpu_eager_entry_retain(kept); /* the caller's */
+  pthread_mutex_unlock(&g_cache_lock);
+  if (kept != e) tpu_eager_entry_free(e);
+  return kept;
+}
+
+/* --- modes ------------------------------------------------------------------------- */
+
+static int g_default_mode = TPU_EAGER_STRICT;
+static _Thread_local int t_mode = -1;
+
+void tpu_eager_set_default_mode(tpu_eager_mode mode) { __atomic_store_n(&g_default_mode, (int)mode, __ATOMIC_RELAXED); }
+
+int tpu_eager_set_thread_mode(int mode) {
+  int old = t_mode;
+  t_mode = mode;
+  return old;
+}
+
+tpu_eager_mode tpu_eager_current_mode(void) {
+  return (tpu_eager_mode)(t_mode >= 0 ? t_mode : __atomic_load_n(&g_default_mode, __ATOMIC_RELAXED));
+}
+
+tpu_status_t tpu_eager_run(tpu_eager_entry *e, const tpu_eager_call *call, tpu_storage *const *new_outputs) {
+  tpu_eager_mode mode = tpu_eager_current_mode();
+  tpu_eager_entry *again = NULL;
+  if (mode == TPU_EAGER_FUSED) {
+    if (!tpu_eager_entry_has_checks(e)) return tpu_trace_record(e, call, new_outputs);
+    /* A data check raises at its call, as strict: the recorded calls on its
+     * storages run first, and its program is found again for their new
+     * buffers (the key reads their types). */
+    if (tpu_trace_call_touches(call)) {
+      TPU_RETURN_IF_ERROR(tpu_trace_settle_call(call, TPU_CUT_CHECK));
+      tpu_eager_call same = *call; /* with the promoted dtypes a hit's call lacks */
+      same.common_dtype = tpu_eager_entry_common_dtype(e);
+      same.item_common_dtypes = tpu_eager_entry_item_common_dtypes(e);
+      again = tpu_eager_lookup(&same);
+      if (again == NULL) TPU_RETURN_IF_ERROR(tpu_eager_compile(&same, tpu_eager_entry_metas(e), &again));
+      e = again;
+    }
+  }
+  tpu_stats_add(TPU_STAT_OPS, 1);
+  tpu_status_t st = tpu_eager_execute_raw(e, call, new_outputs);
+  if (st == NULL && mode == TPU_EAGER_BLOCKING) st = tpu_runtime_synchronize(g_rt, call->device);
+  tpu_eager_entry_release(again);
   return st;
 }
 
@@ -406,9 +481,8 @@ static void item_args(const tpu_eager_call *call, int k, tpu_lower_arg *out) {
   }
 }
 
-/* Applies the rule to the whole call (|k| -1) or to its item |k|, and writes
- * or records what it computes. */
-static tpu_status_t apply_once(tpu_program *p, const tpu_eager_call *call, int k, const tpu_eager_out_meta *meta) {
+tpu_status_t tpu_eager_apply(tpu_program *p, const tpu_eager_call *call, int k, const tpu_eager_out_meta *meta,
+                             int out_arg) {
   const tpu_eager_op *op = call->op;
   tpu_lower_arg args[64];
   int num_args = k < 0 ? call->num_args : op->num_item_args;
@@ -441,7 +515,8 @@ static tpu_status_t apply_once(tpu_program *p, const tpu_eager_call *call, int k
                                         common, call->precision, op->num_outputs, out_types, outputs, &adds));
   for (int r = 0; r < op->num_outputs; r++) {
     if (op->output_alias[r] >= 0) tpu_program_write(p, op->output_alias[r], k, outputs[r], true, adds);
-    else tpu_program_output(p, base + r, outputs[r], &meta[base + r]);
+    else if (out_arg < 0) tpu_program_output(p, base + r, outputs[r], &meta[base + r]);
+    else tpu_program_output_to(p, out_arg + base + r, outputs[r], &meta[base + r]);
   }
   return NULL;
 }
@@ -453,32 +528,28 @@ tpu_status_t tpu_eager_compile(const tpu_eager_call *call, const tpu_eager_out_m
   const tpu_eager_op *op = call->op;
   tpu_program *p = NULL;
   TPU_RETURN_IF_ERROR(tpu_program_new(call, op->name, &p));
+  /* Fused eager records calls and runs them inside larger programs: their
+   * own is compiled only if it runs alone. */
+  if (tpu_eager_current_mode() == TPU_EAGER_FUSED) tpu_program_set_lazy(p);
   tpu_status_t st = NULL;
   tpu_eager_entry *e = NULL;
   const bool per_item = op->num_item_args > 0;
   for (int k = per_item ? 0 : -1, end = per_item ? tpu_eager_call_items(call) : 0; k < end; k++)
-    TPU_GOTO_IF_ERROR(st, apply_once(p, call, k, meta), done);
+    TPU_GOTO_IF_ERROR(st, tpu_eager_apply(p, call, k, meta, -1), done);
   TPU_GOTO_IF_ERROR(st, tpu_program_finish(p, &e), done);
-
-  size_t cached = tpu_eager_cache_size();
-  if (cached >= max_cached_programs() || (cached >= 64 && maps_running_out()))
-    TPU_GOTO_IF_ERROR(st, tpu_eager_cache_clear(), done);
+  if (!tpu_eager_entry_set_dtypes(e, call->common_dtype, call->item_common_dtypes, tpu_eager_call_items(call))) {
+    st = tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+    goto done;
+  }
   uint64_t h;
   if (!key_of(call, &h)) {
     st = tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
     goto done;
   }
-  pthread_mutex_lock(&g_cache_lock);
-  tpu_eager_entry *kept = insert_locked(e, t_key.data, t_key.len, h);
-  if (kept != NULL) tpu_eager_entry_retain(kept); /* the caller's */
-  pthread_mutex_unlock(&g_cache_lock);
-  if (kept == NULL) {
-    st = tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
-    goto done;
-  }
-  if (kept != e) tpu_eager_entry_free(e);
+  tpu_strbuf key = t_key; /* the cache may compile nothing, but keep the scratch buffer aside anyway */
+  *out_entry = tpu_eager_cache_insert(e, key.data, key.len, h);
   e = NULL;
-  *out_entry = kept;
+  if (*out_entry == NULL) st = tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
 done:
   tpu_eager_entry_free(e);
   tpu_program_free(p);

@@ -19,6 +19,7 @@
 #define TPU_EAGER_EAGER_H_
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "base/status.h"
@@ -44,6 +45,11 @@ typedef struct tpu_storage {
   tpu_hlo_type type; /* |buf|'s element type and dims */
   int64_t nbytes;
   int device;
+  /* Fused eager (trace.c): a recorded call reads or writes the storage
+   * (read and written atomically; changed under the trace's lock), and
+   * PyTorch let go of it while it was (the trace frees it). */
+  int traced;
+  bool dropped;
 } tpu_storage;
 
 /* A tensor argument. */
@@ -109,6 +115,7 @@ typedef struct tpu_eager_call {
   tpu_hlo_precision_t precision;
   int device;
   uint64_t rng_seed, rng_offset; /* for TPU_RULE_RNG rules */
+  const uint64_t *rng_states; /* a fused program's: (seed, offset) per random op, or NULL */
 } tpu_eager_call;
 
 /* Metadata of an output that is a new tensor (from the meta functions);
@@ -139,6 +146,9 @@ int tpu_eager_call_items(const tpu_eager_call *call);
  * see the earlier items' writes, as running the items in turn does. */
 bool tpu_eager_items_overlap(const tpu_eager_call *call);
 
+/* Before a lookup: outside fused mode, runs the calls recorded on |call|'s
+ * storages (the key reads their buffers' types). */
+tpu_status_t tpu_eager_prepare(const tpu_eager_call *call) TPU_MUST_USE;
 /* The cached program for |call|, or NULL (a miss). The caller holds a
  * reference until tpu_eager_entry_release: the cache may drop the entry
  * meanwhile (another thread reaching its cap), not free it. */
@@ -159,9 +169,57 @@ bool tpu_eager_entry_uses_rng(const tpu_eager_entry *e);
 const tpu_eager_out_meta *tpu_eager_entry_meta(const tpu_eager_entry *e, int i);
 /* Runs |e| for |call|. |new_outputs[i]| is the storage of output i when it is
  * a new tensor (NULL for outputs that write arguments, undefined and
- * zero-byte outputs). */
+ * zero-byte outputs). Recorded calls on the storages run first. */
 tpu_status_t tpu_eager_execute(const tpu_eager_entry *e, const tpu_eager_call *call,
                                tpu_storage *const *new_outputs) TPU_MUST_USE;
+/* True when running |e| checks data at run time (an index in range). */
+bool tpu_eager_entry_has_checks(const tpu_eager_entry *e);
+
+/* --- eager modes ----------------------------------------------------------------
+ * strict: every call runs at once as its own program (the default).
+ * fused: calls are recorded and runs of them become one program, run when
+ *   something needs their results (trace.c): a cut.
+ * blocking: every call runs at once and waits for its results, so that an
+ *   error of the device is reported by the call that caused it. */
+typedef enum tpu_eager_mode { TPU_EAGER_STRICT = 0, TPU_EAGER_FUSED, TPU_EAGER_BLOCKING } tpu_eager_mode;
+void tpu_eager_set_default_mode(tpu_eager_mode mode);
+/* This thread's mode; -1 follows the default. Returns the previous setting. */
+int tpu_eager_set_thread_mode(int mode);
+tpu_eager_mode tpu_eager_current_mode(void);
+
+/* Runs |e| for |call| as the thread's mode says: executes it (and waits,
+ * blocking), or records it (fused). A call whose program checks data is
+ * never recorded: it runs at once, after the recorded calls on its storages
+ * (its entry is looked up again then, since their buffers changed). */
+tpu_status_t tpu_eager_run(tpu_eager_entry *e, const tpu_eager_call *call,
+                           tpu_storage *const *new_outputs) TPU_MUST_USE;
+
+/* Why recorded calls ran (the cut of a trace). */
+typedef enum tpu_cut_reason {
+  TPU_CUT_SYNC = 0,     /* synchronize, an event */
+  TPU_CUT_HOST_READ,    /* .cpu(), .item(), printing: the host reads a storage */
+  TPU_CUT_HOST_WRITE,   /* the host writes a storage a recorded call uses */
+  TPU_CUT_CHECK,        /* a call whose program checks data uses a recorded storage */
+  TPU_CUT_GRAPH,        /* a compiled graph uses a recorded storage */
+  TPU_CUT_STRICT,       /* a call of a thread in another mode uses a recorded storage */
+  TPU_CUT_DEVICE,       /* a call on another device */
+  TPU_CUT_SIZE,         /* the trace reached its size cap */
+  TPU_CUT_LOOP,         /* the calls repeat: a loop's iterations */
+  TPU_CUT_MODE,         /* the thread left fused mode */
+  TPU_CUT_OTHER,        /* storage resizing, other direct uses of a storage */
+  TPU_CUT_COUNT_
+} tpu_cut_reason;
+const char *tpu_cut_reason_name(tpu_cut_reason r);
+/* Runs the recorded calls that use |s| (all of them: one trace) first. */
+tpu_status_t tpu_storage_settle(tpu_storage *s, tpu_cut_reason why) TPU_MUST_USE;
+/* Runs every recorded call. */
+tpu_status_t tpu_eager_flush(tpu_cut_reason why) TPU_MUST_USE;
+/* Sets the trace's size cap in calls (0: TORCHTPU_FUSED_MAX_OPS or 1024). */
+void tpu_eager_set_fused_max_ops(int n);
+/* Why the last fused program that failed did ("" if none has). */
+void tpu_eager_fused_last_failure(char *out, size_t cap);
+/* Whether repeating calls cut the trace (on by default). */
+void tpu_eager_set_fused_loop_detection(bool on);
 
 /* --- storages ---------------------------------------------------------------- */
 tpu_storage *tpu_storage_new(int device, int64_t nbytes);

@@ -2,7 +2,9 @@
 #ifndef TPU_EAGER_INTERNAL_H_
 #define TPU_EAGER_INTERNAL_H_
 
+#include "base/strbuf.h"
 #include "eager/eager.h"
+#include "eager/program.h"
 
 /* A call's tensors in order (list items included), each with the index of
  * the first tensor sharing its storage. */
@@ -32,5 +34,39 @@ bool tpu_eager_entry_unref(tpu_eager_entry *e);
 void tpu_eager_entry_set_key(tpu_eager_entry *e, char *key, size_t len, uint64_t hash); /* takes |key| */
 bool tpu_eager_entry_has_key(const tpu_eager_entry *e, const char *key, size_t len, uint64_t hash);
 uint64_t tpu_eager_entry_hash(const tpu_eager_entry *e);
+
+/* Replaces |s|'s buffer without running recorded calls first (results). */
+void tpu_storage_put(tpu_storage *s, tpu_buffer *buf, const tpu_hlo_type *type);
+/* Frees a storage PyTorch let go of while a trace held it. */
+void tpu_storage_destroy(tpu_storage *s);
+/* tpu_eager_execute without settling the call's storages first. */
+tpu_status_t tpu_eager_execute_raw(const tpu_eager_entry *e, const tpu_eager_call *call,
+                                   tpu_storage *const *new_outputs) TPU_MUST_USE;
+/* Applies |call|'s rule (to its item |k|, -1 for the whole call) in |p|;
+ * new outputs become program outputs (|out_arg| < 0) or the contents of
+ * arguments |out_arg| + output index (fused eager). */
+tpu_status_t tpu_eager_apply(tpu_program *p, const tpu_eager_call *call, int k, const tpu_eager_out_meta *meta,
+                             int out_arg) TPU_MUST_USE;
+/* Appends to |k| the key part of call |call| whose tensors are refs
+ * |*fi|... of |f| (advanced past them). */
+void tpu_eager_key_call(tpu_strbuf *k, const tpu_eager_call *call, int num_args, const flat_call *f, int *fi);
+/* The eager cache, for other programs than one-op ones (fused traces): a
+ * held entry or NULL; insert returns the entry kept (held), NULL if out of
+ * memory. */
+tpu_eager_entry *tpu_eager_cache_find(const char *key, size_t len, uint64_t h);
+tpu_eager_entry *tpu_eager_cache_insert(tpu_eager_entry *e, const char *key, size_t len, uint64_t h);
+/* The promoted dtypes of the call an entry was built for (kept for fused
+ * eager, which builds the call again from a lookup's call). */
+bool tpu_eager_entry_set_dtypes(tpu_eager_entry *e, tpu_dtype_t common, const tpu_dtype_t *items, int n);
+tpu_dtype_t tpu_eager_entry_common_dtype(const tpu_eager_entry *e);
+const tpu_dtype_t *tpu_eager_entry_item_common_dtypes(const tpu_eager_entry *e);
+/* Every output's metadata (as tpu_eager_compile takes them). */
+const tpu_eager_out_meta *tpu_eager_entry_metas(const tpu_eager_entry *e);
+/* Trace hooks (trace.c). */
+extern int tpu_trace_pending; /* storages a trace holds (atomic) */
+tpu_status_t tpu_trace_settle_call(const tpu_eager_call *call, tpu_cut_reason why) TPU_MUST_USE;
+bool tpu_trace_call_touches(const tpu_eager_call *call);
+tpu_status_t tpu_trace_record(tpu_eager_entry *e, const tpu_eager_call *call,
+                              tpu_storage *const *new_outputs) TPU_MUST_USE;
 
 #endif /* TPU_EAGER_INTERNAL_H_ */

@@ -122,6 +122,13 @@ struct tpu_eager_entry {
   int num_meta;
   tpu_eager_out_meta *meta; /* per output index */
   bool track; /* ask for completion tracking (see tpu_executable_execute) */
+  char *name;
+  char *text; /* a lazy entry's program until it is compiled */
+  /* a one-op entry's call's promoted dtypes (a lookup's call has none: they
+   * are computed on a miss), for fused eager's programs */
+  tpu_dtype_t common_dtype;
+  tpu_dtype_t *item_common_dtypes;
+  tpu_compile_options options;
   /* Runtime checks: the last |num_checks| results, each s64[1 +
    * TPU_LOWER_CHECK_VALUES]: the flag, then the values its message reports. */
   int num_checks;
@@ -145,6 +152,9 @@ static tpu_status_t check_failure(const tpu_eager_entry *e, int i, const int64_t
 void tpu_eager_entry_free(tpu_eager_entry *e) {
   if (e == NULL) return;
   tpu_executable_destroy(tpu_eager_runtime(), e->exe);
+  free(e->name);
+  free(e->text);
+  free(e->item_common_dtypes);
   free(e->key);
   free(e->params);
   free(e->donate);
@@ -157,6 +167,20 @@ const tpu_eager_out_meta *tpu_eager_entry_meta(const tpu_eager_entry *e, int i) 
   static const tpu_eager_out_meta none = {.dtype = TPU_INVALID};
   return i < e->num_meta ? &e->meta[i] : &none;
 }
+
+const tpu_eager_out_meta *tpu_eager_entry_metas(const tpu_eager_entry *e) { return e->meta; }
+
+bool tpu_eager_entry_set_dtypes(tpu_eager_entry *e, tpu_dtype_t common, const tpu_dtype_t *items, int n) {
+  e->common_dtype = common;
+  if (items == NULL) return true;
+  e->item_common_dtypes = malloc((size_t)(n ? n : 1) * sizeof *items);
+  if (e->item_common_dtypes == NULL) return false;
+  memcpy(e->item_common_dtypes, items, (size_t)n * sizeof *items);
+  return true;
+}
+
+tpu_dtype_t tpu_eager_entry_common_dtype(const tpu_eager_entry *e) { return e->common_dtype; }
+const tpu_dtype_t *tpu_eager_entry_item_common_dtypes(const tpu_eager_entry *e) { return e->item_common_dtypes; }
 
 tpu_eager_entry **tpu_eager_entry_chain(tpu_eager_entry *e) { return &e->next; }
 
@@ -185,6 +209,40 @@ bool tpu_eager_entry_uses_rng(const tpu_eager_entry *e) {
   return false;
 }
 
+static void dump_program(const char *name, uint64_t hash, const char *text);
+
+/* Compiles |text| into |e| (or loads it from the disk cache). */
+static tpu_status_t compile_entry(tpu_eager_entry *e, const char *text) {
+  dump_program(e->name, tpu_hash64(text, strlen(text), 0), text);
+  bool loaded = false;
+  tpu_status_t st = tpu_compile_cached(tpu_eager_runtime(), text, strlen(text), &e->options, &e->exe, &loaded);
+  if (st != NULL) return tpu_status_annotate(st, "%s: compiling its program", e->name);
+  tpu_stats_add(loaded ? TPU_STAT_CACHE_LOADS : TPU_STAT_CACHE_MISSES, 1);
+  return NULL;
+}
+
+static pthread_mutex_t g_lazy_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* A lazy entry's executable, compiled by the first caller. */
+static tpu_status_t entry_executable(const tpu_eager_entry *ce, tpu_executable **out) {
+  tpu_eager_entry *e = (tpu_eager_entry *)ce;
+  *out = __atomic_load_n(&e->exe, __ATOMIC_ACQUIRE);
+  if (*out != NULL || e->text == NULL) return NULL;
+  pthread_mutex_lock(&g_lazy_lock);
+  tpu_status_t st = NULL;
+  if (e->exe == NULL) {
+    tpu_eager_entry tmp = *e; /* compile_entry writes exe; publish it atomically */
+    tmp.exe = NULL;
+    st = compile_entry(&tmp, e->text);
+    if (st == NULL) __atomic_store_n(&e->exe, tmp.exe, __ATOMIC_RELEASE);
+  }
+  *out = e->exe;
+  pthread_mutex_unlock(&g_lazy_lock);
+  return st;
+}
+
+bool tpu_eager_entry_has_checks(const tpu_eager_entry *e) { return e->num_checks > 0; }
+
 /* --- building ---------------------------------------------------------------------- */
 
 struct tpu_program {
@@ -212,6 +270,15 @@ struct tpu_program {
   /* checks */
   int num_checks;
   tpu_lower_check checks[MAX_CHECKS_PER_PROGRAM];
+  /* several calls in one program (fused eager, trace.c) */
+  int arg_base;       /* added to every argument index the caller passes */
+  bool sequential;    /* reads see earlier writes */
+  bool rng_per_op;    /* each random op its own state parameter */
+  bool lazy;          /* finish keeps the text; compiled at first execute */
+  bool exact;         /* calls read earlier calls' results through the boundary */
+  bool *slot_discard; /* written, but not a result (a storage nobody holds) */
+  tpu_hlo_value *slot_read; /* a written storage's value as later calls read it (written_storage) */
+  int *slot_writer;         /* the call (its arg_base + 1) that wrote the slot last */
 };
 
 tpu_hlo_builder *tpu_program_builder(tpu_program *p) { return p->b; }
@@ -227,6 +294,9 @@ void tpu_program_free(tpu_program *p) {
   free(p->slot_value);
   free(p->slot_written);
   free(p->slot_kept);
+  free(p->slot_discard);
+  free(p->slot_read);
+  free(p->slot_writer);
   free(p->written);
   free(p->scalar_value);
   free(p->params);
@@ -254,14 +324,17 @@ tpu_status_t tpu_program_new(const tpu_eager_call *call, const char *name, tpu_p
   p->slot_value = malloc((size_t)n * sizeof *p->slot_value);
   p->slot_written = calloc((size_t)n, sizeof *p->slot_written);
   p->slot_kept = calloc((size_t)n, sizeof *p->slot_kept);
+  p->slot_discard = calloc((size_t)n, sizeof *p->slot_discard);
+  p->slot_read = malloc((size_t)n * sizeof *p->slot_read);
+  p->slot_writer = calloc((size_t)n, sizeof *p->slot_writer);
   p->written = malloc((size_t)n * sizeof *p->written);
   p->scalar_value = malloc((size_t)(call->num_args + 1) * sizeof *p->scalar_value);
   if (!p->name || !p->fetched || !p->slot_param || !p->slot_param_index || !p->slot_value || !p->slot_written ||
-      !p->slot_kept || !p->written || !p->scalar_value) {
+      !p->slot_kept || !p->slot_discard || !p->slot_read || !p->slot_writer || !p->written || !p->scalar_value) {
     tpu_program_free(p);
     return tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
   }
-  for (int i = 0; i < n; i++) p->fetched[i] = p->slot_param[i] = p->slot_value[i] = TPU_HLO_NONE;
+  for (int i = 0; i < n; i++) p->fetched[i] = p->slot_param[i] = p->slot_value[i] = p->slot_read[i] = TPU_HLO_NONE;
   for (int i = 0; i <= call->num_args; i++) p->scalar_value[i] = TPU_HLO_NONE;
   st = tpu_hlo_builder_create(&p->b);
   if (st != NULL) {
@@ -285,6 +358,9 @@ static tpu_hlo_value add_param(tpu_program *p, const tpu_hlo_type *t, param_src 
 }
 
 /* The storage param of |slot|, created on first use. */
+static tpu_hlo_value written_storage(tpu_program *p, int slot);
+static tpu_hlo_value boundary(tpu_program *p, tpu_hlo_value v);
+
 static tpu_hlo_value slot_storage(tpu_program *p, int slot, tpu_dtype_t reader) {
   if (p->slot_param[slot] != TPU_HLO_NONE) return p->slot_param[slot];
   tpu_hlo_type t = tpu_storage_type(p->flat.refs[slot].ref->storage, reader);
@@ -296,6 +372,7 @@ static tpu_hlo_value slot_storage(tpu_program *p, int slot, tpu_dtype_t reader) 
 }
 
 tpu_hlo_value tpu_program_scalar(tpu_program *p, int arg) {
+  arg += p->arg_base;
   if (p->scalar_value[arg] == TPU_HLO_NONE) {
     tpu_dtype_t dt = p->call->args[arg].lower.dtype;
     tpu_hlo_type t = tpu_hlo_make_type(dt, 0, NULL);
@@ -306,6 +383,7 @@ tpu_hlo_value tpu_program_scalar(tpu_program *p, int arg) {
 }
 
 tpu_hlo_value tpu_program_scalar_item(tpu_program *p, int arg, int item) {
+  arg += p->arg_base;
   const tpu_lower_arg *l = &p->call->args[arg].lower;
   if (l->kind != TPU_ARG_SCALAR_LIST || item < 0 || item >= l->n)
     return tpu_hlo_fail(p->b, TPU_ERR_RUNTIME, "%s: internal: no number %d in argument %d", p->name, item, arg);
@@ -330,6 +408,7 @@ static tpu_hlo_value apply_view_bits(tpu_hlo_builder *b, const tpu_tensor_ref *r
 }
 
 tpu_hlo_value tpu_program_tensor(tpu_program *p, int arg, int item) {
+  arg += p->arg_base;
   int fi = tpu_flat_index(&p->flat, arg, item);
   if (fi < 0) return tpu_hlo_fail(p->b, TPU_ERR_RUNTIME, "%s: internal: no tensor at argument %d", p->name, arg);
   if (p->fetched[fi] != TPU_HLO_NONE) return p->fetched[fi];
@@ -346,8 +425,12 @@ tpu_hlo_value tpu_program_tensor(tpu_program *p, int arg, int item) {
     tpu_hlo_type t = tpu_hlo_make_type(r->view.dtype, r->view.rank, r->view.sizes);
     v = tpu_hlo_const_i64(p->b, &t, 0);
   } else {
-    /* Reads see the storage as it was before the program's writes. */
-    v = tpu_hlo_view_read(p->b, slot_storage(p, p->flat.refs[fi].slot, r->view.dtype), &r->view);
+    /* Reads see the storage as it was before the program's writes; in a
+     * program of several calls, as the calls before this one left it. */
+    int slot = p->flat.refs[fi].slot;
+    tpu_hlo_value storage = p->sequential && p->slot_written[slot] ? written_storage(p, slot)
+                                                                    : slot_storage(p, slot, r->view.dtype);
+    v = tpu_hlo_view_read(p->b, storage, &r->view);
     v = apply_view_bits(p->b, r, v);
   }
   p->fetched[fi] = v;
@@ -356,7 +439,7 @@ tpu_hlo_value tpu_program_tensor(tpu_program *p, int arg, int item) {
 
 tpu_hlo_value tpu_program_fetch_call(tpu_lower_ctx *c, int arg, int item) {
   tpu_program *p = c->user;
-  if (p->call->args[arg].lower.kind == TPU_ARG_SCALAR) return tpu_program_scalar(p, arg);
+  if (p->call->args[p->arg_base + arg].lower.kind == TPU_ARG_SCALAR) return tpu_program_scalar(p, arg);
   return tpu_program_tensor(p, arg, item);
 }
 
@@ -364,6 +447,11 @@ tpu_hlo_value tpu_program_fetch_call(tpu_lower_ctx *c, int arg, int item) {
  * parameter mixed with the op's index. */
 static tpu_hlo_value next_rng_state(tpu_program *p) {
   int64_t two = 2;
+  if (p->rng_per_op) { /* the state strict eager gives the op, from its own seed and offset */
+    tpu_hlo_type t = tpu_hlo_make_type(TPU_U64, 1, &two);
+    param_src src = {.kind = SRC_RNG, .rng_index = p->num_rng++, .dtype = TPU_U64};
+    return add_param(p, &t, src);
+  }
   if (p->rng_param == TPU_HLO_NONE) {
     tpu_hlo_type t = tpu_hlo_make_type(TPU_U64, 1, &two);
     param_src src = {.kind = SRC_RNG, .dtype = TPU_U64};
@@ -377,6 +465,26 @@ static tpu_hlo_value next_rng_state(tpu_program *p) {
   tpu_hlo_type ut = tpu_hlo_make_type(TPU_U64, 1, &two);
   (void)t;
   return tpu_hlo_binary(p->b, TPU_HLO_XOR, p->rng_param, tpu_hlo_bitcast(p->b, k, &ut));
+}
+
+/* The storage value of |slot| that a later call of a fused program reads:
+ * through the boundary custom call (kernels.h), so that XLA computes the
+ * call as strict eager's program does, on a buffer. Fused with the call
+ * that wrote it, a product and the next call's sum became one fused
+ * multiply-add (XLA's CPU compiler always lets LLVM contract them; an
+ * optimization barrier is gone before fusion), and a layer norm summed a
+ * fused broadcast in another order: last bits differed. One boundary per
+ * value of the storage. */
+static tpu_hlo_value boundary(tpu_program *p, tpu_hlo_value v) {
+  return p->exact ? tpu_lower_boundary(p->b, tpu_eager_kernels(), v) : v;
+}
+
+static tpu_hlo_value written_storage(tpu_program *p, int slot) {
+  /* The boundary's result is the storage's value from now on (its result
+   * too): the value it was given has no other use, and XLA aliases it
+   * instead of copying. */
+  if (p->slot_read[slot] == TPU_HLO_NONE) p->slot_value[slot] = p->slot_read[slot] = boundary(p, p->slot_value[slot]);
+  return p->slot_read[slot];
 }
 
 tpu_status_t tpu_program_apply(tpu_program *p, const tpu_lower_rule *rule, const char *op, int num_args,
@@ -426,6 +534,7 @@ tpu_status_t tpu_program_apply(tpu_program *p, const tpu_lower_rule *rule, const
 }
 
 void tpu_program_write(tpu_program *p, int arg, int item, tpu_hlo_value value, bool donate, bool adds) {
+  arg += p->arg_base;
   int fi = tpu_flat_index(&p->flat, arg, item);
   if (fi < 0) return;
   const tpu_tensor_ref *ref = p->flat.refs[fi].ref;
@@ -433,6 +542,9 @@ void tpu_program_write(tpu_program *p, int arg, int item, tpu_hlo_value value, b
   int slot = p->flat.refs[fi].slot;
   value = apply_view_bits(p->b, ref, tpu_hlo_convert(p->b, value, ref->view.dtype));
   tpu_hlo_value cur = p->slot_value[slot];
+  /* A write through a view keeps the rest of the storage as the earlier
+   * calls left it: read as any call reads it. */
+  if (cur != TPU_HLO_NONE && p->sequential && p->slot_writer[slot] != p->arg_base + 1) cur = written_storage(p, slot);
   if (cur == TPU_HLO_NONE && !tpu_view_is_whole(&ref->view, ref->storage->nbytes))
     cur = slot_storage(p, slot, ref->view.dtype);
   tpu_hlo_value nv;
@@ -442,6 +554,8 @@ void tpu_program_write(tpu_program *p, int arg, int item, tpu_hlo_value value, b
     nv = tpu_hlo_view_write(p->b, cur, &ref->view, value, adds);
   }
   p->slot_value[slot] = nv;
+  p->slot_read[slot] = TPU_HLO_NONE;
+  p->slot_writer[slot] = p->arg_base + 1;
   if (!donate) p->slot_kept[slot] = true;
   if (!p->slot_written[slot]) {
     p->slot_written[slot] = true;
@@ -497,6 +611,36 @@ static tpu_hlo_value output_storage(tpu_hlo_builder *b, tpu_hlo_value v, const t
   return dense_storage(b, v);
 }
 
+void tpu_program_set_base(tpu_program *p, int arg_base) { p->arg_base = arg_base; }
+
+void tpu_program_set_fused(tpu_program *p, bool exact) {
+  p->sequential = p->rng_per_op = p->lazy = true;
+  p->exact = exact;
+}
+
+void tpu_program_set_lazy(tpu_program *p) { p->lazy = true; }
+
+void tpu_program_output_to(tpu_program *p, int arg, tpu_hlo_value value, const tpu_eager_out_meta *meta) {
+  arg += p->arg_base;
+  int fi = tpu_flat_index(&p->flat, arg, -1);
+  if (fi < 0 || value == TPU_HLO_NONE) return;
+  const tpu_tensor_ref *ref = p->flat.refs[fi].ref;
+  if (ref->storage == NULL || tpu_view_numel(&ref->view) == 0) return;
+  int slot = p->flat.refs[fi].slot;
+  p->slot_value[slot] = output_storage(p->b, value, meta);
+  p->slot_read[slot] = TPU_HLO_NONE;
+  p->slot_writer[slot] = p->arg_base + 1;
+  if (!p->slot_written[slot]) {
+    p->slot_written[slot] = true;
+    p->written[p->num_written++] = slot;
+  }
+}
+
+void tpu_program_discard(tpu_program *p, int arg, int item) {
+  int fi = tpu_flat_index(&p->flat, arg + p->arg_base, item);
+  if (fi >= 0 && p->flat.refs[fi].slot >= 0) p->slot_discard[p->flat.refs[fi].slot] = true;
+}
+
 static void dump_program(const char *name, uint64_t hash, const char *text) {
   const char *dir = tpu_eager_dump_dir();
   if (dir == NULL) return;
@@ -534,6 +678,7 @@ tpu_status_t tpu_program_finish(tpu_program *p, tpu_eager_entry **out_entry) {
   int n = 0;
   for (int i = 0; i < p->num_written; i++) {
     int slot = p->written[i];
+    if (p->slot_discard[slot]) continue;
     tpu_hlo_value nv = dense_storage(b, p->slot_value[slot]);
     if (all_ok != TPU_HLO_NONE) {
       const tpu_tensor_ref *ref = p->flat.refs[slot].ref;
@@ -605,17 +750,19 @@ tpu_status_t tpu_program_finish(tpu_program *p, tpu_eager_entry **out_entry) {
   e->track = !tpu_runtime_runs_small_programs_inline(tpu_eager_runtime()) || elements > 256;
   if (n > 0) {
     TPU_GOTO_IF_ERROR(st, tpu_hlo_finish(b, values, n, &text), fail);
-    dump_program(p->name, tpu_hash64(text, strlen(text), 0), text);
-    bool loaded = false;
-    tpu_compile_options options;
-    tpu_compile_options_init(&options);
-    options.max_rank = tpu_hlo_max_rank(b);
-    st = tpu_compile_cached(tpu_eager_runtime(), text, strlen(text), &options, &e->exe, &loaded);
-    if (st != NULL) {
-      st = tpu_status_annotate(st, "%s: compiling its program", p->name);
+    tpu_compile_options_init(&e->options);
+    e->options.max_rank = tpu_hlo_max_rank(b);
+    e->name = strdup(p->name);
+    if (e->name == NULL) {
+      st = tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
       goto fail;
     }
-    tpu_stats_add(loaded ? TPU_STAT_CACHE_LOADS : TPU_STAT_CACHE_MISSES, 1);
+    if (p->lazy) {
+      e->text = text; /* compiled when first run (fused eager records calls without running them) */
+      text = NULL;
+    } else {
+      TPU_GOTO_IF_ERROR(st, compile_entry(e, text), fail);
+    }
   } else {
     TPU_GOTO_IF_ERROR(st, tpu_hlo_status(b), fail);
   }
@@ -714,8 +861,15 @@ static uint64_t splitmix64(uint64_t x) {
 
 tpu_status_t tpu_eager_execute(const tpu_eager_entry *e, const tpu_eager_call *call,
                                tpu_storage *const *new_outputs) {
-  TPU_RETURN_IF_ERROR(tpu_runtime_check_fork()); /* before the scalar cache's lock */
+  if (__atomic_load_n(&tpu_trace_pending, __ATOMIC_ACQUIRE) > 0)
+    TPU_RETURN_IF_ERROR(tpu_trace_settle_call(call, TPU_CUT_GRAPH));
   tpu_stats_add(TPU_STAT_OPS, 1);
+  return tpu_eager_execute_raw(e, call, new_outputs);
+}
+
+tpu_status_t tpu_eager_execute_raw(const tpu_eager_entry *e, const tpu_eager_call *call,
+                                   tpu_storage *const *new_outputs) {
+  TPU_RETURN_IF_ERROR(tpu_runtime_check_fork()); /* before the scalar cache's lock */
   if (e->num_results == 0) return NULL;
   tpu_runtime *rt = tpu_eager_runtime();
   flat_call f;
@@ -726,11 +880,14 @@ tpu_status_t tpu_eager_execute(const tpu_eager_entry *e, const tpu_eager_call *c
   tpu_buffer **outs = e->num_results <= 32 ? outs_small : malloc((size_t)e->num_results * sizeof *outs);
   scalar_buf **held = e->num_params <= 32 ? held_small : malloc((size_t)e->num_params * sizeof *held);
   int num_held = 0;
-  tpu_buffer *rng = NULL;
-  tpu_buffer *lists[64]; /* Scalar[] operands: at most one per argument (64, see tpu_eager_compile) */
+  tpu_buffer *rng_small[8], **rngs = rng_small; /* one per random op of a fused program */
+  int num_rngs = 0;
+  tpu_executable *exe = NULL;
+  tpu_buffer *lists_small[64], **lists = lists_small; /* Scalar[] operands */
   int num_lists = 0;
   tpu_status_t st = NULL;
-  if (args == NULL || outs == NULL || held == NULL) {
+  if (e->num_params > 64) lists = malloc((size_t)e->num_params * sizeof *lists);
+  if (args == NULL || outs == NULL || held == NULL || lists == NULL) {
     st = tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
     goto done;
   }
@@ -745,7 +902,7 @@ tpu_status_t tpu_eager_execute(const tpu_eager_entry *e, const tpu_eager_call *c
       }
       case SRC_HOST_SCALAR:
       case SRC_SCALAR: {
-        unsigned char bytes[16];
+        unsigned char bytes[16] = {0};
         const void *value = bytes;
         if (p->kind == SRC_HOST_SCALAR) value = f.refs[p->ref].ref->host_scalar;
         else scalar_bytes(&call->args[p->arg].lower, bytes);
@@ -762,15 +919,30 @@ tpu_status_t tpu_eager_execute(const tpu_eager_entry *e, const tpu_eager_call *c
         break;
       }
       case SRC_RNG: {
-        uint64_t state[2] = {splitmix64(call->rng_seed ^ splitmix64(call->rng_offset)), 0};
+        uint64_t seed = call->rng_seed, offset = call->rng_offset;
+        if (call->rng_states != NULL) {
+          seed = call->rng_states[2 * p->rng_index];
+          offset = call->rng_states[2 * p->rng_index + 1];
+        }
+        uint64_t state[2] = {splitmix64(seed ^ splitmix64(offset)), 0};
         int64_t two = 2;
-        TPU_GOTO_IF_ERROR(st, tpu_buffer_from_host(rt, call->device, state, TPU_U64, &two, 1, &rng), done);
-        args[i] = rng;
+        if (num_rngs == 8 && rngs == rng_small) {
+          rngs = malloc((size_t)e->num_params * sizeof *rngs);
+          if (rngs == NULL) {
+            rngs = rng_small;
+            st = tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+            goto done;
+          }
+          memcpy(rngs, rng_small, sizeof rng_small);
+        }
+        TPU_GOTO_IF_ERROR(st, tpu_buffer_from_host(rt, call->device, state, TPU_U64, &two, 1, &rngs[num_rngs]), done);
+        args[i] = rngs[num_rngs++];
         break;
       }
     }
   }
-  TPU_GOTO_IF_ERROR(st, tpu_executable_execute(rt, e->exe, call->device, args, (size_t)e->num_params,
+  TPU_GOTO_IF_ERROR(st, entry_executable(e, &exe), done);
+  TPU_GOTO_IF_ERROR(st, tpu_executable_execute(rt, exe, call->device, args, (size_t)e->num_params,
                                                 e->any_donation ? e->donate : NULL, e->track, outs),
                     done);
   int first_check = e->num_results - e->num_checks;
@@ -778,7 +950,7 @@ tpu_status_t tpu_eager_execute(const tpu_eager_entry *e, const tpu_eager_call *c
     const result_dst *r = &e->results[i];
     tpu_storage *s = r->ref >= 0 ? f.refs[r->ref].ref->storage : new_outputs[r->output];
     if (s == NULL) tpu_buffer_destroy(rt, outs[i]);
-    else tpu_storage_set(s, outs[i], &r->type);
+    else tpu_storage_put(s, outs[i], &r->type);
   }
   /* Data-dependent checks wait for their flags (a sync, like PyTorch's CPU
    * kernels that raise before returning). */
@@ -791,8 +963,10 @@ tpu_status_t tpu_eager_execute(const tpu_eager_entry *e, const tpu_eager_call *c
     if (st == NULL && !flag[0]) st = check_failure(e, i, flag + 1);
   }
 done:
-  tpu_buffer_destroy(rt, rng);
+  for (int i = 0; i < num_rngs; i++) tpu_buffer_destroy(rt, rngs[i]);
+  if (rngs != rng_small) free(rngs);
   for (int i = 0; i < num_lists; i++) tpu_buffer_destroy(rt, lists[i]);
+  if (lists != lists_small) free(lists);
   for (int i = 0; i < num_held; i++) scalar_release(held[i]);
   if (held != held_small) free(held);
   if (args != args_small) free(args);

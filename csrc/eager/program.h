@@ -64,6 +64,28 @@ void tpu_program_write(tpu_program *p, int arg, int item, tpu_hlo_value value, b
 /* Makes |value| new output |index|, laid out as |meta| says. */
 void tpu_program_output(tpu_program *p, int index, tpu_hlo_value value, const tpu_eager_out_meta *meta);
 
+/* Several calls in one program (fused eager): the call given to
+ * tpu_program_new holds every call's arguments one after another, and
+ * |arg_base| is where the next call's begin; argument indexes passed to the
+ * functions above are relative to it. */
+void tpu_program_set_base(tpu_program *p, int arg_base);
+/* Reads see the writes of earlier calls, each random op gets the state
+ * strict eager would give it (tpu_eager_call.rng_states), and finishing
+ * defers the compile to the first execute. |exact|: a call reads what
+ * earlier calls wrote through the boundary custom call (kernels.h), so XLA
+ * computes every call as strict eager's program does, bit for bit. Without,
+ * XLA fuses across calls (a product and a sum into one fused multiply-add,
+ * a broadcast into the next call's reduction). */
+void tpu_program_set_fused(tpu_program *p, bool exact);
+/* Finishing keeps the program's text; the first execute compiles it. */
+void tpu_program_set_lazy(tpu_program *p);
+/* Makes |value| the whole content of tensor argument |arg|'s storage, laid
+ * out as |meta| says (a new output given as an argument). */
+void tpu_program_output_to(tpu_program *p, int arg, tpu_hlo_value value, const tpu_eager_out_meta *meta);
+/* The storage of argument |arg| (|item|) is not a result, whatever writes
+ * it: nobody holds it any more. */
+void tpu_program_discard(tpu_program *p, int arg, int item);
+
 /* Compiles the program (or loads it from the on-disk cache). The entry is
  * the caller's: insert it in a cache or free it with tpu_eager_entry_free. */
 tpu_status_t tpu_program_finish(tpu_program *p, tpu_eager_entry **out_entry) TPU_MUST_USE;

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "eager/eager.h"
+#include "eager/internal.h"
 
 /* Per-device statistics of live storages, as PyTorch's allocators keep
  * them: bytes and counts, for all storages and for each pool (small: under
@@ -46,11 +46,19 @@ tpu_storage *tpu_storage_new(int device, int64_t nbytes) {
   return s;
 }
 
+void tpu_storage_destroy(tpu_storage *s) {
+  tpu_buffer_destroy(tpu_eager_runtime(), s->buf);
+  free(s);
+}
+
+bool tpu_trace_drop(tpu_storage *s); /* trace.c */
+
 void tpu_storage_free(tpu_storage *s) {
   if (s == NULL) return;
   count(s->device, s->nbytes, -1);
-  tpu_buffer_destroy(tpu_eager_runtime(), s->buf);
-  free(s);
+  /* A storage a recorded call uses is freed by its trace. */
+  if (__atomic_load_n(&s->traced, __ATOMIC_ACQUIRE) && tpu_trace_drop(s)) return;
+  tpu_storage_destroy(s);
 }
 
 void tpu_storage_memory(int device, int pool, tpu_memory_stat *out_bytes, tpu_memory_stat *out_count) {
@@ -81,6 +89,13 @@ void tpu_storage_reset_memory(int device, bool peak, bool accumulated) {
 }
 
 void tpu_storage_set(tpu_storage *s, tpu_buffer *buf, const tpu_hlo_type *type) {
+  /* Recorded calls that read the storage run before it changes; a failure
+   * there stays with them (they run again strictly when next needed). */
+  tpu_status_free(tpu_storage_settle(s, TPU_CUT_HOST_WRITE));
+  tpu_storage_put(s, buf, type);
+}
+
+void tpu_storage_put(tpu_storage *s, tpu_buffer *buf, const tpu_hlo_type *type) {
   tpu_buffer *old = s->buf;
   s->buf = buf;
   s->type = *type;
@@ -105,11 +120,12 @@ tpu_status_t tpu_storage_materialize(tpu_storage *s, tpu_dtype_t dtype) {
   tpu_hlo_type t = tpu_storage_type(s, dtype);
   tpu_buffer *buf = NULL;
   TPU_RETURN_IF_ERROR(tpu_buffer_uninitialized(tpu_eager_runtime(), s->device, dtype, t.dims, t.rank, &buf));
-  tpu_storage_set(s, buf, &t);
+  tpu_storage_put(s, buf, &t);
   return NULL;
 }
 
 tpu_status_t tpu_storage_copy_prefix(tpu_storage *dst, const tpu_storage *src) {
+  TPU_RETURN_IF_ERROR(tpu_storage_settle((tpu_storage *)src, TPU_CUT_OTHER));
   if (src->buf == NULL || dst->nbytes == 0) return NULL;
   tpu_runtime *rt = tpu_eager_runtime();
   tpu_hlo_builder *b = NULL;
@@ -134,7 +150,7 @@ tpu_status_t tpu_storage_copy_prefix(tpu_storage *dst, const tpu_storage *src) {
   if (st == NULL) st = tpu_executable_compile(rt, text, strlen(text), NULL, &exe);
   tpu_buffer *arg = src->buf;
   if (st == NULL) st = tpu_executable_execute(rt, exe, src->device, &arg, 1, NULL, true, &out);
-  if (st == NULL) tpu_storage_set(dst, out, &out_type);
+  if (st == NULL) tpu_storage_put(dst, out, &out_type);
   tpu_executable_destroy(rt, exe);
   free(text);
   tpu_hlo_builder_destroy(b);

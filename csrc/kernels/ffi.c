@@ -327,9 +327,37 @@ bool tpu_kernels_select(const char *setting, unsigned *out_bits) {
   return true;
 }
 
+/* Bytes per element of xla::PrimitiveType |t| (0: not one we pass). */
+static size_t dtype_bytes(int t) {
+  switch (t) {
+    case 1: case 2: case 6: case 19: case 20: case 23: case 24: case 25: return 1; /* PRED, S8, U8, F8s */
+    case 3: case 7: case 10: case 16: return 2;                                  /* S16, U16, F16, BF16 */
+    case 4: case 8: case 11: return 4;                                           /* S32, U32, F32 */
+    case 5: case 9: case 12: case 15: return 8;                                  /* S64, U64, F64, C64 */
+    case 18: return 16;                                                          /* C128 */
+    default: return 0;
+  }
+}
+
+/* torchtpu_boundary: the result is the operand (XLA aliases them; where it
+ * could not, a copy). */
+static XLA_FFI_Error *boundary(XLA_FFI_CallFrame *f) {
+  if (answered_probe(f) || f->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
+  const XLA_FFI_Buffer *x = arg_buffer(f, 0), *y = ret_buffer(f, 0);
+  size_t bytes = x != NULL ? dtype_bytes(x->dtype) : 0;
+  if (x == NULL || y == NULL || bytes == 0 || x->dtype != y->dtype)
+    return ffi_error(f, XLA_FFI_Error_Code_INVALID_ARGUMENT, TPU_KERNEL_BOUNDARY_CALL ": bad operands");
+  for (int64_t d = 0; d < x->rank; d++) bytes *= (size_t)x->dims[d];
+  if (y->data != x->data && bytes > 0) memcpy(y->data, x->data, bytes);
+  return NULL;
+}
+
 unsigned tpu_kernels_register(tpu_runtime *rt, unsigned wanted) {
   if (strcmp(tpu_runtime_platform_name(rt), "cpu") != 0) return 0;
   unsigned bits = 0;
+  tpu_status_t bst = tpu_runtime_register_ffi(rt, TPU_KERNEL_BOUNDARY_CALL, (void *)boundary);
+  if (bst == NULL) bits |= TPU_KERNEL_BOUNDARY;
+  else tpu_status_free(bst);
   for (int i = 0; i < NUM_KERNELS; i++) {
     const struct kernel *k = &kernels[i];
     if ((wanted & k->bit) == 0 || (k->isa != NULL && k->isa() == NULL)) continue;

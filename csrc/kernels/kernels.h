@@ -31,6 +31,14 @@ extern "C" {
 /* Kernel bits. TPU_KERNEL_MATMUL_BF16 is no kernel of its own: registering
  * matmul sets it too where the CPU has the bfloat16 inner kernel. */
 enum { TPU_KERNEL_ATTENTION = 1u << 0, TPU_KERNEL_MATMUL = 1u << 1, TPU_KERNEL_MATMUL_BF16 = 1u << 2 };
+/* Not a kernel to choose: the boundary between two eager calls in one fused
+ * program, registered on the CPU plugin whatever TORCHTPU_KERNELS says.
+ *   torchtpu_boundary(x) -> x
+ * (any dtype and shape, its result aliased to its operand): XLA neither
+ * fuses across it nor sees through it, so the next call reads x as a buffer
+ * in the default layout, as strict eager's program reads its parameter. */
+enum { TPU_KERNEL_BOUNDARY = 1u << 3 };
+#define TPU_KERNEL_BOUNDARY_CALL "torchtpu_boundary"
 
 #define TPU_KERNEL_ATTENTION_FWD "torchtpu_attention_fwd"
 #define TPU_KERNEL_ATTENTION_BWD "torchtpu_attention_bwd"
@@ -49,8 +57,9 @@ bool tpu_kernels_select(const char *setting, unsigned *out_bits);
 void tpu_kernels_describe(unsigned bits, char *buf, size_t cap);
 
 /* Registers those of the |wanted| kernels that |rt|'s platform runs (the CPU
- * plugin's) and returns their TPU_KERNEL_* bits; 0 on other platforms or
- * when the plugin cannot take them. Call once, before compiling programs. */
+ * plugin's), and the boundary, and returns their TPU_KERNEL_* bits; 0 on
+ * other platforms or when the plugin cannot take them. Call once, before
+ * compiling programs. */
 unsigned tpu_kernels_register(tpu_runtime *rt, unsigned wanted);
 
 #ifdef __cplusplus

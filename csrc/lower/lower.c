@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/kernels.h"
 #include "lower/rules.h"
 
 typedef struct rule_table {
@@ -350,4 +351,18 @@ void tpu_lower_loop_while(tpu_lower_ctx *c, int64_t max, int n, tpu_hlo_value *s
 
 void tpu_lower_loop(tpu_lower_ctx *c, int64_t count, int n, tpu_hlo_value *state, tpu_lower_step_fn step) {
   if (count > 0) tpu_lower_loop_to(c, tpu_hlo_scalar_i64(B, TPU_S64, count), n, state, step);
+}
+
+tpu_hlo_value tpu_lower_boundary(tpu_hlo_builder *b, unsigned kernels, tpu_hlo_value v) {
+  if (!(kernels & TPU_KERNEL_BOUNDARY) || v == TPU_HLO_NONE) return v;
+  const tpu_hlo_type *t = tpu_hlo_type_of(b, v);
+  if (t == NULL) return v;
+  tpu_hlo_type type = *t;
+  tpu_hlo_value operand = v;
+  tpu_hlo_op(b, "stablehlo.custom_call", &operand, 1, NULL, 0,
+             "call_target_name = \"" TPU_KERNEL_BOUNDARY_CALL "\", api_version = 4 : i32, "
+             "output_operand_aliases = [#stablehlo.output_operand_alias<output_tuple_indices = [], "
+             "operand_index = 0, operand_tuple_indices = []>]",
+             &type, 1, &v);
+  return v;
 }

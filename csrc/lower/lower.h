@@ -158,6 +158,9 @@ tpu_status_t tpu_lower_run(const tpu_lower_rule *rule, tpu_lower_ctx *c) TPU_MUS
 
 /* --- helpers for rules ----------------------------------------------------- */
 tpu_hlo_value tpu_lower_tensor(tpu_lower_ctx *c, int arg);
+/* |v| behind the boundary custom call where |kernels| has it (kernels.h):
+ * a buffer XLA neither fuses across nor sees through; else |v|. */
+tpu_hlo_value tpu_lower_boundary(tpu_hlo_builder *b, unsigned kernels, tpu_hlo_value v);
 tpu_hlo_value tpu_lower_list_item(tpu_lower_ctx *c, int arg, int item);
 bool tpu_lower_is_none(const tpu_lower_ctx *c, int arg);
 /* A tensor or scalar argument as a value converted to |dtype| and broadcast to

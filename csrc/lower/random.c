@@ -11,14 +11,24 @@
 
 #include "lower/rules.h"
 
+/* Random words of |type| from the op's state, as a buffer: XLA expands the
+ * generator into a computation shared by the draws of one shape, inlined
+ * where it has one caller only, so a draw's arithmetic compiled otherwise
+ * in a program of two draws (the last bit of a logarithm), and fused eager
+ * must give strict's bits. */
+static tpu_hlo_value draw(tpu_lower_ctx *c, const tpu_hlo_type *type) {
+  tpu_hlo_value state, bits;
+  tpu_hlo_rng_bits(B, c->rng_state, type, &state, &bits);
+  return tpu_lower_boundary(B, c->kernels, bits);
+}
+
 /* Uniform floats in [0, 1) of |shape| and |dtype| (f32 or f64): the top
  * mantissa bits of random words placed in [1, 2), minus one. */
 static tpu_hlo_value uniform01(tpu_lower_ctx *c, const tpu_hlo_type *shape, tpu_dtype_t dtype) {
   bool wide = dtype == TPU_F64;
   tpu_hlo_type bits_t = *shape;
   bits_t.dtype = wide ? TPU_U64 : TPU_U32;
-  tpu_hlo_value state, bits;
-  tpu_hlo_rng_bits(B, c->rng_state, &bits_t, &state, &bits);
+  tpu_hlo_value bits = draw(c, &bits_t);
   tpu_hlo_value mant = tpu_hlo_binary(B, TPU_HLO_SHR_LOGIC, bits, tpu_hlo_const_i64(B, &bits_t, wide ? 12 : 9));
   tpu_hlo_value one_bits = tpu_hlo_const_i64(B, &bits_t, wide ? 0x3FF0000000000000LL : 0x3F800000LL);
   tpu_hlo_type ft = *shape;
@@ -213,8 +223,7 @@ static tpu_status_t random_rule(tpu_lower_ctx *c) {
   if (to <= from) return empty_range(c, from, to);
   tpu_hlo_type bits_t = *OUT;
   bits_t.dtype = TPU_U64;
-  tpu_hlo_value state, bits;
-  tpu_hlo_rng_bits(B, c->rng_state, &bits_t, &state, &bits);
+  tpu_hlo_value bits = draw(c, &bits_t);
   tpu_hlo_value range = tpu_hlo_const_i64(B, &bits_t, (int64_t)((uint64_t)to - (uint64_t)from));
   tpu_hlo_value r = tpu_hlo_binary(B, TPU_HLO_REM, bits, range);
   tpu_hlo_type st = *OUT;
@@ -335,8 +344,7 @@ static tpu_hlo_value argsort(tpu_lower_ctx *c, tpu_hlo_value keys, int dim) {
 /* randperm(n, *, generator, out): the order of random words. */
 static tpu_status_t randperm_rule(tpu_lower_ctx *c) {
   tpu_hlo_type kt = tpu_hlo_make_type(TPU_U64, 1, OUT->dims);
-  tpu_hlo_value state, keys;
-  tpu_hlo_rng_bits(B, c->rng_state, &kt, &state, &keys);
+  tpu_hlo_value keys = draw(c, &kt);
   return done(c, argsort(c, keys, 0));
 }
 

@@ -60,6 +60,12 @@ py::dict stats() {
       [](void* ctx, const char* name, uint64_t count) { (*static_cast<py::dict*>(ctx))[name] = count; },
       &decompositions);
   d["decompositions"] = decompositions;
+  py::dict cuts;
+  tpu_stats_op_each(
+      TPU_OPSTAT_CUT,
+      [](void* ctx, const char* name, uint64_t count) { (*static_cast<py::dict*>(ctx))[name] = count; },
+      &cuts);
+  d["cuts"] = cuts;
   d["cached_programs"] = tpu_eager_cache_size();
   return d;
 }
@@ -85,7 +91,32 @@ PYBIND11_MODULE(_C, m) {
   m.def("_set_device", [](int index) { set_current_device(static_cast<c10::DeviceIndex>(index)); });
   m.def("_synchronize", [](int device) {
     py::gil_scoped_release release;
+    TPU_CHECK(tpu_eager_flush(TPU_CUT_SYNC));
     TPU_CHECK(tpu_runtime_synchronize(runtime(), device));
+  });
+  // Eager modes (eager.h): 0 strict, 1 fused, 2 blocking; a thread's -1
+  // follows the default. Leaving fused mode runs what the thread recorded.
+  m.def("_set_default_eager_mode", [](int mode) { tpu_eager_set_default_mode(static_cast<tpu_eager_mode>(mode)); });
+  m.def("_set_thread_eager_mode", [](int mode) {
+    tpu_eager_mode before = tpu_eager_current_mode();
+    int old = tpu_eager_set_thread_mode(mode);
+    if (before == TPU_EAGER_FUSED && tpu_eager_current_mode() != TPU_EAGER_FUSED) {
+      py::gil_scoped_release release;
+      TPU_CHECK(tpu_eager_flush(TPU_CUT_MODE));
+    }
+    return old;
+  });
+  m.def("_eager_mode", []() { return static_cast<int>(tpu_eager_current_mode()); });
+  m.def("_flush", []() {
+    py::gil_scoped_release release;
+    TPU_CHECK(tpu_eager_flush(TPU_CUT_SYNC));
+  });
+  m.def("_set_fused_max_ops", [](int n) { tpu_eager_set_fused_max_ops(n); });
+  m.def("_set_fused_loop_detection", [](bool on) { tpu_eager_set_fused_loop_detection(on); });
+  m.def("_fused_last_failure", []() {
+    char text[1024];
+    tpu_eager_fused_last_failure(text, sizeof text);
+    return std::string(text);
   });
   m.def("_info", &info);
   m.def("_stats", &stats);

@@ -48,11 +48,14 @@ tpu_buffer* upload(const at::Tensor& host, c10::DeviceIndex device, tpu_hlo_type
 // Downloads the dense contents of |t| (whole-storage, same dtype) into |dst|.
 void download_whole(const at::Tensor& t, void* dst) {
   tpu_storage* s = storage_of(t);
+  TPU_CHECK(tpu_storage_settle(s, TPU_CUT_HOST_READ));
   TPU_CHECK(tpu_buffer_to_host(runtime(), s->buf, dst, static_cast<size_t>(t.nbytes())));
 }
 
+// Whether |t| downloads as it is stored (runs what fused eager recorded on it).
 bool downloadable(const at::Tensor& t) {
   tpu_storage* s = storage_of(t);
+  if (s != nullptr) TPU_CHECK(tpu_storage_settle(s, TPU_CUT_HOST_READ));
   return s != nullptr && s->buf != nullptr && is_whole(t) && s->type.dtype == to_tpu(t.scalar_type());
 }
 
@@ -68,6 +71,7 @@ at::Tensor to_host(const at::Tensor& src) {
   at::Tensor out = at::empty(src.sizes(), src.options().device(at::kCPU));
   if (src.numel() == 0) return out;
   tpu_storage* s = storage_of(src);
+  TPU_CHECK(tpu_storage_settle(s, TPU_CUT_HOST_READ));
   if (s->buf == nullptr) return out;  // never written: contents unspecified, as torch.empty
   if (downloadable(src)) {
     download_whole(src, out.mutable_data_ptr());
@@ -113,6 +117,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
     tpu_hlo_type type;
     tpu_buffer* buf = upload(host, device, &type);
     if (is_whole(dst)) {
+      TPU_CHECK(tpu_storage_settle(storage_of(dst), TPU_CUT_HOST_WRITE));
       tpu_storage_set(storage_of(dst), buf, &type);
     } else {
       device_copy(dst, tensor_from_buffer(buf, dst.scalar_type(), dst.sizes(), device));

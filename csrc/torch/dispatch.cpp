@@ -931,6 +931,7 @@ std::vector<at::Tensor> run_rule(const OpInfo& info, c10::ArrayRef<c10::IValue> 
   CallScratch sc;
   tpu_eager_call call{};
   describe_call(info, ivs, sc, call);
+  TPU_CHECK(tpu_eager_prepare(&call));
   c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, call.device));
   std::unique_lock<std::mutex> rng_lock;
   if (op->rule->flags & TPU_RULE_RNG) {
@@ -995,7 +996,7 @@ std::vector<at::Tensor> run_rule(const OpInfo& info, c10::ArrayRef<c10::IValue> 
                                                 to_torch(m->dtype));
     new_storages[o] = storage_of(outs[o]);
   }
-  TPU_CHECK(tpu_eager_execute(entry, &call, new_storages.data()));
+  TPU_CHECK(tpu_eager_run(entry, &call, new_storages.data()));
   return outs;
 }
 

@@ -359,6 +359,7 @@ py::bytes signature(const Inputs& inputs) {
     storages.push_back(impl);
     sig.push_back(shared);
     tpu_storage* s = storage_of(t);
+    TPU_CHECK(tpu_storage_settle(s, TPU_CUT_GRAPH));  // the buffer's type is part of the signature
     sig.push_back(s == nullptr ? 0 : s->nbytes);
     if (s == nullptr || s->buf == nullptr) {
       sig.push_back(-1);

@@ -49,6 +49,7 @@ struct TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   // Recording again replaces the point; waiting needs no device sync.
   void record(void** event, const c10::Stream& stream, const c10::DeviceIndex device_index,
               const c10::EventFlag flag) const override {
+    TPU_CHECK(tpu_eager_flush(TPU_CUT_SYNC));  // the event follows every call made before it
     tpu_marker* m = tpu_marker_record(runtime(), stream.device_index());
     TORCH_CHECK_WITH(OutOfMemoryError, m != nullptr, "tpu: out of host memory");
     tpu_marker_release(static_cast<tpu_marker*>(*event));
@@ -67,6 +68,7 @@ struct TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   // Whether everything launched on the stream's device has finished: a
   // marker at the queue's end, reached or not.
   bool queryStream(const c10::Stream& stream) const override {
+    TPU_CHECK(tpu_eager_flush(TPU_CUT_SYNC));
     tpu_marker* m = tpu_marker_record(runtime(), stream.device_index());
     TORCH_CHECK_WITH(OutOfMemoryError, m != nullptr, "tpu: out of host memory");
     bool done = tpu_marker_done(m);
@@ -75,6 +77,7 @@ struct TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
   void synchronizeStream(const c10::Stream& stream) const override { synchronizeDevice(stream.device_index()); }
   void synchronizeDevice(const c10::DeviceIndex device_index) const override {
+    TPU_CHECK(tpu_eager_flush(TPU_CUT_SYNC));
     TPU_CHECK(tpu_runtime_synchronize(runtime(), device_index));
   }
   void recordDataPtrOnStream(const c10::DataPtr&, const c10::Stream&) const override {}

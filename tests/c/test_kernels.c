@@ -63,11 +63,50 @@ static void test_kernel_selection(void) {
   CHECK(!tpu_kernels_select("gemm", &bits) && bits == 0);
 }
 
-/* Registering matmul also says whether it takes bfloat16 here. */
+/* Registering matmul also says whether it takes bfloat16 here; the
+ * boundary is registered whatever is asked for. */
 static void test_registration(void) {
   const unsigned matmul = (tpu_matmul_available() ? TPU_KERNEL_MATMUL : 0) |
                           (tpu_matmul_bf16_available() ? TPU_KERNEL_MATMUL_BF16 : 0);
-  CHECK(tpu_kernels_register(rt, TPU_KERNEL_ATTENTION | TPU_KERNEL_MATMUL) == (TPU_KERNEL_ATTENTION | matmul));
+  CHECK(tpu_kernels_register(rt, TPU_KERNEL_ATTENTION | TPU_KERNEL_MATMUL) ==
+        (TPU_KERNEL_ATTENTION | matmul | TPU_KERNEL_BOUNDARY));
+}
+
+/* The boundary is the identity: the value it is given, whose buffer is
+ * another result too (XLA then copies it, the handler sees two buffers) or
+ * only its own (aliased), of floats and of booleans. */
+static void test_boundary_custom_call(void) {
+  static const char program[] =
+      "module @m {\n"
+      "  func.func public @main(%x: tensor<3x5xf32>, %p: tensor<7xi1>) -> (tensor<3x5xf32>, tensor<3x5xf32>, tensor<7xi1>) {\n"
+      "    %y = \"stablehlo.multiply\"(%x, %x) : (tensor<3x5xf32>, tensor<3x5xf32>) -> tensor<3x5xf32>\n"
+      "    %b = \"stablehlo.custom_call\"(%y) {call_target_name = \"torchtpu_boundary\", api_version = 4 : i32,\n"
+      "        output_operand_aliases = [#stablehlo.output_operand_alias<output_tuple_indices = [],\n"
+      "        operand_index = 0, operand_tuple_indices = []>]} : (tensor<3x5xf32>) -> tensor<3x5xf32>\n"
+      "    %z = \"stablehlo.add\"(%b, %x) : (tensor<3x5xf32>, tensor<3x5xf32>) -> tensor<3x5xf32>\n"
+      "    %q = \"stablehlo.custom_call\"(%p) {call_target_name = \"torchtpu_boundary\", api_version = 4 : i32}\n"
+      "        : (tensor<7xi1>) -> tensor<7xi1>\n"
+      "    \"func.return\"(%z, %y, %q) : (tensor<3x5xf32>, tensor<3x5xf32>, tensor<7xi1>) -> ()\n"
+      "  }\n"
+      "}\n";
+  tpu_executable *exe = NULL;
+  CHECK_OK(tpu_executable_compile(rt, program, strlen(program), NULL, &exe));
+  float x[15], z[15], y[15];
+  bool p[7] = {1, 0, 0, 1, 1, 0, 1}, q[7] = {0};
+  for (int i = 0; i < 15; i++) x[i] = 0.25f * (float)i - 1.0f;
+  int64_t xd[2] = {3, 5}, pd[1] = {7};
+  tpu_buffer *in[2] = {NULL}, *res[3] = {NULL};
+  CHECK_OK(tpu_buffer_from_host(rt, 0, x, TPU_F32, xd, 2, &in[0]));
+  CHECK_OK(tpu_buffer_from_host(rt, 0, p, TPU_BOOL, pd, 1, &in[1]));
+  CHECK_OK(tpu_executable_execute(rt, exe, 0, in, 2, NULL, true, res));
+  CHECK_OK(tpu_buffer_to_host(rt, res[0], z, sizeof z));
+  CHECK_OK(tpu_buffer_to_host(rt, res[1], y, sizeof y));
+  CHECK_OK(tpu_buffer_to_host(rt, res[2], q, sizeof q));
+  for (int i = 0; i < 15; i++) CHECK(y[i] == x[i] * x[i] && z[i] == x[i] * x[i] + x[i]);
+  CHECK(memcmp(p, q, sizeof p) == 0);
+  for (int i = 0; i < 2; i++) tpu_buffer_destroy(rt, in[i]);
+  for (int i = 0; i < 3; i++) tpu_buffer_destroy(rt, res[i]);
+  tpu_executable_destroy(rt, exe);
 }
 
 /* What `python -m torchtpu info` prints: names, the matmul kernel's ISA. */
@@ -250,6 +289,7 @@ int main(void) {
   RUN(test_matmul_custom_call);
   RUN(test_grouped_matmul_custom_call);
   RUN(test_refused_operands_are_a_status);
+  RUN(test_boundary_custom_call);
   tpu_runtime_destroy(rt);
   return check_failures ? 1 : 0;
 }

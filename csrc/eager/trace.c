@@ -1,0 +1,549 @@
+/* Fused eager: calls recorded instead of run, and the one program that runs
+ * a run of them (see eager.h, "eager modes").
+ *
+ * A recorded call keeps what strict eager would run it with: its one-op
+ * entry (the output metadata PyTorch's meta functions gave, whether it draws
+ * random numbers; the program itself is compiled only if the call ever runs
+ * alone), a copy of its arguments, its random seed and offset, and its new
+ * outputs as arguments of their own (a storage and the layout PyTorch gave
+ * the tensor). The storages it reads or writes are marked: whatever touches
+ * a marked storage from outside (the host reading or writing it, a program
+ * of another mode, a compiled graph) runs the trace first: a cut.
+ *
+ * One trace per process, under one lock: a call of any thread in fused mode
+ * records into it. At a cut the calls become one program over one call that
+ * holds all their arguments (program.c's builder in sequential mode: reads
+ * see earlier calls' writes), keyed by every call's one-op key, which
+ * storages are shared across calls, and which written storages PyTorch still
+ * holds; a storage nobody holds is no result (an intermediate never becomes
+ * a buffer). Steady-state training records the same calls every step and
+ * finds its program in the eager cache.
+ *
+ * Storages PyTorch frees while recorded calls use them are freed after the
+ * run. A program that fails to build, compile or run is replaced by the
+ * calls' own programs, in order (the state strict eager leaves and its
+ * first error). */
+#include <pthread.h>
+#include <stdalign.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/stats.h"
+#include "base/strbuf.h"
+#include "eager/internal.h"
+
+int tpu_trace_pending;
+
+static const char *const kCutNames[TPU_CUT_COUNT_] = {
+    [TPU_CUT_SYNC] = "sync",
+    [TPU_CUT_HOST_READ] = "host_read",
+    [TPU_CUT_HOST_WRITE] = "host_write",
+    [TPU_CUT_CHECK] = "data_check",
+    [TPU_CUT_GRAPH] = "compiled_graph",
+    [TPU_CUT_STRICT] = "other_mode",
+    [TPU_CUT_DEVICE] = "device",
+    [TPU_CUT_SIZE] = "size_cap",
+    [TPU_CUT_LOOP] = "loop",
+    [TPU_CUT_MODE] = "mode_change",
+    [TPU_CUT_OTHER] = "storage",
+};
+
+const char *tpu_cut_reason_name(tpu_cut_reason r) {
+  return r >= 0 && r < TPU_CUT_COUNT_ ? kCutNames[r] : "unknown";
+}
+
+/* --- arena: argument copies; blocks never move ------------------------------ */
+
+typedef struct block {
+  struct block *next;
+  size_t used, cap;
+  alignas(16) unsigned char data[];
+} block;
+
+/* --- the trace ----------------------------------------------------------------- */
+
+typedef struct rec {
+  tpu_eager_entry *entry; /* held */
+  const tpu_eager_op *op;
+  int base;     /* its arguments: args[base, base + num_args) */
+  int num_args;
+  int num_outs; /* then one argument per new output (NONE where there is none) */
+  tpu_hlo_precision_t precision;
+  int rng; /* index of its (seed, offset) pair, or -1 */
+} rec;
+
+/* Loop detection looks back this many calls for a repeat. */
+#define HISTORY 256
+#define MAX_PERIOD 128
+/* A loop's trace holds whole iterations, at least this many calls. */
+#define MIN_LOOP_CALLS 64
+#define DEFAULT_MAX_CALLS 512
+
+static struct {
+  pthread_mutex_t lock;
+  int device;
+  rec *recs;
+  int n, cap;
+  tpu_eager_arg *args;
+  int num_args, cap_args;
+  tpu_storage **held;
+  int num_held, cap_held;
+  uint64_t *rng; /* (seed, offset) pairs */
+  int num_rng, cap_rng;
+  block *arena;
+  int max_calls;
+  /* the calls' one-op keys since the last cut that was not a loop's */
+  uint64_t history[HISTORY];
+  int64_t stream;
+  int period, matched, loop_calls;
+  bool no_loops;
+  tpu_strbuf key;
+  char last_failure[1024];
+} g = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+void tpu_eager_fused_last_failure(char *out, size_t cap) {
+  pthread_mutex_lock(&g.lock);
+  snprintf(out, cap, "%s", g.last_failure);
+  pthread_mutex_unlock(&g.lock);
+}
+
+void tpu_eager_set_fused_loop_detection(bool on) {
+  pthread_mutex_lock(&g.lock);
+  g.no_loops = !on;
+  pthread_mutex_unlock(&g.lock);
+}
+
+void tpu_eager_set_fused_max_ops(int n) {
+  pthread_mutex_lock(&g.lock);
+  g.max_calls = n;
+  pthread_mutex_unlock(&g.lock);
+}
+
+static int max_calls(void) {
+  if (g.max_calls <= 0) {
+    const char *env = getenv("TORCHTPU_FUSED_MAX_OPS");
+    long v = env != NULL ? strtol(env, NULL, 10) : 0;
+    g.max_calls = v > 0 ? (int)v : DEFAULT_MAX_CALLS;
+  }
+  return g.max_calls;
+}
+
+/* TORCHTPU_FUSED_EXACT=0 lets XLA fuse across calls (faster, not
+ * bit-identical to strict eager). */
+static bool exact(void) {
+  static int value = -1;
+  if (value < 0) {
+    const char *env = getenv("TORCHTPU_FUSED_EXACT");
+    value = !(env != NULL && strcmp(env, "0") == 0);
+  }
+  return value;
+}
+
+static void *arena_alloc(size_t n) {
+  n = (n + 15) & ~(size_t)15;
+  if (g.arena == NULL || g.arena->cap - g.arena->used < n) {
+    size_t cap = n > (256u << 10) ? n : (256u << 10);
+    block *b = malloc(sizeof *b + cap);
+    if (b == NULL) return NULL;
+    b->next = g.arena;
+    b->used = 0;
+    b->cap = cap;
+    g.arena = b;
+  }
+  void *p = g.arena->data + g.arena->used;
+  g.arena->used += n;
+  return p;
+}
+
+static void *arena_copy(const void *src, size_t n) {
+  void *p = arena_alloc(n ? n : 1);
+  if (p != NULL && n) memcpy(p, src, n);
+  return p;
+}
+
+/* Keeps the arena's newest block (reused by the next trace). */
+static void arena_reset(void) {
+  if (g.arena == NULL) return;
+  block *keep = g.arena, *b = keep->next;
+  while (b != NULL) {
+    block *next = b->next;
+    free(b);
+    b = next;
+  }
+  keep->next = NULL;
+  keep->used = 0;
+}
+
+static bool grow(void **p, int *cap, int need, size_t elem) {
+  if (need <= *cap) return true;
+  int c = *cap ? *cap : 64;
+  while (c < need) c *= 2;
+  void *np = realloc(*p, (size_t)c * elem);
+  if (np == NULL) return false;
+  *p = np;
+  *cap = c;
+  return true;
+}
+
+/* Marks |s| as used by the trace. */
+static bool hold(tpu_storage *s) {
+  if (s == NULL || s->traced) return true;
+  if (!grow((void **)&g.held, &g.cap_held, g.num_held + 1, sizeof *g.held)) return false;
+  g.held[g.num_held++] = s;
+  __atomic_store_n(&s->traced, 1, __ATOMIC_RELEASE);
+  __atomic_add_fetch(&tpu_trace_pending, 1, __ATOMIC_ACQ_REL);
+  return true;
+}
+
+static bool copy_ref(tpu_tensor_ref *dst, const tpu_tensor_ref *src) {
+  *dst = *src;
+  if (src->host_scalar != NULL) {
+    dst->host_scalar = arena_copy(src->host_scalar, tpu_dtype_size(src->view.dtype));
+    if (dst->host_scalar == NULL) return false;
+  }
+  return hold(src->storage);
+}
+
+/* A copy of |src| whose pointers point into the arena (a tensor's sizes and
+ * strides are fixed at the cut: |g.args| moves as it grows). */
+static bool copy_arg(tpu_eager_arg *dst, const tpu_eager_arg *src) {
+  *dst = *src;
+  tpu_lower_arg *l = &dst->lower;
+  const tpu_lower_arg *sl = &src->lower;
+  switch (l->kind) {
+    case TPU_ARG_TENSOR:
+      return copy_ref(&dst->tensor, &src->tensor);
+    case TPU_ARG_TENSOR_LIST: {
+      tpu_tensor_ref *items = arena_alloc((size_t)(l->n ? l->n : 1) * sizeof *items);
+      int *ranks = arena_alloc((size_t)(l->n ? l->n : 1) * sizeof *ranks);
+      const int64_t **sizes = arena_alloc((size_t)(l->n ? l->n : 1) * sizeof *sizes);
+      tpu_dtype_t *dtypes = arena_copy(sl->item_dtypes, (size_t)l->n * sizeof *dtypes);
+      if (items == NULL || ranks == NULL || sizes == NULL || dtypes == NULL) return false;
+      for (int i = 0; i < l->n; i++) {
+        if (!copy_ref(&items[i], &src->items[i])) return false;
+        ranks[i] = sl->item_ranks[i];
+        sizes[i] = items[i].view.sizes;
+      }
+      dst->items = items;
+      l->item_dtypes = dtypes;
+      l->item_ranks = ranks;
+      l->item_sizes = (const int64_t *const *)sizes;
+      return true;
+    }
+    case TPU_ARG_SCALAR_LIST:
+      l->item_dtypes = arena_copy(sl->item_dtypes, (size_t)l->n * sizeof *l->item_dtypes);
+      if (l->dtype == TPU_F64) l->floats = arena_copy(sl->floats, (size_t)l->n * sizeof *l->floats);
+      else l->ints = arena_copy(sl->ints, (size_t)l->n * sizeof *l->ints);
+      return l->item_dtypes != NULL && (l->dtype == TPU_F64 ? l->floats != NULL : l->ints != NULL);
+    case TPU_ARG_INT_LIST:
+      return (l->ints = arena_copy(sl->ints, (size_t)l->n * sizeof *l->ints)) != NULL;
+    case TPU_ARG_FLOAT_LIST:
+      return (l->floats = arena_copy(sl->floats, (size_t)l->n * sizeof *l->floats)) != NULL;
+    case TPU_ARG_BOOL_LIST:
+      return (l->bools = arena_copy(sl->bools, (size_t)l->n * sizeof *l->bools)) != NULL;
+    case TPU_ARG_STRING:
+      return (l->s = arena_copy(sl->s, strlen(sl->s) + 1)) != NULL;
+    default:
+      return true;
+  }
+}
+
+/* Call |i| as strict eager would run it. */
+static tpu_eager_call rec_call(const rec *r) {
+  tpu_eager_call c = {
+      .op = r->op,
+      .num_args = r->num_args,
+      .args = g.args + r->base,
+      .common_dtype = tpu_eager_entry_common_dtype(r->entry), /* a hit's call has none */
+      .item_common_dtypes = tpu_eager_entry_item_common_dtypes(r->entry),
+      .precision = r->precision,
+      .device = g.device,
+  };
+  if (r->rng >= 0) {
+    c.rng_seed = g.rng[2 * r->rng];
+    c.rng_offset = g.rng[2 * r->rng + 1];
+  }
+  return c;
+}
+
+/* Builds the program of the whole trace. */
+static tpu_status_t build(const tpu_eager_call *all, tpu_eager_entry **out) {
+  char name[64];
+  snprintf(name, sizeof name, "fused_%d_calls", g.n);
+  tpu_program *p = NULL;
+  TPU_RETURN_IF_ERROR(tpu_program_new(all, name, &p));
+  tpu_program_set_fused(p, exact());
+  tpu_status_t st = NULL;
+  for (int i = 0; i < g.n && st == NULL; i++) {
+    const rec *r = &g.recs[i];
+    tpu_eager_call c = rec_call(r);
+    tpu_program_set_base(p, r->base);
+    const bool per_item = r->op->num_item_args > 0;
+    for (int k = per_item ? 0 : -1, end = per_item ? tpu_eager_call_items(&c) : 0; k < end && st == NULL; k++)
+      st = tpu_eager_apply(p, &c, k, tpu_eager_entry_metas(r->entry), r->num_args);
+  }
+  if (st == NULL) {
+    tpu_program_set_base(p, 0);
+    for (int a = 0; a < all->num_args; a++) {
+      const tpu_eager_arg *arg = &all->args[a];
+      if (arg->lower.kind == TPU_ARG_TENSOR && arg->tensor.storage != NULL && arg->tensor.storage->dropped)
+        tpu_program_discard(p, a, -1);
+      if (arg->lower.kind == TPU_ARG_TENSOR_LIST)
+        for (int i = 0; i < arg->lower.n; i++)
+          if (arg->items[i].storage != NULL && arg->items[i].storage->dropped) tpu_program_discard(p, a, i);
+    }
+    st = tpu_program_finish(p, out);
+  }
+  tpu_program_free(p);
+  return st;
+}
+
+/* The key of the whole trace: every call's one-op key over the trace's flat
+ * view (which refs share a storage, across calls too), then which storages
+ * nobody holds. */
+static bool trace_key(const tpu_eager_call *all, const flat_call *f, uint64_t *out_hash) {
+  tpu_strbuf_clear(&g.key);
+  tpu_strbuf_put_i64(&g.key, -1); /* apart from one-op keys, which begin with an op id */
+  tpu_strbuf_put_i64(&g.key, g.n);
+  int fi = 0;
+  for (int i = 0; i < g.n; i++) {
+    tpu_eager_call c = rec_call(&g.recs[i]);
+    c.args = all->args + g.recs[i].base;
+    tpu_eager_key_call(&g.key, &c, g.recs[i].num_args + g.recs[i].num_outs, f, &fi);
+  }
+  for (int i = 0; i < g.num_held; i++) tpu_strbuf_put_i64(&g.key, g.held[i]->dropped);
+  *out_hash = tpu_hash64(g.key.data, g.key.len, 0);
+  return !g.key.failed;
+}
+
+/* The calls one by one, on their own programs: what strict eager does. */
+static tpu_status_t replay(void) {
+  tpu_status_t first = NULL;
+  for (int i = 0; i < g.n; i++) {
+    const rec *r = &g.recs[i];
+    tpu_eager_call c = rec_call(r);
+    tpu_storage *outs_small[16], **outs = r->num_outs <= 16 ? outs_small : malloc((size_t)r->num_outs * sizeof *outs);
+    if (outs == NULL) {
+      if (first == NULL) first = tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+      continue;
+    }
+    for (int o = 0; o < r->num_outs; o++) {
+      const tpu_eager_arg *a = &g.args[r->base + r->num_args + o];
+      outs[o] = a->lower.kind == TPU_ARG_TENSOR && !a->tensor.storage->dropped ? a->tensor.storage : NULL;
+    }
+    tpu_status_t st = tpu_eager_execute_raw(r->entry, &c, outs);
+    if (outs != outs_small) free(outs);
+    if (first == NULL) first = st;
+    else tpu_status_free(st);
+  }
+  return first;
+}
+
+static void reset(bool loop) {
+  for (int i = 0; i < g.num_held; i++) {
+    tpu_storage *s = g.held[i];
+    __atomic_store_n(&s->traced, 0, __ATOMIC_RELEASE);
+    if (s->dropped) tpu_storage_destroy(s);
+  }
+  __atomic_sub_fetch(&tpu_trace_pending, g.num_held, __ATOMIC_ACQ_REL);
+  for (int i = 0; i < g.n; i++) tpu_eager_entry_release(g.recs[i].entry);
+  g.n = g.num_args = g.num_held = g.num_rng = 0;
+  arena_reset();
+  if (!loop) g.stream = g.period = g.matched = g.loop_calls = 0;
+}
+
+/* Runs the trace; lock held. */
+static tpu_status_t flush_locked(tpu_cut_reason why) {
+  if (g.n == 0) return NULL;
+  tpu_stats_op_bump(TPU_OPSTAT_CUT, tpu_cut_reason_name(why));
+  tpu_stats_add(TPU_STAT_FUSED_PROGRAMS, 1);
+  tpu_stats_max(TPU_STAT_FUSED_MAX_OPS, (uint64_t)g.n);
+  for (int a = 0; a < g.num_args; a++)
+    if (g.args[a].lower.kind == TPU_ARG_TENSOR) {
+      g.args[a].lower.sizes = g.args[a].tensor.view.sizes;
+      g.args[a].lower.strides = g.args[a].tensor.view.strides;
+    }
+  tpu_eager_call all = {.num_args = g.num_args, .args = g.args, .device = g.device, .rng_states = g.rng};
+  flat_call f;
+  tpu_status_t st = tpu_flatten_call(&all, &f);
+  tpu_eager_entry *e = NULL;
+  uint64_t h = 0;
+  if (st == NULL) {
+    if (trace_key(&all, &f, &h)) e = tpu_eager_cache_find(g.key.data, g.key.len, h);
+    tpu_flat_release(&f);
+    if (e != NULL) {
+      tpu_stats_add(TPU_STAT_TRACE_HITS, 1);
+    } else {
+      tpu_stats_add(TPU_STAT_TRACE_MISSES, 1);
+      st = build(&all, &e);
+      if (st == NULL && !g.key.failed) {
+        e = tpu_eager_cache_insert(e, g.key.data, g.key.len, h);
+        if (e == NULL) st = tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+      } else if (st == NULL) { /* no key (out of memory): run it once, uncached */
+        st = tpu_eager_execute_raw(e, &all, NULL);
+        tpu_eager_entry_free(e);
+        e = NULL;
+        if (st == NULL) goto done;
+      }
+    }
+  }
+  if (st == NULL) st = tpu_eager_execute_raw(e, &all, NULL);
+  tpu_eager_entry_release(e);
+  if (st != NULL) { /* strict eager's state, and its first error */
+    tpu_stats_add(TPU_STAT_FUSED_REPLAYS, 1);
+    snprintf(g.last_failure, sizeof g.last_failure, "%s", tpu_status_message(st));
+    tpu_status_free(st);
+    st = replay();
+  }
+done:
+  reset(why == TPU_CUT_LOOP);
+  return st;
+}
+
+tpu_status_t tpu_eager_flush(tpu_cut_reason why) {
+  if (__atomic_load_n(&tpu_trace_pending, __ATOMIC_ACQUIRE) == 0 && g.n == 0) return NULL;
+  pthread_mutex_lock(&g.lock);
+  tpu_status_t st = flush_locked(why);
+  pthread_mutex_unlock(&g.lock);
+  return st;
+}
+
+tpu_status_t tpu_storage_settle(tpu_storage *s, tpu_cut_reason why) {
+  if (s == NULL || !__atomic_load_n(&s->traced, __ATOMIC_ACQUIRE)) return NULL;
+  pthread_mutex_lock(&g.lock);
+  tpu_status_t st = s->traced ? flush_locked(why) : NULL;
+  pthread_mutex_unlock(&g.lock);
+  return st;
+}
+
+bool tpu_trace_drop(tpu_storage *s) {
+  pthread_mutex_lock(&g.lock);
+  bool held = s->traced;
+  if (held) s->dropped = true;
+  pthread_mutex_unlock(&g.lock);
+  return held;
+}
+
+static bool ref_traced(const tpu_tensor_ref *r) {
+  return r->storage != NULL && __atomic_load_n(&r->storage->traced, __ATOMIC_ACQUIRE);
+}
+
+bool tpu_trace_call_touches(const tpu_eager_call *call) {
+  if (__atomic_load_n(&tpu_trace_pending, __ATOMIC_ACQUIRE) == 0) return false;
+  for (int a = 0; a < call->num_args; a++) {
+    const tpu_eager_arg *arg = &call->args[a];
+    if (arg->lower.kind == TPU_ARG_TENSOR && ref_traced(&arg->tensor)) return true;
+    if (arg->lower.kind == TPU_ARG_TENSOR_LIST)
+      for (int i = 0; i < arg->lower.n; i++)
+        if (ref_traced(&arg->items[i])) return true;
+  }
+  return false;
+}
+
+tpu_status_t tpu_trace_settle_call(const tpu_eager_call *call, tpu_cut_reason why) {
+  if (!tpu_trace_call_touches(call)) return NULL;
+  return tpu_eager_flush(why);
+}
+
+/* Loop detection, after call |h| was recorded: the smallest period the
+ * recent calls repeat with; once a whole period repeated, traces hold whole
+ * periods (at least MIN_LOOP_CALLS calls), so that every iteration of a
+ * loop without a sync records the same trace. */
+static void note_call(uint64_t h) {
+  int64_t i = g.stream;
+  if (g.period > 0) {
+    if (g.history[(i - g.period) % HISTORY] == h) {
+      g.matched++;
+    } else {
+      g.period = g.matched = g.loop_calls = 0;
+    }
+  }
+  if (g.period == 0)
+    for (int d = 1; d <= MAX_PERIOD && d <= i; d++)
+      if (g.history[(i - d) % HISTORY] == h) {
+        g.period = d;
+        g.matched = 1;
+        break;
+      }
+  g.history[i % HISTORY] = h;
+  g.stream++;
+  if (g.period > 0 && g.matched >= g.period && g.loop_calls == 0) {
+    int n = (MIN_LOOP_CALLS + g.period - 1) / g.period * g.period;
+    g.loop_calls = n <= max_calls() ? n : 0;
+  }
+}
+
+tpu_status_t tpu_trace_record(tpu_eager_entry *e, const tpu_eager_call *call, tpu_storage *const *new_outputs) {
+  const tpu_eager_op *op = call->op;
+  const bool rng = tpu_eager_entry_uses_rng(e);
+  if (rng && op->num_item_args > 0) { /* items draw states strict mixes per item: run it as strict does */
+    TPU_RETURN_IF_ERROR(tpu_trace_settle_call(call, TPU_CUT_CHECK));
+    tpu_stats_add(TPU_STAT_OPS, 1);
+    return tpu_eager_execute_raw(e, call, new_outputs);
+  }
+  pthread_mutex_lock(&g.lock);
+  tpu_status_t st = NULL;
+  if (g.n > 0 && call->device != g.device) st = flush_locked(TPU_CUT_DEVICE);
+  const int items = op->num_item_args > 0 ? tpu_eager_call_items(call) : 1;
+  const int num_outs = items * op->num_outputs;
+  const int need = g.num_args + call->num_args + num_outs;
+  if (st == NULL && (!grow((void **)&g.recs, &g.cap, g.n + 1, sizeof *g.recs) ||
+                     !grow((void **)&g.args, &g.cap_args, need, sizeof *g.args) ||
+                     (rng && !grow((void **)&g.rng, &g.cap_rng, 2 * (g.num_rng + 1), sizeof *g.rng))))
+    st = tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+  if (st != NULL) {
+    pthread_mutex_unlock(&g.lock);
+    return st;
+  }
+  if (g.n == 0) g.device = call->device;
+  rec *r = &g.recs[g.n];
+  *r = (rec){
+      .entry = e,
+      .op = op,
+      .base = g.num_args,
+      .num_args = call->num_args,
+      .num_outs = num_outs,
+      .precision = call->precision,
+      .rng = -1,
+  };
+  bool ok = true;
+  for (int a = 0; a < call->num_args && ok; a++) ok = copy_arg(&g.args[r->base + a], &call->args[a]);
+  for (int o = 0; o < num_outs && ok; o++) {
+    tpu_eager_arg *a = &g.args[r->base + call->num_args + o];
+    *a = (tpu_eager_arg){.lower = {.kind = TPU_ARG_NONE}, .mutated = true};
+    const tpu_eager_out_meta *m = tpu_eager_entry_meta(e, o);
+    if (new_outputs == NULL || new_outputs[o] == NULL || m->dtype == TPU_INVALID) continue;
+    a->lower.kind = TPU_ARG_TENSOR;
+    a->lower.dtype = m->dtype;
+    a->lower.rank = m->rank;
+    a->tensor.storage = new_outputs[o];
+    a->tensor.view.dtype = m->dtype;
+    a->tensor.view.rank = m->rank;
+    memcpy(a->tensor.view.sizes, m->sizes, (size_t)m->rank * sizeof *m->sizes);
+    memcpy(a->tensor.view.strides, m->strides, (size_t)m->rank * sizeof *m->strides);
+    ok = hold(new_outputs[o]);
+  }
+  if (!ok) { /* what is held stays held until the next cut; this call runs now */
+    pthread_mutex_unlock(&g.lock);
+    TPU_RETURN_IF_ERROR(tpu_eager_flush(TPU_CUT_OTHER));
+    tpu_stats_add(TPU_STAT_OPS, 1);
+    return tpu_eager_execute_raw(e, call, new_outputs);
+  }
+  if (rng) {
+    r->rng = g.num_rng++;
+    g.rng[2 * r->rng] = call->rng_seed;
+    g.rng[2 * r->rng + 1] = call->rng_offset;
+  }
+  tpu_eager_entry_retain(e);
+  g.num_args = need;
+  g.n++;
+  tpu_stats_add(TPU_STAT_FUSED_OPS, 1);
+  tpu_stats_add(TPU_STAT_OPS, 1);
+  note_call(tpu_eager_entry_hash(e));
+  if (!g.no_loops && g.loop_calls > 0 && g.n >= g.loop_calls && g.n % g.period == 0) st = flush_locked(TPU_CUT_LOOP);
+  else if (g.n >= max_calls()) st = flush_locked(TPU_CUT_SIZE);
+  pthread_mutex_unlock(&g.lock);
+  return st;
+}

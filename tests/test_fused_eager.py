@@ -1,0 +1,333 @@
+"""Fused eager (torchtpu.eager_mode("fused"), TORCHTPU_EAGER=fused): ops are
+recorded and runs of them run as one program; results are bit-identical to
+strict eager's, the recorded ops run where their results are needed (a cut),
+and errors are raised by the op that causes them. Blocking mode: every op
+waits for its result."""
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torchtpu
+from models import CNN, GPT, MLP
+
+
+def bits(t):
+    """The tensor's elements as integers of their bits (NaNs, signed zeros)."""
+    t = t.detach().cpu().contiguous().reshape(-1)
+    if t.is_floating_point():
+        t = t.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+    return t
+
+
+def assert_same(a, b):
+    assert a.shape == b.shape and a.dtype == b.dtype and a.stride() == b.stride()
+    assert torch.equal(bits(a), bits(b))
+
+
+def in_mode(mode, fn, *args):
+    with torchtpu.eager_mode(mode):
+        return fn(*args)
+
+
+def stats_delta(fn):
+    before = torchtpu.stats()
+    fn()
+    after = torchtpu.stats()
+    delta = {k: after[k] - before[k] for k in ("fused_ops", "fused_programs", "executions", "trace_hits",
+                                                "trace_misses", "fused_replays")}
+    delta["cuts"] = {k: v - before["cuts"].get(k, 0) for k, v in after["cuts"].items()
+                     if v != before["cuts"].get(k, 0)}
+    return delta
+
+
+class TestBitIdentical:
+    def test_chain_is_one_program(self):
+        x0 = torch.randn(8, device="tpu")
+
+        def chain():
+            x = x0
+            for _ in range(30):
+                x = x * 1.001 + x0  # a product then a sum: no fused multiply-add across ops
+            return x.cpu()
+
+        strict = in_mode("strict", chain)
+        d = stats_delta(lambda: in_mode("fused", chain))
+        fused = in_mode("fused", chain)
+        assert_same(fused, strict)
+        assert d["fused_ops"] == 60 and d["fused_programs"] == 1 and d["executions"] == 1
+        assert d["fused_replays"] == 0
+        assert d["cuts"] == {"host_read": 1}
+
+    def test_half_precision_rounds_per_op(self):
+        x0 = torch.randn(600).to(torch.bfloat16).to("tpu")
+
+        def chain():
+            x = x0
+            for _ in range(10):
+                x = (x * 1.01 + 0.3).sin() * x0
+            return x.cpu()
+
+        assert_same(in_mode("fused", chain), in_mode("strict", chain))
+
+    def test_views_inplace_and_aliases(self):
+        def f():
+            b = torch.arange(48, dtype=torch.float32, device="tpu").reshape(6, 8)
+            x = b[:, :6]
+            x.diagonal().fill_(7)
+            x.diagonal(offset=1).mul_(-1)
+            t = b.t()
+            t[2:5].add_(t[0:3] * 0.5)
+            ints = b.view(torch.int32)  # the same bytes read as another dtype
+            e = x[1].unsqueeze(0).expand(3, 6)
+            y = e + b[:3, 2:]
+            b[::2, ::3] = y[0, :3].sum()
+            return b.cpu(), y.cpu(), (ints & 0xFFFF).cpu()
+
+        for got, want in zip(in_mode("fused", f), in_mode("strict", f)):
+            assert_same(got, want)
+
+    def test_random_streams(self):
+        def f():
+            torch.manual_seed(3)
+            x = torch.randn(64, 64, device="tpu")
+            y = F.dropout(x, 0.3, training=True) + torch.rand(64, device="tpu")
+            z = torch.randn_like(y).bernoulli_(0.4)
+            return y.cpu(), z.cpu()
+
+        for got, want in zip(in_mode("fused", f), in_mode("strict", f)):
+            assert_same(got, want)
+
+    def test_reexecution_after_inplace_update(self):
+        # k >= 512: the products take XLA's library paths; the weight changes
+        # in place between runs of the same programs
+        torch.manual_seed(0)
+        w0, x = torch.randn(512, 256), torch.randn(64, 512)
+
+        def f():
+            w, xt = w0.to("tpu"), x.to("tpu")
+            outs = []
+            for _ in range(4):
+                y = xt @ w
+                w.sub_(0.01 * (xt.t() @ y))
+                outs.append(y.sum(0))
+            return torch.stack(outs).cpu(), w.cpu()
+
+        for got, want in zip(in_mode("fused", f), in_mode("strict", f)):
+            assert_same(got, want)
+
+    def test_foreach_adamw(self):
+        def f():
+            torch.manual_seed(1)
+            params = [torch.randn(s).to("tpu").requires_grad_() for s in [(16, 16), (16,), (8, 4, 2)] * 5]
+            opt = torch.optim.AdamW(params, lr=1e-2, weight_decay=0.1, foreach=True)
+            for step in range(3):
+                for p in params:
+                    p.grad = torch.full_like(p, 0.1 * (step + 1)) + p.detach() * 0.5
+                opt.step()
+            return [p.detach().cpu() for p in params] + [v.cpu() for s in opt.state.values() for v in s.values()]
+
+        for got, want in zip(in_mode("fused", f), in_mode("strict", f)):
+            assert_same(got, want)
+
+    @pytest.mark.parametrize("name", ["mlp", "cnn", "gpt"])
+    def test_training_equals_strict(self, name):
+        def train():
+            torch.manual_seed(0)
+            if name == "mlp":
+                model, x = MLP(), torch.randn(16, 32)
+                y = torch.randint(0, 10, (16,))
+            elif name == "cnn":
+                model, x = CNN(), torch.randn(4, 3, 16, 16)
+                y = torch.randint(0, 10, (4,))
+            else:
+                model = GPT()
+                x = torch.randint(0, 64, (2, 16))
+                y = torch.randint(0, 64, (2, 16))
+            model = model.to("tpu")
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+            xt, yt = x.to("tpu"), y.to("tpu")
+            losses = []
+            for _ in range(3):
+                opt.zero_grad()
+                out = model(xt) if name != "gpt" else model(xt)
+                loss = F.cross_entropy(out.flatten(0, -2) if name == "gpt" else out, yt.flatten())
+                loss.backward()
+                opt.step()
+                losses.append(loss.detach())
+            return torch.stack(losses).cpu(), [p.detach().cpu() for p in model.parameters()]
+
+        got_losses, got_params = in_mode("fused", train)
+        want_losses, want_params = in_mode("strict", train)
+        assert_same(got_losses, want_losses)
+        for got, want in zip(got_params, want_params):
+            assert_same(got, want)
+
+
+class TestCuts:
+    def test_reads_cut(self):
+        x = torch.randn(16, device="tpu")
+        with torchtpu.eager_mode("fused"):
+            y = x * 2
+            d = stats_delta(lambda: y.sum().item())
+        assert d["cuts"] == {"host_read": 1} and d["fused_programs"] == 1
+        with torchtpu.eager_mode("fused"):
+            y = x * 3
+            d = stats_delta(lambda: str(y))  # printing runs ops of its own, and reads
+        assert d["cuts"].get("host_read", 0) >= 1 and str(y) == str(x * 3)
+        with torchtpu.eager_mode("fused"):
+            y = x * 4
+            d = stats_delta(torch.tpu.synchronize)
+        assert d["cuts"] == {"sync": 1}
+
+    def test_leaving_the_mode_runs_the_trace(self):
+        x = torch.randn(16, device="tpu")
+
+        def block():
+            with torchtpu.eager_mode("fused"):
+                assert torchtpu.current_eager_mode() == "fused"
+                x.mul_(2)
+        d = stats_delta(block)
+        assert d["cuts"] == {"mode_change": 1}
+        assert torchtpu.current_eager_mode() == "strict"
+
+    def test_data_check_raises_at_the_call(self):
+        x = torch.randn(5, device="tpu")
+        with pytest.raises(IndexError) as cpu_error:
+            x.cpu().index_select(0, torch.tensor([1, 7]))
+        with torchtpu.eager_mode("fused"):
+            y = x * 2  # recorded
+            with pytest.raises(IndexError) as error:
+                y.index_select(0, torch.tensor([1, 7], device="tpu"))
+            assert str(error.value) == str(cpu_error.value)
+            with pytest.raises(IndexError, match="index 7 is out of bounds for dimension 0 with size 5"):
+                y[torch.tensor([1, 7], device="tpu")]
+            # the op ran at the call, after the recorded op its input needed
+            ok = y.index_select(0, torch.tensor([4, 0], device="tpu"))
+        torch.testing.assert_close(ok.cpu(), (x.cpu() * 2)[[4, 0]], rtol=0, atol=0)
+        assert torchtpu.stats()["cuts"].get("data_check", 0) >= 1
+
+    def test_validation_errors_at_the_call(self):
+        a, b = torch.randn(2, 3, device="tpu"), torch.randn(5, 4, device="tpu")
+        with torchtpu.eager_mode("fused"):
+            c = a + 1
+            with pytest.raises(RuntimeError, match=r"mat1 and mat2 shapes cannot be multiplied \(2x3 and 5x4\)"):
+                c @ b
+            with pytest.raises(RuntimeError, match="The size of tensor a"):
+                c + b
+            c.add_(1)
+        torch.testing.assert_close(c.cpu(), a.cpu() + 2, rtol=0, atol=0)
+
+    def test_loop_steady_state_reuses_programs(self):
+        w = torch.randn(32, 32, device="tpu")
+        x = torch.randn(8, 32, device="tpu")
+        with torchtpu.eager_mode("fused"):
+            for _ in range(30):  # no sync inside: the loop detector cuts at iterations
+                x = torch.tanh(x @ w) * 0.5 + x
+            torch.tpu.synchronize()
+            before = torchtpu.stats()
+            for _ in range(30):
+                x = torch.tanh(x @ w) * 0.5 + x
+            torch.tpu.synchronize()
+            after = torchtpu.stats()
+        assert after["cuts"].get("loop", 0) > before["cuts"].get("loop", 0)
+        assert after["trace_misses"] == before["trace_misses"]  # no recompiles in the steady state
+        ref = x.cpu()
+        assert torch.isfinite(ref).all()
+
+    def test_size_cap(self):
+        torchtpu._C._set_fused_max_ops(10)
+        try:
+            x = torch.randn(4, device="tpu")
+            with torchtpu.eager_mode("fused"):
+                d = stats_delta(lambda: [x.add_(i) for i in range(25)])
+        finally:
+            torchtpu._C._set_fused_max_ops(0)
+        assert d["cuts"].get("size_cap", 0) == 2
+        assert torchtpu.stats()["fused_max_ops"] >= 10
+
+    def test_host_write_after_recorded_read(self):
+        x = torch.ones(6, device="tpu")
+        with torchtpu.eager_mode("fused"):
+            y = x * 2  # reads x's current value
+            x.copy_(torch.full((6,), 5.0))  # the host writes x
+            z = x * 2
+        torch.testing.assert_close(y.cpu(), torch.full((6,), 2.0), rtol=0, atol=0)
+        torch.testing.assert_close(z.cpu(), torch.full((6,), 10.0), rtol=0, atol=0)
+
+    def test_compiled_graph_reads_recorded_tensor(self):
+        f = torch.compile(lambda t: (t.sin() + 1) * 2, backend="tpu")
+        x = torch.randn(10, device="tpu")
+        with torchtpu.eager_mode("fused"):
+            y = x * 3
+            z = f(y)
+        torch.testing.assert_close(z.cpu(), ((x.cpu() * 3).sin() + 1) * 2)
+
+    def test_intermediates_nobody_holds(self):
+        x = torch.randn(1000, device="tpu")
+        with torchtpu.eager_mode("fused"):
+            y = x
+            for _ in range(20):
+                y = y * 1.5 - 0.25  # each intermediate dropped at once
+            got = y.cpu()
+        want = x.cpu()
+        for _ in range(20):
+            want = want * 1.5 - 0.25
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+    def test_another_thread_in_strict_mode(self):
+        x = torch.randn(64, device="tpu")
+        with torchtpu.eager_mode("fused"):
+            y = x.exp() + 1
+            result = {}
+            t = threading.Thread(target=lambda: result.setdefault("v", (y * 2).cpu()))
+            t.start()
+            t.join()
+        torch.testing.assert_close(result["v"], (x.cpu().exp() + 1) * 2)
+
+    def test_bad_mode(self):
+        with pytest.raises(ValueError, match="eager mode must be one of strict, fused, blocking"):
+            torchtpu.eager_mode("lazy")
+
+    def test_environment_default_reaches_autograd_thread(self):
+        code = (
+            "import torch, torchtpu\n"
+            "assert torchtpu.current_eager_mode() == 'fused'\n"
+            "torch.manual_seed(0)\n"
+            "w = torch.randn(32, 32, device='tpu', requires_grad=True)\n"
+            "x = torch.randn(8, 32, device='tpu')\n"
+            "(x @ w).tanh().sum().backward()\n"
+            "g = w.grad.cpu()\n"
+            "s = torchtpu.stats()\n"
+            "assert s['fused_ops'] > 5, s\n"
+            "with torchtpu.eager_mode('strict'):\n"
+            "    w.grad = None\n"
+            "    (x @ w).tanh().sum().backward()\n"
+            "assert torch.equal(g, w.grad.cpu())\n"
+            "print('ok')\n")
+        env = dict(os.environ, TORCHTPU_EAGER="fused")
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+class TestBlocking:
+    def test_results_and_waiting(self):
+        a = torch.randn(1024, 1024, device="tpu")
+        with torchtpu.eager_mode("blocking"):
+            c = a @ a
+            # the op returned after its program finished
+            assert torch.tpu.current_stream().query()
+        torch.testing.assert_close(c.cpu(), in_mode("strict", lambda: (a @ a).cpu()), rtol=0, atol=0)
+
+
+@pytest.fixture(autouse=True)
+def no_replays():
+    """Every fused program in these tests builds, compiles and runs (a
+    failed one falls back to running its ops one by one, silently)."""
+    before = torchtpu.stats()["fused_replays"]
+    yield
+    assert torchtpu.stats()["fused_replays"] == before
