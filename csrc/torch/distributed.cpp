@@ -328,6 +328,7 @@ class ProcessGroupTpu : public c10d::Backend {
 
   WorkPtr allgather(std::vector<std::vector<at::Tensor>>& outs, std::vector<at::Tensor>& ins,
                     const c10d::AllgatherOptions& o) override {
+    check_lists("all_gather", outs, ins.size());
     agree(kAllgather, ins, {});
     return run(OpType::ALLGATHER, flatten(outs), [&](Staged& s) {
       auto hi = map_in(ins, s);
@@ -367,6 +368,7 @@ class ProcessGroupTpu : public c10d::Backend {
 
   WorkPtr gather(std::vector<std::vector<at::Tensor>>& outs, std::vector<at::Tensor>& ins,
                  const c10d::GatherOptions& o) override {
+    if (rank_ == o.rootRank) check_lists("gather", outs, ins.size());
     agree(kGather, ins, {});
     return run(OpType::GATHER, flatten(outs), [&](Staged& s) {
       auto hi = map_in(ins, s);
@@ -377,6 +379,7 @@ class ProcessGroupTpu : public c10d::Backend {
 
   WorkPtr scatter(std::vector<at::Tensor>& outs, std::vector<std::vector<at::Tensor>>& ins,
                   const c10d::ScatterOptions& o) override {
+    if (rank_ == o.rootRank) check_lists("scatter", ins, outs.size());
     agree(kScatter, outs, {});
     return run(OpType::SCATTER, outs, [&](Staged& s) {
       std::vector<std::vector<at::Tensor>> hi;
@@ -388,6 +391,7 @@ class ProcessGroupTpu : public c10d::Backend {
 
   WorkPtr reduce_scatter(std::vector<at::Tensor>& outs, std::vector<std::vector<at::Tensor>>& ins,
                          const c10d::ReduceScatterOptions& o) override {
+    check_lists("reduce_scatter", ins, outs.size());
     agree(kReduceScatter, outs, flatten(ins));
     return run(OpType::REDUCE_SCATTER, outs, [&](Staged& s) {
       std::vector<std::vector<at::Tensor>> hi;
@@ -436,6 +440,9 @@ class ProcessGroupTpu : public c10d::Backend {
 
   WorkPtr alltoall(std::vector<at::Tensor>& outs, std::vector<at::Tensor>& ins,
                    const c10d::AllToAllOptions& o) override {
+    TORCH_CHECK_VALUE(static_cast<int>(outs.size()) == size_ && static_cast<int>(ins.size()) == size_,
+                      "all_to_all: the output and input lists must have one tensor per rank (", size_,
+                      "), got ", outs.size(), " and ", ins.size());
     return run(OpType::ALLTOALL, outs, [&](Staged& s) {
       auto hi = map_in(ins, s);
       auto ho = map_out(outs, s);
@@ -506,6 +513,15 @@ class ProcessGroupTpu : public c10d::Backend {
     std::vector<std::vector<at::Tensor>> r;
     for (const auto& l : ls) r.push_back(map_out(l, s));
     return r;
+  }
+
+  // A list per input tensor (or output) must hold one tensor per rank: a local
+  // ValueError, before anything is sent.
+  void check_lists(const char* op, const std::vector<std::vector<at::Tensor>>& ls, size_t n) {
+    TORCH_CHECK_VALUE(ls.size() == n, op, ": expected ", n, " tensor lists, got ", ls.size());
+    for (const auto& l : ls)
+      TORCH_CHECK_VALUE(static_cast<int>(l.size()) == size_, op, ": the tensor list must have one tensor per rank (",
+                        size_, "), got ", l.size());
   }
 
   static bool has_premul(const c10d::ReduceOp& op) { return op.op_ == c10d::ReduceOp::PREMUL_SUM; }
