@@ -116,3 +116,9 @@ def test_fault_raises_within_timeout(case, words):
     kind = raised(outs[0])
     assert kind and kind[0] in ("RuntimeError", "DistBackendError"), outs[0][-3000:]
     assert any(w in kind[1] for w in words), kind[1]
+
+
+def test_compiled_collectives_ddp_fsdp2_equal_eager():
+    rc, out = torchrun("compiled.py", 2, 500)
+    assert rc == 0, out[-6000:]
+    assert out.count("compiled checks done, 0 failures") == 2, out[-3000:]
