@@ -122,3 +122,18 @@ def test_compiled_collectives_ddp_fsdp2_equal_eager():
     rc, out = torchrun("compiled.py", 2, 500)
     assert rc == 0, out[-6000:]
     assert out.count("compiled checks done, 0 failures") == 2, out[-3000:]
+
+
+def test_dtensor_2x2_mesh():
+    rc, out = torchrun("dtensor.py", 4, 500)
+    assert rc == 0, out[-6000:]
+    assert out.count("dtensor checks done, 0 failures") == 4, out[-3000:]
+
+
+def test_debug_detail_wraps_backend():
+    """TORCH_DISTRIBUTED_DEBUG=DETAIL wraps tpu_dist in PyTorch's checking
+    wrapper (it needs sequence numbers): its own mismatch error comes first."""
+    rcs, outs = launch("errors.py", 2, 120, "shape", env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
+    for out in outs:
+        kind = raised(out)
+        assert kind and "Detected mismatch between collectives" in kind[1], out[-3000:]
