@@ -50,6 +50,7 @@ from . import _decomp  # noqa: E402
 from . import _meta  # noqa: E402,F401
 from . import _flex  # noqa: E402
 from . import _reductions  # noqa: E402
+from . import _distributed  # noqa: E402
 
 _C._set_decomposer(_decomp.run)
 
@@ -74,6 +75,7 @@ def _route_inductor():
 _route_inductor()
 _flex.enable()
 _reductions.enable()
+_distributed.enable()
 if os.environ.get("TORCHTPU_DUMP_DIR"):
     _C._set_dump_dir(os.environ["TORCHTPU_DUMP_DIR"])
 

@@ -411,6 +411,13 @@ typedef struct {
   size_t struct_size;
   PJRT_Extension_Base *extension_start;
   PJRT_Buffer *buffer;
+  uintptr_t buffer_pointer; /* out */
+} PJRT_Buffer_UnsafePointer_Args;
+
+typedef struct {
+  size_t struct_size;
+  PJRT_Extension_Base *extension_start;
+  PJRT_Buffer *buffer;
   size_t on_device_size_in_bytes; /* out */
 } PJRT_Buffer_OnDeviceSizeInBytes_Args;
 

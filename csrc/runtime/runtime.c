@@ -550,6 +550,20 @@ tpu_status_t tpu_buffer_await(tpu_runtime *rt, tpu_buffer *buf) {
   return event_await(rt->api, a.event, "computing a tensor");
 }
 
+tpu_status_t tpu_buffer_host_pointer(tpu_runtime *rt, tpu_buffer *buf, void **out_ptr) {
+  *out_ptr = NULL;
+  if (buf == NULL) return tpu_status_new(TPU_ERR_VALUE, "the host address of a NULL device buffer");
+  if (strcmp(tpu_runtime_platform_name(rt), "cpu") != 0 || !TPU_PJRT_HAS(rt->api, PJRT_Buffer_UnsafePointer))
+    return tpu_status_new(TPU_ERR_UNAVAILABLE, "device memory is not host memory on this platform");
+  PJRT_Buffer_UnsafePointer_Args a = {
+      .struct_size = TPU_PJRT_SIZE(PJRT_Buffer_UnsafePointer_Args, buffer_pointer),
+      .buffer = (PJRT_Buffer *)buf,
+  };
+  TPU_RETURN_IF_ERROR(CALL(rt->api, PJRT_Buffer_UnsafePointer, &a, "finding a tensor's host memory"));
+  *out_ptr = (void *)a.buffer_pointer;
+  return NULL;
+}
+
 void tpu_buffer_destroy(tpu_runtime *rt, tpu_buffer *buf) {
   if (buf == NULL) return;
   PJRT_Buffer_Destroy_Args a = {.struct_size = TPU_PJRT_SIZE(PJRT_Buffer_Destroy_Args, buffer),

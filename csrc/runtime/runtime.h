@@ -101,6 +101,12 @@ tpu_status_t tpu_buffer_to_host(tpu_runtime *rt, tpu_buffer *buf, void *dst,
                                 size_t size) TPU_MUST_USE;
 /* Waits until |buf| is computed; returns the computation's error if any. */
 tpu_status_t tpu_buffer_await(tpu_runtime *rt, tpu_buffer *buf) TPU_MUST_USE;
+/* The host address of |buf|'s bytes (dense, row-major), valid while |buf|
+ * lives, where the plugin keeps device memory in host memory (the CPU
+ * plugin); TPU_ERR_UNAVAILABLE elsewhere. Read it after tpu_buffer_await;
+ * write it only while nothing has read |buf| (PJRT takes buffers as
+ * immutable): the distributed backend writes results there in place. */
+tpu_status_t tpu_buffer_host_pointer(tpu_runtime *rt, tpu_buffer *buf, void **out_ptr) TPU_MUST_USE;
 /* Releases |buf| (NULL is fine). Pending computations that read it finish. */
 void tpu_buffer_destroy(tpu_runtime *rt, tpu_buffer *buf);
 

@@ -19,6 +19,7 @@ using namespace torchtpu;
 
 namespace torchtpu {
 void bind_graph(py::module& m);  // graph.cpp
+void init_distributed(py::module& m);  // distributed.cpp
 }
 
 namespace {
@@ -144,4 +145,5 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_unregistered_rules", []() { return unregistered_rule_names(); });
   bind_graph(m);
+  init_distributed(m);
 }

@@ -39,6 +39,7 @@ SIZE(PJRT_Executable_DeserializeAndLoad_Args, PJRT_Executable_DeserializeAndLoad
 SIZE(PJRT_Buffer_Destroy_Args, PJRT_Buffer_Destroy_Args, buffer)
 SIZE(PJRT_Buffer_ToHostBuffer_Args, PJRT_Buffer_ToHostBuffer_Args, event)
 SIZE(PJRT_Buffer_ReadyEvent_Args, PJRT_Buffer_ReadyEvent_Args, event)
+SIZE(PJRT_Buffer_UnsafePointer_Args, PJRT_Buffer_UnsafePointer_Args, buffer_pointer)
 FIELD(PJRT_NamedValue, PJRT_NamedValue, type)
 FIELD(PJRT_NamedValue, PJRT_NamedValue, int64_value)
 FIELD(PJRT_Client_Create_Args, PJRT_Client_Create_Args, client)

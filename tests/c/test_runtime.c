@@ -96,6 +96,34 @@ static void test_roundtrip_and_zero_size(void) {
   tpu_status_free(st);
 }
 
+/* The distributed backend reads and writes buffers through their host
+ * address on the CPU plugin: the bytes are the tensor's, row-major, and a
+ * write into a buffer nothing has read yet is what a later read sees. */
+static void test_host_pointer(void) {
+  float x[6] = {1, 2, 3, 4, 5, 6}, y[6] = {0};
+  int64_t dims[2] = {2, 3};
+  tpu_buffer *buf = NULL;
+  void *p = NULL;
+  CHECK_OK(tpu_buffer_from_host(rt, 0, x, TPU_F32, dims, 2, &buf));
+  CHECK_OK(tpu_buffer_await(rt, buf));
+  CHECK_OK(tpu_buffer_host_pointer(rt, buf, &p));
+  CHECK(p != NULL && memcmp(p, x, sizeof x) == 0);
+  tpu_buffer_destroy(rt, buf);
+
+  tpu_buffer *fresh = NULL;
+  CHECK_OK(tpu_buffer_uninitialized(rt, 0, TPU_F32, dims, 2, &fresh));
+  CHECK_OK(tpu_buffer_await(rt, fresh));
+  CHECK_OK(tpu_buffer_host_pointer(rt, fresh, &p));
+  memcpy(p, x, sizeof x);
+  CHECK_OK(tpu_buffer_to_host(rt, fresh, y, sizeof y));
+  CHECK(memcmp(x, y, sizeof x) == 0);
+  tpu_buffer_destroy(rt, fresh);
+
+  tpu_status_t st = tpu_buffer_host_pointer(rt, NULL, &p);
+  CHECK(st != NULL && p == NULL);
+  tpu_status_free(st);
+}
+
 static void test_compile_error_is_status(void) {
   tpu_executable *exe = NULL;
   const char *bad = "module { func.func public @main() -> () { \"stablehlo.nonsense\"() : () -> () } }";
@@ -406,6 +434,7 @@ int main(int argc, char **argv) {
   if (rt == NULL) return 1;
   RUN(test_client);
   RUN(test_roundtrip_and_zero_size);
+  RUN(test_host_pointer);
   RUN(test_compile_error_is_status);
   RUN(test_execute_and_serialize);
   RUN(test_donation);
