@@ -151,6 +151,7 @@ at::Tensor host_in(const at::Tensor& t0, Staged& s) {
   s.keep.push_back(t);
   auto it = s.fresh.find(box);
   if (it != s.fresh.end()) return view_at(it->second, t);
+  TPU_CHECK(tpu_storage_settle(box, TPU_CUT_HOST_READ));  // fused eager's recorded ops on it run first
   if (box->buf == nullptr) TPU_CHECK(tpu_storage_materialize(box, to_tpu(t.scalar_type())));
   TPU_CHECK(tpu_buffer_await(runtime(), box->buf));
   return view_at(host_address(box->buf), t);
@@ -168,6 +169,7 @@ at::Tensor host_out(const at::Tensor& t, Staged& s, bool keep = true) {
   s.keep.push_back(t);
   auto it = s.fresh.find(box);
   if (it != s.fresh.end()) return view_at(it->second, t);
+  TPU_CHECK(tpu_storage_settle(box, TPU_CUT_HOST_WRITE));
   tpu_runtime* rt = runtime();
   bool whole = t.is_contiguous() && t.storage_offset() == 0 &&
                t.numel() * static_cast<int64_t>(t.element_size()) == box->nbytes;
