@@ -389,8 +389,7 @@ tpu_status_t tpu_eager_run(tpu_eager_entry *e, const tpu_eager_call *call, tpu_s
       e = again;
     }
   }
-  tpu_stats_add(TPU_STAT_OPS, 1);
-  tpu_status_t st = tpu_eager_execute_raw(e, call, new_outputs);
+  tpu_status_t st = tpu_eager_execute(e, call, new_outputs);
   if (st == NULL && mode == TPU_EAGER_BLOCKING) st = tpu_runtime_synchronize(g_rt, call->device);
   tpu_eager_entry_release(again);
   return st;
@@ -546,8 +545,7 @@ tpu_status_t tpu_eager_compile(const tpu_eager_call *call, const tpu_eager_out_m
     st = tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
     goto done;
   }
-  tpu_strbuf key = t_key; /* the cache may compile nothing, but keep the scratch buffer aside anyway */
-  *out_entry = tpu_eager_cache_insert(e, key.data, key.len, h);
+  *out_entry = tpu_eager_cache_insert(e, t_key.data, t_key.len, h);
   e = NULL;
   if (*out_entry == NULL) st = tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
 done:

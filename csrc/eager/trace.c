@@ -250,7 +250,7 @@ static bool copy_arg(tpu_eager_arg *dst, const tpu_eager_arg *src) {
   }
 }
 
-/* Call |i| as strict eager would run it. */
+/* Recorded call |r| as strict eager would run it. */
 static tpu_eager_call rec_call(const rec *r) {
   tpu_eager_call c = {
       .op = r->op,
@@ -480,8 +480,7 @@ tpu_status_t tpu_trace_record(tpu_eager_entry *e, const tpu_eager_call *call, tp
   const bool rng = tpu_eager_entry_uses_rng(e);
   if (rng && op->num_item_args > 0) { /* items draw states strict mixes per item: run it as strict does */
     TPU_RETURN_IF_ERROR(tpu_trace_settle_call(call, TPU_CUT_CHECK));
-    tpu_stats_add(TPU_STAT_OPS, 1);
-    return tpu_eager_execute_raw(e, call, new_outputs);
+    return tpu_eager_execute(e, call, new_outputs);
   }
   pthread_mutex_lock(&g.lock);
   tpu_status_t st = NULL;
@@ -528,8 +527,7 @@ tpu_status_t tpu_trace_record(tpu_eager_entry *e, const tpu_eager_call *call, tp
   if (!ok) { /* what is held stays held until the next cut; this call runs now */
     pthread_mutex_unlock(&g.lock);
     TPU_RETURN_IF_ERROR(tpu_eager_flush(TPU_CUT_OTHER));
-    tpu_stats_add(TPU_STAT_OPS, 1);
-    return tpu_eager_execute_raw(e, call, new_outputs);
+    return tpu_eager_execute(e, call, new_outputs);
   }
   if (rng) {
     r->rng = g.num_rng++;

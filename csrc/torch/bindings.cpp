@@ -42,6 +42,14 @@ py::dict info() {
   return d;
 }
 
+// The per-op counters of |kind| as a dict (name -> count).
+py::dict op_counts(tpu_op_counter_kind_t kind) {
+  py::dict out;
+  tpu_stats_op_each(
+      kind, [](void* ctx, const char* name, uint64_t count) { (*static_cast<py::dict*>(ctx))[name] = count; }, &out);
+  return out;
+}
+
 py::dict stats() {
   py::dict d;
   for (int c = 0; c < TPU_STAT_COUNT_; c++) {
@@ -49,24 +57,9 @@ py::dict stats() {
     if (counter == TPU_STAT_COMPILE_NS) d["compile_seconds"] = tpu_stats_get(counter) / 1e9;
     else d[tpu_stats_name(counter)] = tpu_stats_get(counter);
   }
-  py::dict fallbacks;
-  tpu_stats_op_each(
-      TPU_OPSTAT_FALLBACK,
-      [](void* ctx, const char* name, uint64_t count) { (*static_cast<py::dict*>(ctx))[name] = count; },
-      &fallbacks);
-  d["fallbacks"] = fallbacks;
-  py::dict decompositions;
-  tpu_stats_op_each(
-      TPU_OPSTAT_DECOMPOSITION,
-      [](void* ctx, const char* name, uint64_t count) { (*static_cast<py::dict*>(ctx))[name] = count; },
-      &decompositions);
-  d["decompositions"] = decompositions;
-  py::dict cuts;
-  tpu_stats_op_each(
-      TPU_OPSTAT_CUT,
-      [](void* ctx, const char* name, uint64_t count) { (*static_cast<py::dict*>(ctx))[name] = count; },
-      &cuts);
-  d["cuts"] = cuts;
+  d["fallbacks"] = op_counts(TPU_OPSTAT_FALLBACK);
+  d["decompositions"] = op_counts(TPU_OPSTAT_DECOMPOSITION);
+  d["cuts"] = op_counts(TPU_OPSTAT_CUT);
   d["cached_programs"] = tpu_eager_cache_size();
   return d;
 }
