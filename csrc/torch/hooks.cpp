@@ -2,11 +2,30 @@
 // queries that PyTorch makes through the accelerator interface.
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 
+#include "base/pinned.h"
 #include "torch/generator.h"
 #include "torch/tpu_torch.h"
 
 namespace torchtpu {
 namespace {
+
+void free_pinned(void* block) { tpu_pinned_free(block); }
+
+// pin_memory() for tpu (a tensor's, DataLoader's pin thread's): CPU memory
+// from base/pinned.c, which is_pinned() then recognises, as CUDA's host
+// allocator's blocks are. On the CPU plugin device memory is host memory, so
+// the block is ordinary page-aligned memory with nothing to lock.
+struct PinnedAllocator final : public c10::Allocator {
+  c10::DataPtr allocate(size_t nbytes) override {
+    void* block = tpu_pinned_alloc(nbytes);
+    TORCH_CHECK_WITH(OutOfMemoryError, block != nullptr, "tpu: out of host memory pinning ", nbytes, " bytes");
+    return c10::DataPtr(block, block, &free_pinned, c10::Device(c10::DeviceType::CPU));
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &free_pinned; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
+};
+
+PinnedAllocator g_pinned;
 
 struct TpuHooks final : public at::PrivateUse1HooksInterface {
   bool isBuilt() const override { return true; }
@@ -24,8 +43,8 @@ struct TpuHooks final : public at::PrivateUse1HooksInterface {
   at::Device getDeviceFromPtr(void*) const override {
     return at::Device(c10::DeviceType::PrivateUse1, current_device());
   }
-  bool isPinnedPtr(const void*) const override { return false; }
-  c10::Allocator* getPinnedMemoryAllocator() const override { return at::getCPUAllocator(); }
+  bool isPinnedPtr(const void* ptr) const override { return tpu_pinned_contains(ptr); }
+  c10::Allocator* getPinnedMemoryAllocator() const override { return &g_pinned; }
 
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
     tpu_storage* old = storage_of(storage);
