@@ -186,3 +186,43 @@ def test_convolution_output_layout_is_the_cpus(compiled, case):
     torch.testing.assert_close(got.cpu(), expected, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(tconv.weight.grad.cpu(), conv.weight.grad, rtol=1e-4, atol=1e-4)
     assert tconv.weight.grad.stride() == conv.weight.grad.stride()
+
+
+_COMPILES = ("import torch, torchtpu\n"
+             "x = torch.randn(16, 16, device='tpu')\n"
+             "for f in (torch.sin, torch.cos, torch.exp):\n"
+             "    x = f(x)\n"
+             "x.sum().item()\n"
+             "print(torchtpu.stats()['cache_misses'], torchtpu.stats()['cache_loads'])\n")
+
+
+def _progress_run(tmp_path, setting):
+    env = dict(os.environ, TORCHTPU_CACHE_DIR=str(tmp_path / "cache"))
+    env.pop("TORCHTPU_PROGRESS", None)
+    if setting is not None:
+        env["TORCHTPU_PROGRESS"] = setting
+    return subprocess.run([sys.executable, "-c", _COMPILES], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_progress_line_reports_a_burst_of_compiles(tmp_path):
+    """TORCHTPU_PROGRESS=<seconds>: the note once a burst has run that long; at
+    exit the burst's summary, counting programs compiled and loaded."""
+    for run in range(2):  # cold, then every program from the disk cache
+        r = _progress_run(tmp_path, "0.000001")
+        assert r.returncode == 0, r.stderr
+        misses, loads = map(int, r.stdout.split())
+        assert (misses > 0 and loads == 0) if run == 0 else (misses == 0 and loads > 0)
+        summary = [line for line in r.stderr.splitlines() if line.startswith("torchtpu: compiled")]
+        assert len(summary) == 1, r.stderr
+        n = misses + loads
+        expected = f"torchtpu: compiled {n} programs in "
+        assert summary[0].startswith(expected), r.stderr
+        assert summary[0].endswith(" s" if run == 0 else f" s ({loads} loaded from the disk cache)"), r.stderr
+
+
+def test_progress_line_is_off_without_a_terminal_or_when_asked(tmp_path):
+    for setting in (None, "0"):  # stderr is a pipe here
+        r = _progress_run(tmp_path, setting)
+        assert r.returncode == 0 and "torchtpu: compil" not in r.stderr, r.stderr
+    r = _progress_run(tmp_path, "often")
+    assert r.returncode != 0 and "TORCHTPU_PROGRESS='often': expected 0, 1 or a number of seconds" in r.stderr
