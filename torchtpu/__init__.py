@@ -12,7 +12,10 @@ hand-written kernels programs call: 1 all, 0 none, or names such as
 "attention,matmul"; XLA's composites do the rest, for A/B comparisons),
 TORCHTPU_EAGER (strict | fused | blocking: how eager ops run, see
 eager_mode), TORCHTPU_FUSED_MAX_OPS (the most ops one fused program records,
-default 512).
+default 512),
+TORCHTPU_PROGRESS (the compile progress line on stderr: 1 on, 0 off, or the
+seconds a burst of compiles runs before it shows; default on, after 1 s, when
+stderr is a terminal).
 """
 import atexit
 import os
@@ -51,6 +54,7 @@ from . import _meta  # noqa: E402,F401
 from . import _flex  # noqa: E402
 from . import _reductions  # noqa: E402
 from . import _distributed  # noqa: E402
+from . import _dlpack  # noqa: E402
 
 _C._set_decomposer(_decomp.run)
 
@@ -76,8 +80,27 @@ _route_inductor()
 _flex.enable()
 _reductions.enable()
 _distributed.enable()
+_dlpack.enable()
 if os.environ.get("TORCHTPU_DUMP_DIR"):
     _C._set_dump_dir(os.environ["TORCHTPU_DUMP_DIR"])
+
+
+def _start_progress():
+    """The progress line of long compiles (progress.cpp), when TORCHTPU_PROGRESS
+    or a terminal on stderr asks for it."""
+    setting = os.environ.get("TORCHTPU_PROGRESS", "").strip()
+    tty = os.isatty(2)
+    try:
+        delay = 1.0 if setting in ("", "1") else float(setting)
+    except ValueError:
+        raise ValueError(f"TORCHTPU_PROGRESS={setting!r}: expected 0, 1 or a number of seconds") from None
+    if delay <= 0 or (setting == "" and not tty):
+        return
+    _C._progress_start(delay, tty)
+    atexit.register(_C._progress_finish)
+
+
+_start_progress()
 
 
 def _settle_autograd_threads():
@@ -103,6 +126,14 @@ def _settle_autograd_threads():
 
 
 atexit.register(_settle_autograd_threads)
+
+
+def _autoload():
+    """PyTorch's device-backend autoload entry point (the "torch.backends"
+    group in pyproject.toml): `import torch` imports this package, whose
+    import is all the set-up, so there is nothing left to do here. A missing
+    PJRT plugin does not fail the import: it is reported when tpu is first
+    used, as without autoload."""
 
 
 def stats():

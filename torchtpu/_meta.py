@@ -39,6 +39,14 @@ gives one sample (a 1-D target) an unreduced loss of size [1]; the CPU
 kernel's is 0-dim, as every other loss's. Its shape checks run first here,
 with the kernel's messages. (Compiled graphs run the
 decomposition above autograd, as they do on the CPU.)
+
+Convolutions: PyTorch's CPU kernels give a channels-last result (and input
+and weight gradients) when the input or the weight is channels-last; CUDA's
+cuDNN does too. The meta function answers contiguous for every device, and
+FakeTensor's convolution asks ATen which backend would run, which for a
+PrivateUse1 device is "Overrideable", laid out contiguous. tpu follows the
+CPU: in eager through its meta functions (csrc/torch/meta.cpp), in compiled
+graphs through FakeTensor's convolution, wrapped here for tpu tensors.
 """
 import torch
 import torch._decomp
@@ -318,3 +326,45 @@ def _repair_cumulative_rank():
 
 
 _repair_cumulative_rank()
+
+
+def _channels_last_format(input, weight):
+    """The CPU's layout for a convolution of |input| and |weight|: None for
+    contiguous (meta.cpp's cpu_conv_format)."""
+    from torch._prims_common import suggest_memory_format
+    if weight.dim() not in (4, 5):
+        return None
+    cl = torch.channels_last if weight.dim() == 4 else torch.channels_last_3d
+    return cl if cl in (suggest_memory_format(input), suggest_memory_format(weight)) else None
+
+
+def _repair_fake_convolution_layout():
+    from torch._subclasses import fake_impls
+    ops = (torch.ops.aten.convolution.default, torch.ops.aten.convolution_backward.default)
+    table = getattr(fake_impls, "op_implementations_dict", None)
+    if table is None or any(op not in table or getattr(table[op], "_torchtpu", False) for op in ops):
+        return
+    for op in ops:
+        fake_conv = table[op]
+
+        def conv(fake_mode, func, *args, _fake_conv=fake_conv, **kwargs):
+            out = _fake_conv(fake_mode, func, *args, **kwargs)
+            first = out if isinstance(out, torch.Tensor) else out[0]
+            if first is None or first.fake_device.type != "tpu":
+                return out
+            at = 0 if func is ops[0] else 1  # convolution_backward's grad_output comes first
+            input = args[at] if len(args) > at else kwargs["input"]
+            weight = args[at + 1] if len(args) > at + 1 else kwargs["weight"]
+            fmt = _channels_last_format(input, weight)
+            if fmt is None:
+                return out
+            with fake_mode:
+                if isinstance(out, torch.Tensor):
+                    return out.contiguous(memory_format=fmt)
+                return tuple(t if t is None or i == 2 else t.contiguous(memory_format=fmt) for i, t in enumerate(out))
+
+        conv._torchtpu = True
+        table[op] = conv
+
+
+_repair_fake_convolution_layout()

@@ -210,6 +210,67 @@ def reset_max_memory_allocated(device=None):
     reset_peak_memory_stats(device)
 
 
+def _format_bytes(n):
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 10240 or unit == "TiB":
+            return f"{n:6d} {unit:<3}"
+        n //= 1024
+
+
+def _format_count(n):
+    return f"{n:6d}    " if abs(n) < 750_000 else f"{n // 1000:6d} K  "
+
+
+def memory_summary(device=None, abbreviated=False):
+    """A printable table of the device's allocator statistics, laid out as
+    torch.cuda.memory_summary's: current, peak, total allocated and freed
+    bytes and counts of live tensor storages, per pool (small: under 1 MiB)
+    unless |abbreviated|. Every storage is its own PJRT buffer and nothing is
+    cached, so reserved equals allocated and no memory is non-releasable."""
+    index = _index(device)
+    stats = memory_stats(index)
+    rule = "=" * 75
+    lines = [rule, f"{f'torchtpu memory summary, device ID {index}':^75}", rule,
+             "        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  "]
+    metrics = [("allocated_bytes", "Allocated memory", _format_bytes),
+               ("active_bytes", "Active memory", _format_bytes),
+               ("requested_bytes", "Requested memory", _format_bytes),
+               ("reserved_bytes", "Reserved memory", _format_bytes),
+               ("allocation", "Allocations", _format_count),
+               ("active", "Active allocs", _format_count),
+               ("segment", "Device buffers", _format_count)]
+    pools = [("all", None), ("large_pool", "      from large pool"), ("small_pool", "      from small pool")]
+    for key, name, fmt in metrics:
+        lines.append("-" * 75)
+        for pool, label in pools[:1] if abbreviated else pools:
+            cells = [fmt(stats.get(f"{key}.{pool}.{field}", 0)) for field in ("current", "peak", "allocated", "freed")]
+            lines.append(f" {(label or name)[:21]:<21} | " + " | ".join(cells) + " ")
+    lines.append(rule)
+    return "|" + "|\n|".join(lines) + "|\n"
+
+
+def memory_snapshot(device=None):
+    """The live tensor storages, as torch.cuda.memory_snapshot() lists its
+    segments: one dict per storage (each is one PJRT buffer: one segment, one
+    active block), oldest first, with "device", "address" (the storage's
+    data_ptr), "total_size", "allocated_size", "active_size",
+    "requested_size", "stream" (0), "segment_type" ("small" under 1 MiB,
+    else "large") and "blocks". A storage whose buffer has not been written
+    yet counts its bytes, as memory_allocated does; its segment's
+    "materialized" is False. All devices when |device| is None."""
+    segments = []
+    for index in (range(device_count()) if device is None else [_index(device)]):
+        for address, nbytes, has_buffer in _C._live_storages(index):
+            block = {"address": address, "size": nbytes, "requested_size": nbytes, "frames": [],
+                     "state": "active_allocated"}
+            segments.append({"device": index, "address": address, "total_size": nbytes,
+                             "allocated_size": nbytes, "active_size": nbytes, "requested_size": nbytes,
+                             "stream": 0, "segment_type": "small" if nbytes < 2**20 else "large",
+                             "segment_pool_id": (0, 0), "is_expandable": False, "frames": [],
+                             "blocks": [block], "materialized": has_buffer})
+    return segments
+
+
 def empty_cache():
     """Nothing to release: freed tensors return their memory to PJRT at once."""
 

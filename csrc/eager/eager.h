@@ -50,6 +50,7 @@ typedef struct tpu_storage {
    * PyTorch let go of it while it was (the trace frees it). */
   int traced;
   bool dropped;
+  struct tpu_storage *live_prev, *live_next; /* the live list (storage.c), for memory snapshots */
 } tpu_storage;
 
 /* A tensor argument. */
@@ -235,6 +236,10 @@ typedef struct tpu_memory_stat {
   int64_t current, peak, allocated, freed;
 } tpu_memory_stat;
 void tpu_storage_memory(int device, int pool, tpu_memory_stat *out_bytes, tpu_memory_stat *out_count);
+/* Calls |fn| for every live storage of |device| (-1: all) with its address,
+ * bytes and whether it has a buffer yet, in the order they were made, under
+ * the live list's lock: |fn| must not make or free storages. */
+void tpu_storage_each_live(int device, void (*fn)(void *ctx, const tpu_storage *s), void *ctx);
 /* Peaks back to the live values, and/or the made/freed totals to zero. */
 void tpu_storage_reset_memory(int device, bool peak, bool accumulated);
 /* Replaces the buffer, of type |type| (the old one is released; pending

@@ -1,4 +1,5 @@
 /* Storage boxes: the device buffer behind a PyTorch storage (see eager.h). */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,14 +37,31 @@ static void count(int device, int64_t nbytes, int sign) {
   }
 }
 
+/* Every live storage, oldest first, for torch.tpu.memory_snapshot(). */
+static pthread_mutex_t g_live_lock = PTHREAD_MUTEX_INITIALIZER;
+static tpu_storage *g_live_head, *g_live_tail;
+
 tpu_storage *tpu_storage_new(int device, int64_t nbytes) {
   tpu_storage *s = calloc(1, sizeof *s);
   if (s != NULL) {
     s->nbytes = nbytes;
     s->device = device;
     count(device, nbytes, 1);
+    pthread_mutex_lock(&g_live_lock);
+    s->live_prev = g_live_tail;
+    if (g_live_tail != NULL) g_live_tail->live_next = s;
+    else g_live_head = s;
+    g_live_tail = s;
+    pthread_mutex_unlock(&g_live_lock);
   }
   return s;
+}
+
+void tpu_storage_each_live(int device, void (*fn)(void *ctx, const tpu_storage *s), void *ctx) {
+  pthread_mutex_lock(&g_live_lock);
+  for (const tpu_storage *s = g_live_head; s != NULL; s = s->live_next)
+    if (device < 0 || s->device == device) fn(ctx, s);
+  pthread_mutex_unlock(&g_live_lock);
 }
 
 void tpu_storage_destroy(tpu_storage *s) {
@@ -55,6 +73,12 @@ bool tpu_trace_drop(tpu_storage *s); /* trace.c */
 
 void tpu_storage_free(tpu_storage *s) {
   if (s == NULL) return;
+  pthread_mutex_lock(&g_live_lock);
+  if (s->live_prev != NULL) s->live_prev->live_next = s->live_next;
+  else g_live_head = s->live_next;
+  if (s->live_next != NULL) s->live_next->live_prev = s->live_prev;
+  else g_live_tail = s->live_prev;
+  pthread_mutex_unlock(&g_live_lock);
   count(s->device, s->nbytes, -1);
   /* A storage a recorded call uses is freed by its trace. */
   if (__atomic_load_n(&s->traced, __ATOMIC_ACQUIRE) && tpu_trace_drop(s)) return;

@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <utime.h>
 
+#include "base/progress.h"
 #include "base/stats.h"
 #include "base/strbuf.h"
 
@@ -185,8 +186,8 @@ static void write_entry(const char *path, const char *bytes, size_t size) {
   pthread_mutex_unlock(&g_lock);
 }
 
-tpu_status_t tpu_compile_cached(tpu_runtime *rt, const char *mlir, size_t size, const tpu_compile_options *options,
-                                tpu_executable **out_exe, bool *out_loaded) {
+static tpu_status_t compile_cached(tpu_runtime *rt, const char *mlir, size_t size, const tpu_compile_options *options,
+                                   tpu_executable **out_exe, bool *out_loaded) {
   *out_exe = NULL;
   *out_loaded = false;
   /* In a forked child every load would fail and remove a good entry. */
@@ -228,4 +229,12 @@ tpu_status_t tpu_compile_cached(tpu_runtime *rt, const char *mlir, size_t size, 
   else tpu_status_free(st); /* a plugin that cannot serialize: no disk cache */
   free(ser);
   return NULL;
+}
+
+tpu_status_t tpu_compile_cached(tpu_runtime *rt, const char *mlir, size_t size, const tpu_compile_options *options,
+                                tpu_executable **out_exe, bool *out_loaded) {
+  tpu_progress_compile_begin();
+  tpu_status_t st = compile_cached(rt, mlir, size, options, out_exe, out_loaded);
+  tpu_progress_compile_end(*out_loaded);
+  return st;
 }

@@ -8,6 +8,7 @@
 #include "torch/tpu_torch.h"
 
 extern "C" {
+#include "base/pinned.h"
 #include "base/stats.h"
 #include "eager/eager.h"
 #include "kernels/kernels.h"
@@ -114,7 +115,18 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_info", &info);
   m.def("_stats", &stats);
+  m.def("_is_pinned", [](uintptr_t ptr) { return tpu_pinned_contains(reinterpret_cast<const void*>(ptr)); });
+  m.def("_live_storages", [](int device) {
+    // (address, bytes, has a buffer) of each live storage, oldest first.
+    std::vector<std::tuple<uintptr_t, int64_t, bool>> live;
+    tpu_storage_each_live(device, [](void* ctx, const tpu_storage* s) {
+      static_cast<decltype(live)*>(ctx)->emplace_back(reinterpret_cast<uintptr_t>(s), s->nbytes, s->buf != nullptr);
+    }, &live);
+    return live;
+  });
   m.def("_reset_stats", []() { tpu_stats_reset(); });
+  m.def("_progress_start", &progress_start);
+  m.def("_progress_finish", &progress_finish, py::call_guard<py::gil_scoped_release>());
   m.def("_set_fallback_mode", [](const std::string& mode) {
     if (mode == "warn") set_fallback_mode(FallbackMode::kWarn);
     else if (mode == "error") set_fallback_mode(FallbackMode::kError);

@@ -2,67 +2,30 @@
 // queries that PyTorch makes through the accelerator interface.
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 
-#include <mutex>
-#include <unordered_set>
-
+#include "base/pinned.h"
 #include "torch/generator.h"
 #include "torch/tpu_torch.h"
 
 namespace torchtpu {
 namespace {
 
-// "Pinned" host memory: ordinary host memory (a transfer reads any host
-// memory), remembered so that is_pinned() answers true for it, as PyTorch's
-// code expects of a tensor it made with pin_memory=True (DDP's
-// find_unused_parameters asserts it).
-class PinnedAllocator final : public c10::Allocator {
- public:
-  c10::DataPtr allocate(size_t n) override {
-    c10::DataPtr p = at::getCPUAllocator()->allocate(n);
-    void* data = p.get();
-    if (data == nullptr) return p;
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      live_.insert(data);
-    }
-    // The CPU allocator's deleter frees |data| itself; ours forgets it first.
-    c10::DeleterFnPtr inner = p.get_deleter();
-    void* ctx = p.release_context();
-    return {data, new Block{ctx, inner, data}, &PinnedAllocator::free_block, c10::Device(c10::kCPU)};
-  }
-  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
-  void copy_data(void* dst, const void* src, std::size_t n) const override { default_copy_data(dst, src, n); }
-  bool contains(const void* p) {
-    std::lock_guard<std::mutex> g(mu_);
-    return live_.count(p) != 0;
-  }
+void free_pinned(void* block) { tpu_pinned_free(block); }
 
- private:
-  struct Block {
-    void* ctx;
-    c10::DeleterFnPtr inner;
-    void* data;
-  };
-  static void free_block(void* b) {
-    auto* block = static_cast<Block*>(b);
-    {
-      std::lock_guard<std::mutex> g(instance().mu_);
-      instance().live_.erase(block->data);
-    }
-    if (block->inner != nullptr) block->inner(block->ctx);
-    delete block;
+// pin_memory() for tpu (a tensor's, DataLoader's pin thread's): CPU memory
+// from base/pinned.c, which is_pinned() then recognises, as CUDA's host
+// allocator's blocks are. On the CPU plugin device memory is host memory, so
+// the block is ordinary page-aligned memory with nothing to lock.
+struct PinnedAllocator final : public c10::Allocator {
+  c10::DataPtr allocate(size_t nbytes) override {
+    void* block = tpu_pinned_alloc(nbytes);
+    TORCH_CHECK_WITH(OutOfMemoryError, block != nullptr, "tpu: out of host memory pinning ", nbytes, " bytes");
+    return c10::DataPtr(block, block, &free_pinned, c10::Device(c10::DeviceType::CPU));
   }
-
- public:
-  static PinnedAllocator& instance() {
-    static PinnedAllocator* a = new PinnedAllocator();  // never destroyed: storages may outlive exit hooks
-    return *a;
-  }
-
- private:
-  std::mutex mu_;
-  std::unordered_set<const void*> live_;
+  c10::DeleterFnPtr raw_deleter() const override { return &free_pinned; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
 };
+
+PinnedAllocator g_pinned;
 
 struct TpuHooks final : public at::PrivateUse1HooksInterface {
   bool isBuilt() const override { return true; }
@@ -80,8 +43,8 @@ struct TpuHooks final : public at::PrivateUse1HooksInterface {
   at::Device getDeviceFromPtr(void*) const override {
     return at::Device(c10::DeviceType::PrivateUse1, current_device());
   }
-  bool isPinnedPtr(const void* p) const override { return PinnedAllocator::instance().contains(p); }
-  c10::Allocator* getPinnedMemoryAllocator() const override { return &PinnedAllocator::instance(); }
+  bool isPinnedPtr(const void* ptr) const override { return tpu_pinned_contains(ptr); }
+  c10::Allocator* getPinnedMemoryAllocator() const override { return &g_pinned; }
 
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
     tpu_storage* old = storage_of(storage);

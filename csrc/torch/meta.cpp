@@ -10,12 +10,25 @@
 
 namespace {
 
+// The layout of PyTorch's CPU convolutions (mkldnn's and the slow kernels):
+// channels-last results when the input or the weight is channels-last. The
+// meta function cannot tell the device and answers contiguous;
+// torchtpu/_meta.py gives compiled graphs the same rule.
+c10::MemoryFormat cpu_conv_format(const at::Tensor& input, const at::Tensor& weight) {
+  c10::MemoryFormat cl = weight.dim() == 4 ? c10::MemoryFormat::ChannelsLast : c10::MemoryFormat::ChannelsLast3d;
+  if ((weight.dim() == 4 || weight.dim() == 5) &&
+      (input.suggest_memory_format() == cl || weight.suggest_memory_format() == cl))
+    return cl;
+  return c10::MemoryFormat::Contiguous;
+}
+
 at::Tensor convolution_overrideable_meta(const at::Tensor& input, const at::Tensor& weight,
                                          const std::optional<at::Tensor>& bias, c10::SymIntArrayRef stride,
                                          c10::SymIntArrayRef padding, c10::SymIntArrayRef dilation, bool transposed,
                                          c10::SymIntArrayRef output_padding, c10::SymInt groups) {
   return at::convolution_symint(input, weight, bias, stride, padding, dilation, transposed, output_padding,
-                                std::move(groups));
+                                std::move(groups))
+      .contiguous(cpu_conv_format(input, weight));
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable_meta(
@@ -24,9 +37,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
     c10::SymInt groups, std::array<bool, 3> output_mask) {
   // The bias gradient has one element per output channel.
   c10::SymInt channels = grad_output.sym_size(1);
-  return at::convolution_backward_symint(grad_output, input, weight, c10::SymIntArrayRef(&channels, 1), stride,
-                                         padding, dilation, transposed, output_padding, std::move(groups),
-                                         output_mask);
+  auto grads = at::convolution_backward_symint(grad_output, input, weight, c10::SymIntArrayRef(&channels, 1), stride,
+                                               padding, dilation, transposed, output_padding, std::move(groups),
+                                               output_mask);
+  c10::MemoryFormat format = cpu_conv_format(input, weight);
+  for (at::Tensor* grad : {&std::get<0>(grads), &std::get<1>(grads)})
+    if (grad->defined()) *grad = grad->contiguous(format);
+  return grads;
 }
 
 // The margin losses' backwards have CPU and CUDA kernels but no meta

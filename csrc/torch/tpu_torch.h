@@ -47,6 +47,12 @@ bool runtime_started() noexcept;
 c10::DeviceIndex current_device();
 void set_current_device(c10::DeviceIndex index);
 
+// The compile progress line (progress.cpp): notes on stderr once a burst of
+// compiles has run |delay| seconds, overwriting one line on a terminal
+// (|tty|), else a line every few seconds; progress_finish ends it (at exit).
+void progress_start(double delay, bool tty);
+void progress_finish();
+
 tpu_dtype_t to_tpu(c10::ScalarType t);
 c10::ScalarType to_torch(tpu_dtype_t t);
 
