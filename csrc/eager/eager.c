@@ -12,6 +12,7 @@
 
 #include "base/stats.h"
 #include "base/strbuf.h"
+#include "base/trace.h"
 #include "eager/internal.h"
 #include "eager/program.h"
 
@@ -235,6 +236,7 @@ tpu_eager_entry *tpu_eager_lookup(const tpu_eager_call *call) {
       }
   pthread_mutex_unlock(&g_cache_lock);
   if (found != NULL) tpu_stats_add(TPU_STAT_CACHE_HITS, 1); /* misses count where programs compile */
+  if (found != NULL && tpu_trace_enabled()) tpu_trace_mark(TPU_TRACE_COMPILE, call->op->name, "hit");
   return found;
 }
 

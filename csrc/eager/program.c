@@ -610,6 +610,7 @@ tpu_status_t tpu_program_finish(tpu_program *p, tpu_eager_entry **out_entry) {
     tpu_compile_options options;
     tpu_compile_options_init(&options);
     options.max_rank = tpu_hlo_max_rank(b);
+    options.name = p->name;
     st = tpu_compile_cached(tpu_eager_runtime(), text, strlen(text), &options, &e->exe, &loaded);
     if (st != NULL) {
       st = tpu_status_annotate(st, "%s: compiling its program", p->name);
