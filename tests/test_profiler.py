@@ -51,7 +51,7 @@ def traced(tmp_path_factory):
         trace = json.load(f)
     ref = _model().cpu()
     ref_loss = _step(ref, x.cpu())
-    return dict(prof=prof, trace=trace["traceEvents"], before=before, after=after, kept=kept, loss=loss,
+    return dict(prof=prof, trace=trace["traceEvents"], meta=trace, before=before, after=after, kept=kept, loss=loss,
                 ref_loss=ref_loss)
 
 
@@ -188,3 +188,9 @@ def test_compile_kinds_cold_disk_and_warm(tmp_path):
     assert cold and all(k == "tpu::compile (miss)" for k in cold), cold
     assert loaded == ["tpu::compile (disk load)"] * len(cold), loaded
     assert warm == warm2 == ["tpu::compile (hit)"] * len(cold), (warm, warm2)
+
+
+def test_trace_metadata_names_the_device_timing(traced):
+    # The CPU plugin exports no PJRT profiler extension: device times are launch to completion.
+    assert traced["meta"]["tpu_device_timing"] == "program launch to completion event"
+    assert traced["meta"]["tpu_pjrt_profiler_extension"] == "absent"

@@ -927,6 +927,12 @@ tpu_status_t tpu_runtime_register_ffi(tpu_runtime *rt, const char *name, void *h
   return from_pjrt(rt->api, ffi->register_handler(&a), "registering an FFI handler");
 }
 
+bool tpu_runtime_has_profiler_extension(const tpu_runtime *rt) {
+  for (const PJRT_Extension_Base *e = rt->api->extension_start; e != NULL; e = e->next)
+    if (e->type == TPU_PJRT_EXTENSION_PROFILER) return true;
+  return false;
+}
+
 bool tpu_runtime_runs_small_programs_inline(const tpu_runtime *rt) {
   return strcmp(rt->platform_name, "cpu") == 0;
 }

@@ -83,6 +83,12 @@ void tpu_runtime_api_version(const tpu_runtime *rt, int *out_major, int *out_min
  * TPU_ERR_NOT_IMPLEMENTED when the plugin has no FFI extension we know. */
 tpu_status_t tpu_runtime_register_ffi(tpu_runtime *rt, const char *name, void *handler) TPU_MUST_USE;
 
+/* Whether the plugin exports PJRT's profiler extension
+ * (PJRT_Extension_Type_Profiler: the GPU plugin and libtpu do, the CPU plugin
+ * does not). Traces take device spans from completion events either way;
+ * the extension's own device trace (XSpace) is not collected. */
+bool tpu_runtime_has_profiler_extension(const tpu_runtime *rt);
+
 /* --- buffers -------------------------------------------------------------
  * Buffers are dense, row-major, with the given dims (rank may be 0; a zero
  * dim is allowed). */

@@ -12,6 +12,7 @@
 #include <string>
 #include <algorithm>
 #include <map>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -22,6 +23,7 @@
 #include <torch/csrc/profiler/standalone/privateuse1_profiler.h>
 
 #include "base/trace.h"
+#include "torch/tpu_torch.h"
 
 namespace torchtpu {
 namespace {
@@ -155,6 +157,19 @@ class TpuProfilerSession final : public libkineto::IActivityProfilerSession {
   }
 
   std::unique_ptr<libkineto::CpuTraceBuffer> getTraceBuffer() override { return std::move(buffer_); }
+
+  // Where device times come from, in the trace's metadata.
+  std::unordered_map<std::string, std::string> getMetadata() override {
+    std::string extension = "unknown (the runtime had not started)";
+    if (runtime_started()) {
+      try {
+        extension = tpu_runtime_has_profiler_extension(runtime()) ? "present, its device trace not collected" : "absent";
+      } catch (const std::exception&) {  // a forked child: no plugin calls
+      }
+    }
+    return {{"tpu_device_timing", "\"program launch to completion event\""},
+            {"tpu_pjrt_profiler_extension", "\"" + extension + "\""}};
+  }
 
   void pushCorrelationId(uint64_t id) override { tpu_trace_push_correlation(id); }
   void popCorrelationId() override { tpu_trace_pop_correlation(); }
