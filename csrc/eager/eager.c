@@ -12,6 +12,7 @@
 
 #include "base/stats.h"
 #include "base/strbuf.h"
+#include "base/profile.h"
 #include "eager/internal.h"
 #include "eager/program.h"
 
@@ -252,6 +253,7 @@ tpu_eager_entry *tpu_eager_lookup(const tpu_eager_call *call) {
   if (!key_of(call, &h)) return NULL;
   tpu_eager_entry *found = tpu_eager_cache_find(t_key.data, t_key.len, h);
   if (found != NULL) tpu_stats_add(TPU_STAT_CACHE_HITS, 1); /* misses count where programs compile */
+  if (found != NULL && tpu_profile_enabled()) tpu_profile_mark(TPU_PROFILE_COMPILE, call->op->name, "hit");
   return found;
 }
 

@@ -757,6 +757,7 @@ tpu_status_t tpu_program_finish(tpu_program *p, tpu_eager_entry **out_entry) {
       st = tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
       goto fail;
     }
+    e->options.name = e->name; /* names the program in profiler traces */
     if (p->lazy) {
       e->text = text; /* compiled when first run (fused eager records calls without running them) */
       text = NULL;

@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/profile.h"
 #include "base/stats.h"
 #include "base/strbuf.h"
 #include "eager/internal.h"
@@ -358,6 +359,11 @@ static void reset(bool loop) {
 static tpu_status_t flush_locked(tpu_cut_reason why) {
   if (g.n == 0) return NULL;
   tpu_stats_op_bump(TPU_OPSTAT_CUT, tpu_cut_reason_name(why));
+  if (tpu_profile_enabled()) {
+    char detail[64];
+    snprintf(detail, sizeof detail, "%s, %d ops", tpu_cut_reason_name(why), g.n);
+    tpu_profile_instant("fused eager cut", detail);
+  }
   tpu_stats_add(TPU_STAT_FUSED_PROGRAMS, 1);
   tpu_stats_max(TPU_STAT_FUSED_MAX_OPS, (uint64_t)g.n);
   for (int a = 0; a < g.num_args; a++)

@@ -16,6 +16,7 @@
 #include "base/progress.h"
 #include "base/stats.h"
 #include "base/strbuf.h"
+#include "base/profile.h"
 
 #define DEFAULT_MAX_BYTES ((int64_t)2 << 30)
 static const char kMagic[8] = {'T', 'P', 'U', 'X', 'E', 'X', 'E', '1'};
@@ -211,11 +212,15 @@ static tpu_status_t compile_cached(tpu_runtime *rt, const char *mlir, size_t siz
   entry_path(path, sizeof path, dir, mlir, size, same ? 0 : tpu_hash64(used.data, used.len, 17));
   tpu_strbuf_release(&used);
   size_t n = 0;
+  int64_t trace_start = tpu_profile_enabled() ? tpu_profile_now_ns() : 0;
   char *bytes = read_entry(path, &n);
   if (bytes != NULL) {
     tpu_status_t st = tpu_executable_deserialize(rt, bytes, n, out_exe);
     free(bytes);
     if (st == NULL) {
+      const char *name = options != NULL && options->name != NULL ? options->name : "program";
+      tpu_executable_set_name(*out_exe, name);
+      if (trace_start != 0) tpu_profile_span(TPU_PROFILE_COMPILE, name, "disk load", -1, trace_start, tpu_profile_now_ns());
       *out_loaded = true;
       return NULL;
     }

@@ -32,7 +32,8 @@ const char *tpu_compile_cache_dir(void);
 
 /* Compiles |mlir| with |options| (as tpu_executable_compile), or loads the
  * executable a previous compile of the same text stored. |*out_loaded| says
- * which happened (stats count compiles as cache misses and loads apart). */
+ * which happened (stats count compiles as cache misses and loads apart;
+ * traces record a load as a compile span "disk load"). */
 tpu_status_t tpu_compile_cached(tpu_runtime *rt, const char *mlir, size_t size, const tpu_compile_options *options,
                                 tpu_executable **out_exe, bool *out_loaded) TPU_MUST_USE;
 

@@ -40,7 +40,7 @@ typedef struct PJRT_Extension_Base {
 } PJRT_Extension_Base;
 
 /* PJRT_Extension_Type values we look for. */
-enum { TPU_PJRT_EXTENSION_FFI = 5 };
+enum { TPU_PJRT_EXTENSION_PROFILER = 1, TPU_PJRT_EXTENSION_FFI = 5 };
 
 /* The FFI extension (pjrt_c_api_ffi_extension.h). Its registration args lost
  * the |api_version| field before 0.81: this is the layout of 0.81 and later

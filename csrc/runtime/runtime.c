@@ -18,6 +18,7 @@
 
 #include "base/stats.h"
 #include "base/strbuf.h"
+#include "base/profile.h"
 #include "runtime/pjrt_api.h"
 
 #define TPU_MAX_DEVICES 64
@@ -49,6 +50,7 @@ struct tpu_runtime {
 struct tpu_executable {
   PJRT_LoadedExecutable *exe;
   size_t num_outputs;
+  char name[TPU_PROFILE_NAME_MAX];
 };
 
 /* Serialized xla.CompileOptionsProto: executable_build_options {num_replicas:
@@ -609,7 +611,7 @@ fail:
   return st;
 }
 
-void tpu_compile_options_init(tpu_compile_options *o) { *o = (tpu_compile_options){.max_rank = 0}; }
+void tpu_compile_options_init(tpu_compile_options *o) { *o = (tpu_compile_options){.max_rank = 0, .name = NULL}; }
 
 tpu_status_t tpu_runtime_compile_options_for(tpu_runtime *rt, const tpu_compile_options *options,
                                              tpu_strbuf *out) {
@@ -645,6 +647,8 @@ tpu_status_t tpu_executable_compile(tpu_runtime *rt, const char *mlir, size_t si
   };
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
+  int64_t trace_start = tpu_profile_enabled() ? tpu_profile_now_ns() : 0;
+  const char *name = options != NULL && options->name != NULL ? options->name : "program";
   tpu_strbuf proto = TPU_STRBUF_INIT;
   tpu_status_t st = NULL;
   for (;;) {
@@ -673,11 +677,20 @@ done:
   clock_gettime(CLOCK_MONOTONIC, &t1);
   tpu_stats_add(TPU_STAT_COMPILE_NS,
                 (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec)));
+  if (trace_start != 0) tpu_profile_span(TPU_PROFILE_COMPILE, name, st != NULL ? "miss (failed)" : "miss", -1, trace_start, tpu_profile_now_ns());
   if (st != NULL) return st;
-  return wrap_loaded(rt, a.executable, out_exe);
+  TPU_RETURN_IF_ERROR(wrap_loaded(rt, a.executable, out_exe));
+  tpu_executable_set_name(*out_exe, name);
+  return NULL;
 }
 
 size_t tpu_executable_num_outputs(const tpu_executable *exe) { return exe->num_outputs; }
+
+const char *tpu_executable_name(const tpu_executable *exe) { return exe->name[0] ? exe->name : "program"; }
+
+void tpu_executable_set_name(tpu_executable *exe, const char *name) {
+  snprintf(exe->name, sizeof exe->name, "%s", name != NULL ? name : "");
+}
 
 tpu_status_t tpu_executable_serialize(tpu_runtime *rt, const tpu_executable *exe, char **out_bytes,
                                       size_t *out_size) {
@@ -928,8 +941,64 @@ tpu_status_t tpu_runtime_register_ffi(tpu_runtime *rt, const char *name, void *h
   return from_pjrt(rt->api, ffi->register_handler(&a), "registering an FFI handler");
 }
 
+bool tpu_runtime_has_profiler_extension(const tpu_runtime *rt) {
+  for (const PJRT_Extension_Base *e = rt->api->extension_start; e != NULL; e = e->next)
+    if (e->type == TPU_PJRT_EXTENSION_PROFILER) return true;
+  return false;
+}
+
 bool tpu_runtime_runs_small_programs_inline(const tpu_runtime *rt) {
   return strcmp(rt->platform_name, "cpu") == 0;
+}
+
+/* --- tracing ----------------------------------------------------------------
+ * A traced launch always asks for the completion event: its callback closes
+ * the device span, whether the plugin ran the program inline (the event is
+ * ready at once) or on its threads. The event then joins the pending list,
+ * as a tracked launch's does. */
+typedef struct trace_wait {
+  const PJRT_Api *api;
+  uint64_t span;
+} trace_wait;
+
+static void trace_on_ready(PJRT_Error *error, void *arg) {
+  trace_wait *w = arg;
+  int64_t now = tpu_profile_now_ns();
+  if (error != NULL) {
+    PJRT_Error_Destroy_Args d = {.struct_size = TPU_PJRT_SIZE(PJRT_Error_Destroy_Args, error), .error = error};
+    w->api->PJRT_Error_Destroy(&d);
+  }
+  tpu_profile_close(w->span, now);
+  free(w);
+}
+
+static tpu_status_t traced_execute(tpu_runtime *rt, tpu_executable *exe, int device,
+                                   PJRT_LoadedExecutable_Execute_Args *a, int64_t *keep_heap) {
+  int64_t t0 = tpu_profile_now_ns();
+  tpu_status_t st = CALL(rt->api, PJRT_LoadedExecutable_Execute, a, "launching a program");
+  int64_t t1 = tpu_profile_now_ns();
+  free(keep_heap);
+  tpu_profile_span(TPU_PROFILE_EXECUTE, tpu_executable_name(exe), st != NULL ? "failed" : "", device, t0, t1);
+  if (st != NULL) return st;
+  tpu_stats_add(TPU_STAT_EXECUTIONS, 1);
+  PJRT_Event *done = *a->device_complete_events;
+  if (done == NULL) return NULL;
+  uint64_t span = tpu_profile_open(TPU_PROFILE_DEVICE, tpu_executable_name(exe), "", device, t0);
+  trace_wait *w = span != 0 && TPU_PJRT_HAS(rt->api, PJRT_Event_OnReady) ? malloc(sizeof *w) : NULL;
+  if (w != NULL) {
+    *w = (trace_wait){.api = rt->api, .span = span};
+    PJRT_Event_OnReady_Args r = {.struct_size = TPU_PJRT_SIZE(PJRT_Event_OnReady_Args, user_arg),
+                                 .event = done, .callback = trace_on_ready, .user_arg = w};
+    PJRT_Error *err = rt->api->PJRT_Event_OnReady(&r);
+    if (err != NULL) {
+      tpu_status_free(from_pjrt(rt->api, err, "watching a launch"));
+      free(w);
+      w = NULL;
+    }
+  }
+  if (w == NULL) tpu_profile_close(span, t1); /* no completion to wait for: the launch's end */
+  pending_push(rt, device, done);
+  return NULL;
 }
 
 tpu_status_t tpu_executable_execute(tpu_runtime *rt, tpu_executable *exe, int device,
@@ -967,6 +1036,10 @@ tpu_status_t tpu_executable_execute(tpu_runtime *rt, tpu_executable *exe, int de
       .execute_device = rt->devices[device],
   };
   for (size_t i = 0; i < exe->num_outputs; i++) outs[i] = NULL;
+  if (tpu_profile_enabled()) {
+    a.device_complete_events = &done;
+    return traced_execute(rt, exe, device, &a, keep != keep_small ? keep : NULL);
+  }
   tpu_status_t st = CALL(rt->api, PJRT_LoadedExecutable_Execute, &a, "launching a program");
   if (keep != keep_small) free(keep);
   if (st != NULL) return st;

@@ -83,6 +83,12 @@ void tpu_runtime_api_version(const tpu_runtime *rt, int *out_major, int *out_min
  * TPU_ERR_NOT_IMPLEMENTED when the plugin has no FFI extension we know. */
 tpu_status_t tpu_runtime_register_ffi(tpu_runtime *rt, const char *name, void *handler) TPU_MUST_USE;
 
+/* Whether the plugin exports PJRT's profiler extension
+ * (PJRT_Extension_Type_Profiler: the GPU plugin and libtpu do, the CPU plugin
+ * does not). Traces take device spans from completion events either way;
+ * the extension's own device trace (XSpace) is not collected. */
+bool tpu_runtime_has_profiler_extension(const tpu_runtime *rt);
+
 /* --- buffers -------------------------------------------------------------
  * Buffers are dense, row-major, with the given dims (rank may be 0; a zero
  * dim is allowed). */
@@ -114,8 +120,9 @@ void tpu_buffer_destroy(tpu_runtime *rt, tpu_buffer *buf);
 /* What a compile is told about the program beside its text. */
 typedef struct tpu_compile_options {
   int max_rank; /* the most dims of any value in the program */
+  const char *name; /* names the program in traces (copied); NULL: "program" */
 } tpu_compile_options;
-/* Defaults: a program of low-rank values. */
+/* Defaults: a program of low-rank values, unnamed. */
 void tpu_compile_options_init(tpu_compile_options *o);
 /* Writes to |out| the serialized CompileOptionsProto a compile with
  * |options| uses (NULL: the defaults). */
@@ -123,13 +130,17 @@ tpu_status_t tpu_runtime_compile_options_for(tpu_runtime *rt, const tpu_compile_
                                              tpu_strbuf *out) TPU_MUST_USE;
 
 /* Compiles StableHLO (MLIR text or bytecode); |options| may be NULL (the
- * defaults). |out_exe| is owned by the caller. Compile errors come back as
+ * defaults). Traced as a compile span "miss". |out_exe| is owned by the caller. Compile errors come back as
  * TPU_ERR_RUNTIME with XLA's message. On the CPU plugin, a program with
  * values of more than 8 dims is compiled without the YNNPACK option
  * (YNNPACK crashed on them). */
 tpu_status_t tpu_executable_compile(tpu_runtime *rt, const char *mlir, size_t size,
                                     const tpu_compile_options *options, tpu_executable **out_exe) TPU_MUST_USE;
 size_t tpu_executable_num_outputs(const tpu_executable *exe);
+/* The program's name in traces (valid while |exe| lives); set by compile
+ * from its options, or later (a program loaded from a cache). */
+const char *tpu_executable_name(const tpu_executable *exe);
+void tpu_executable_set_name(tpu_executable *exe, const char *name);
 
 /* Serializes |exe| into a malloc'ed block (|*out_bytes| freed by the caller). */
 tpu_status_t tpu_executable_serialize(tpu_runtime *rt, const tpu_executable *exe,
@@ -148,7 +159,9 @@ void tpu_executable_destroy(tpu_runtime *rt, tpu_executable *exe);
  * joins the ones tpu_runtime_synchronize waits for; asking XLA for that
  * completion event costs about 2 us, so callers skip it for programs the
  * plugin runs inline (tiny programs on the CPU plugin): they are done when
- * this returns. */
+ * this returns. While a profiler records (base/profile.h), the launch is
+ * recorded as a host span and a device span that the completion event
+ * closes (then every launch asks for that event). */
 tpu_status_t tpu_executable_execute(tpu_runtime *rt, tpu_executable *exe, int device,
                                     tpu_buffer *const *args, size_t num_args, const bool *donate,
                                     bool track, tpu_buffer **outs) TPU_MUST_USE;

@@ -4,7 +4,9 @@
 // It is PyTorch's DeviceAllocator for tpu, so torch.accelerator's memory
 // functions report the live storages' statistics (eager/storage.c). PJRT
 // allocates and frees device memory itself, so nothing is cached: reserved
-// equals allocated, and emptyCache has nothing to release.
+// equals allocated, and emptyCache has nothing to release. While
+// torch.profiler records memory, each storage made and freed is reported to
+// it (the "TPU Mem" columns) with the live bytes after the change.
 #include <c10/core/CachingDeviceAllocator.h>
 
 #include "torch/tpu_torch.h"
@@ -12,7 +14,25 @@
 namespace torchtpu {
 namespace {
 
-void delete_box(void* ctx) { tpu_storage_free(static_cast<tpu_storage*>(ctx)); }
+// |delta| bytes of storage |box| on |device| were made (> 0) or freed (< 0).
+void report_memory(void* box, int64_t delta, c10::DeviceIndex device) {
+  tpu_memory_stat bytes, count;
+  tpu_storage_memory(device, TPU_MEMORY_ALL, &bytes, &count);
+  auto live = static_cast<size_t>(bytes.current);
+  c10::reportMemoryUsageToProfiler(box, delta, live, live, c10::Device(c10::DeviceType::PrivateUse1, device));
+}
+
+void delete_box(void* ctx) {
+  auto* box = static_cast<tpu_storage*>(ctx);
+  if (box != nullptr && c10::memoryProfilingEnabled()) {
+    int64_t nbytes = box->nbytes;
+    auto device = static_cast<c10::DeviceIndex>(box->device);
+    tpu_storage_free(box);
+    report_memory(ctx, -nbytes, device);
+    return;
+  }
+  tpu_storage_free(box);
+}
 
 void fill(c10::CachingAllocator::Stat& out, const tpu_memory_stat& in) {
   out.current = in.current;
@@ -28,6 +48,7 @@ struct TpuAllocator final : public c10::DeviceAllocator {
     if (nbytes == 0) return c10::DataPtr(nullptr, nullptr, &delete_box, dev);
     tpu_storage* box = tpu_storage_new(device, static_cast<int64_t>(nbytes));
     TORCH_CHECK_WITH(OutOfMemoryError, box != nullptr, "tpu: out of host memory");
+    if (c10::memoryProfilingEnabled()) report_memory(box, static_cast<int64_t>(nbytes), device);
     return c10::DataPtr(box, box, &delete_box, dev);
   }
 
