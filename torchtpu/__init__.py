@@ -216,4 +216,17 @@ def synchronize(device=None):
     _device_module.synchronize(device)
 
 
-__all__ = ["stats", "reset_stats", "synchronize", "eager_mode", "current_eager_mode"]
+def export_stablehlo(program, args=(), kwargs=None, *, dynamic_shapes=None, strict=False):
+    """A torch.export program (or a module and example inputs) as a
+    StableHLO module through torchtpu's lowering rules (torchtpu/export.py)."""
+    from .export import export_stablehlo as export
+    return export(program, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict)
+
+
+def load_stablehlo(path):
+    """A StableHLO export saved with .save(path), ready to call through PJRT."""
+    from .export import load_stablehlo as load
+    return load(path)
+
+
+__all__ = ["stats", "reset_stats", "synchronize", "eager_mode", "current_eager_mode", "export_stablehlo", "load_stablehlo"]

@@ -27,6 +27,7 @@ a hang costs that op, not the sweep. Results go to a state file as they come
     python -m torchtpu.coverage errors                    # the OpInfos' error inputs (below)
     python -m torchtpu.coverage modules                   # nn modules (below)
     python -m torchtpu.coverage report                    # rewrite the report from the state
+    python -m torchtpu.coverage models --limit 40         # Hugging Face architectures (_models_sweep.py)
 
 `errors` runs every OpInfo's error inputs, made for the CPU and for tpu under
 one seed: each one the CPU refuses must raise on tpu the CPU's exception type,
@@ -886,8 +887,12 @@ def report(state, out_path, names):
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["models"]:  # Hugging Face architectures: torchtpu/_models_sweep.py
+        from . import _models_sweep
+        return _models_sweep.main(argv[1:])
     p = argparse.ArgumentParser(prog="python -m torchtpu.coverage", description=__doc__.split("\n")[0])
-    p.add_argument("command", choices=["ops", "errors", "modules", "report"])
+    p.add_argument("command", choices=["ops", "errors", "modules", "models", "report"])
     p.add_argument("--ops", default="", help="comma-separated OpInfo (or ModuleInfo) names (default: all)")
     p.add_argument("--dtypes", default=",".join(DTYPES))
     p.add_argument("--compiled", action="store_true", help="run each op through torch.compile(backend='tpu')")

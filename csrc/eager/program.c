@@ -279,6 +279,8 @@ struct tpu_program {
   bool *slot_discard; /* written, but not a result (a storage nobody holds) */
   tpu_hlo_value *slot_read; /* a written storage's value as later calls read it (written_storage) */
   int *slot_writer;         /* the call (its arg_base + 1) that wrote the slot last */
+  /* exporting: no storages, no kernels, no random state */
+  bool exporting;
 };
 
 tpu_hlo_builder *tpu_program_builder(tpu_program *p) { return p->b; }
@@ -501,12 +503,19 @@ tpu_status_t tpu_program_apply(tpu_program *p, const tpu_lower_rule *rule, const
       .outputs = out_values,
       .common_dtype = common_dtype,
       .precision = precision,
-      .kernels = tpu_eager_kernels(),
+      .kernels = p->exporting ? 0u : tpu_eager_kernels(),
       .rng_state = TPU_HLO_NONE,
       .fetch = fetch,
       .user = user,
   };
-  if (rule->flags & TPU_RULE_RNG) c.rng_state = next_rng_state(p);
+  if (rule->flags & TPU_RULE_RNG) {
+    if (p->exporting)
+      return tpu_status_new(TPU_ERR_NOT_IMPLEMENTED,
+                            "%s: %s is random: an exported module has no random state (export the model in eval() "
+                            "mode, where dropout is off)",
+                            p->name, op);
+    c.rng_state = next_rng_state(p);
+  }
   TPU_RETURN_IF_ERROR(tpu_lower_run(rule, &c));
   if (out_writes_add != NULL) *out_writes_add = c.writes_add;
   /* Checks that raise the same error share one flag: a graph of many
@@ -775,6 +784,27 @@ fail:
   free(values);
   free(text);
   return st;
+}
+
+/* --- exporting -------------------------------------------------------------------- */
+
+tpu_status_t tpu_program_new_export(const char *name, tpu_program **out_p) {
+  *out_p = NULL;
+  /* The call must outlive the program: the program holds its own (empty). */
+  static const tpu_eager_call empty = {.op = NULL, .num_args = 0, .args = NULL, .device = 0};
+  TPU_RETURN_IF_ERROR(tpu_program_new(&empty, name, out_p));
+  (*out_p)->exporting = true;
+  return NULL;
+}
+
+tpu_hlo_value tpu_program_export_param(tpu_program *p, const tpu_hlo_type *t) { return tpu_hlo_param(p->b, t, -1); }
+
+tpu_status_t tpu_program_export_finish(tpu_program *p, const tpu_hlo_value *results, int num_results,
+                                       char **out_text, int *out_num_checks) {
+  *out_text = NULL;
+  *out_num_checks = p->num_checks;
+  if (!p->exporting) return tpu_status_new(TPU_ERR_RUNTIME, "%s: internal: not an exported program", p->name);
+  return tpu_hlo_finish(p->b, results, num_results, out_text);
 }
 
 /* --- runtime scalars ------------------------------------------------------------- */

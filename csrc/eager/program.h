@@ -90,6 +90,21 @@ void tpu_program_discard(tpu_program *p, int arg, int item);
  * the caller's: insert it in a cache or free it with tpu_eager_entry_free. */
 tpu_status_t tpu_program_finish(tpu_program *p, tpu_eager_entry **out_entry) TPU_MUST_USE;
 
+/* Exporting (torchtpu.export_stablehlo): a program over no call whose
+ * parameters are values, one per tpu_program_export_param in order, and
+ * whose results are the values given to tpu_program_export_finish as they
+ * are (no storages, no layouts): a self-contained StableHLO module for any
+ * PJRT user. Rules lower exactly as in the other paths, but call no
+ * hand-written kernels (custom calls only this process registers); random
+ * rules are refused (they read the program's random state). */
+tpu_status_t tpu_program_new_export(const char *name, tpu_program **out_p) TPU_MUST_USE;
+tpu_hlo_value tpu_program_export_param(tpu_program *p, const tpu_hlo_type *t);
+/* The module's text (malloc'ed, the caller's). Runtime checks the rules
+ * added (index bounds) are not part of it: |*out_num_checks| says how many
+ * kinds were left out. */
+tpu_status_t tpu_program_export_finish(tpu_program *p, const tpu_hlo_value *results, int num_results,
+                                       char **out_text, int *out_num_checks) TPU_MUST_USE;
+
 #ifdef __cplusplus
 }
 #endif

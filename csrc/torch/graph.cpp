@@ -253,9 +253,45 @@ class GraphBuilder {
     runtime();
     TPU_CHECK(tpu_program_new(&inputs_.call, name_.c_str(), &program_));
   }
+  // An exporting builder (torchtpu.export_stablehlo): its inputs are
+  // module parameters of the given (dtype, sizes), in order.
+  GraphBuilder(const std::string& name, const py::list& input_types) : name_(name), inputs_({}, {}) {
+    runtime();
+    TPU_CHECK(tpu_program_new_export(name_.c_str(), &program_));
+    exporting_flag_ = true;
+    for (py::handle h : input_types) {
+      auto spec = h.cast<py::tuple>();
+      auto sizes = spec[1].cast<std::vector<int64_t>>();
+      check_rank(static_cast<int64_t>(sizes.size()));
+      tpu_hlo_type t = tpu_hlo_make_type(dtype_of(spec[0]), static_cast<int>(sizes.size()), sizes.data());
+      export_params_.push_back(tpu_program_export_param(program_, &t));
+    }
+  }
   ~GraphBuilder() { tpu_program_free(program_); }
 
-  int input(int i) { return tpu_program_tensor(program_, i, -1); }
+  int input(int i) {
+    if (exporting()) {
+      TORCH_CHECK(i >= 0 && i < static_cast<int>(export_params_.size()), "no exported input ", i);
+      return export_params_[i];
+    }
+    return tpu_program_tensor(program_, i, -1);
+  }
+
+  // An exporting builder's module text returning |values| (each converted
+  // to its dtype), and how many kinds of runtime checks it leaves out.
+  py::tuple export_text(const std::vector<int>& values, const py::list& dtypes) {
+    TORCH_CHECK(exporting(), "export_text: not an exporting builder");
+    tpu_hlo_builder* b = tpu_program_builder(program_);
+    std::vector<tpu_hlo_value> results;
+    for (size_t i = 0; i < values.size(); i++)
+      results.push_back(tpu_hlo_convert(b, values[i], dtype_of(dtypes[i])));
+    char* text = nullptr;
+    int checks = 0;
+    TPU_CHECK(tpu_program_export_finish(program_, results.data(), static_cast<int>(results.size()), &text, &checks));
+    std::string out(text);
+    free(text);
+    return py::make_tuple(out, checks);
+  }
 
   // Applies the rule of |op| ("add.Tensor"); |outs| are (dtype, sizes) per
   // output, or None for an output nobody uses and the rule need not make.
@@ -308,6 +344,7 @@ class GraphBuilder {
   }
 
   std::unique_ptr<GraphProgram> finish() {
+    TORCH_CHECK(!exporting(), "finish: an exporting builder has no program to run (export_text)");
     tpu_eager_entry* entry = nullptr;
     {
       py::gil_scoped_release release;
@@ -329,6 +366,9 @@ class GraphBuilder {
   InputCall inputs_;
   std::vector<bool> mutated_;
   tpu_program* program_ = nullptr;
+  std::vector<tpu_hlo_value> export_params_;
+  bool exporting() const { return exporting_flag_; }
+  bool exporting_flag_ = false;
 };
 
 // What a compiled graph program depends on beyond the graph: every input's
@@ -372,9 +412,78 @@ py::bytes signature(const Inputs& inputs) {
   return py::bytes(reinterpret_cast<const char*>(sig.data()), sig.size() * sizeof(int64_t));
 }
 
+// A StableHLO module compiled by the plugin and run on host tensors, as any
+// PJRT user runs one (torchtpu.load_stablehlo): the module's arguments are
+// buffers made from the tensors, its results copied back; nothing of the
+// storage model or the eager caches takes part.
+class ModuleExecutable {
+ public:
+  explicit ModuleExecutable(const std::string& module) {
+    tpu_runtime* rt = runtime();
+    tpu_compile_options options;
+    tpu_compile_options_init(&options);
+    options.max_rank = TPU_HLO_MAX_RANK;
+    py::gil_scoped_release release;
+    TPU_CHECK(tpu_executable_compile(rt, module.data(), module.size(), &options, &exe_));
+  }
+  ~ModuleExecutable() { tpu_executable_destroy(runtime(), exe_); }
+
+  size_t num_outputs() const { return tpu_executable_num_outputs(exe_); }
+
+  // |inputs|: contiguous CPU tensors, one per module argument; |outs|:
+  // (dtype, sizes) per result.
+  std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs, const py::list& outs) {
+    tpu_runtime* rt = runtime();
+    size_t n = tpu_executable_num_outputs(exe_);
+    TORCH_CHECK(outs.size() == n, "the module has ", n, " results, ", outs.size(), " were described");
+    std::vector<at::Tensor> results;
+    std::vector<tpu_dtype_t> dtypes;
+    for (py::handle o : outs) {
+      auto spec = o.cast<py::tuple>();
+      auto sizes = spec[1].cast<std::vector<int64_t>>();
+      dtypes.push_back(dtype_of(spec[0]));
+      results.push_back(at::empty(sizes, at::TensorOptions().dtype(to_torch(dtypes.back()))));
+    }
+    std::vector<tpu_buffer*> args(inputs.size(), nullptr), bufs(n, nullptr);
+    tpu_status_t st = nullptr;
+    {
+      py::gil_scoped_release release;
+      c10::DeviceIndex device = current_device();
+      for (size_t i = 0; i < inputs.size() && st == nullptr; i++) {
+        const at::Tensor& t = inputs[i];
+        if (!t.device().is_cpu() || !t.is_contiguous()) {
+          st = tpu_status_new(TPU_ERR_VALUE, "module argument %zu: expected a contiguous CPU tensor", i);
+          break;
+        }
+        std::vector<int64_t> dims(t.sizes().begin(), t.sizes().end());
+        st = tpu_buffer_from_host(rt, device, t.const_data_ptr(), to_tpu(t.scalar_type()), dims.data(),
+                                  static_cast<int>(dims.size()), &args[i]);
+      }
+      if (st == nullptr)
+        st = tpu_executable_execute(rt, exe_, device, args.data(), args.size(), nullptr, false, bufs.data());
+      for (size_t i = 0; i < n && st == nullptr; i++)
+        st = tpu_buffer_to_host(rt, bufs[i], results[i].data_ptr(), static_cast<size_t>(results[i].nbytes()));
+      for (tpu_buffer* buf : args) tpu_buffer_destroy(rt, buf);
+      for (tpu_buffer* buf : bufs) tpu_buffer_destroy(rt, buf);
+    }
+    TPU_CHECK(st);
+    return results;
+  }
+
+ private:
+  tpu_executable* exe_ = nullptr;
+};
+
 }  // namespace
 
 void bind_graph(py::module& m) {
+  py::class_<ModuleExecutable>(m, "ModuleExecutable")
+      .def(py::init<const std::string&>())
+      .def("num_outputs", &ModuleExecutable::num_outputs)
+      .def("run", &ModuleExecutable::run);
+  m.def("_export_builder", [](const std::string& name, const py::list& input_types) {
+    return std::make_unique<GraphBuilder>(name, input_types);
+  });
   py::class_<GraphProgram>(m, "GraphProgram").def("run", &GraphProgram::run);
   py::class_<GraphBuilder>(m, "GraphBuilder")
       .def(py::init<const std::string&, const Inputs&, const std::vector<bool>&>())
@@ -382,7 +491,8 @@ void bind_graph(py::module& m) {
       .def("apply", &GraphBuilder::apply)
       .def("write", &GraphBuilder::write)
       .def("output", &GraphBuilder::output)
-      .def("finish", &GraphBuilder::finish);
+      .def("finish", &GraphBuilder::finish)
+      .def("export_text", &GraphBuilder::export_text);
   m.def("_graph_signature", &signature);
   m.def("_has_rule", [](const std::string& op) { return tpu_lower_find(op.c_str()) != nullptr; });
   m.def("_foreach_item", [](const std::string& name, const std::string& overload) -> py::object {
