@@ -63,6 +63,21 @@ class TestBitIdentical:
         assert d["fused_replays"] == 0
         assert d["cuts"] == {"host_read": 1}
 
+    def test_transcendental_of_an_intermediate(self):
+        """log of a value nothing else holds: XLA computed it in place over the
+        dying intermediate, with LLVM's vectorized log (other last bits than
+        strict's program on a parameter). In-place calls still match."""
+        g = torch.Generator().manual_seed(838437271)
+        x0 = torch.randn(7, 4, 2, 4, generator=g, dtype=torch.float64).float().to("tpu")
+
+        def f():
+            x = x0.clone()
+            return [torch.log(x0.abs() + 1).cpu(), torch.exp(torch.log(x0.abs())).cpu(),
+                    x.abs_().add_(1).log_().cpu(), torch.tanh(torch.tanh(x0) * 3).cpu()]
+
+        for got, want in zip(in_mode("fused", f), in_mode("strict", f)):
+            assert_same(got, want)
+
     def test_half_precision_rounds_per_op(self):
         x0 = torch.randn(600).to(torch.bfloat16).to("tpu")
 
@@ -289,6 +304,27 @@ class TestCuts:
             t.join()
         torch.testing.assert_close(result["v"], (x.cpu().exp() + 1) * 2)
 
+    def test_backward_in_the_block_records_on_autograd_thread(self):
+        """A backward started in a fused block runs fused on autograd's
+        worker thread (its ops join the trace: no cut for another mode), and
+        one started in a strict block runs strict there."""
+        torch.manual_seed(0)
+        w = torch.randn(64, 64, device="tpu", requires_grad=True)
+        x = torch.randn(16, 64, device="tpu")
+
+        def step():
+            w.grad = None
+            (x @ w).tanh().square().sum().backward()
+            return w.grad.cpu()
+
+        strict = stats_delta(lambda: in_mode("strict", step))
+        assert strict["fused_ops"] == 0
+        fused = {}
+        d = stats_delta(lambda: fused.setdefault("g", in_mode("fused", step)))
+        assert "other_mode" not in d["cuts"], d
+        assert d["fused_ops"] >= 8, d  # the forward's and the backward's ops
+        assert_same(fused["g"], in_mode("strict", step))
+
     def test_bad_mode(self):
         with pytest.raises(ValueError, match="eager mode must be one of strict, fused, blocking"):
             torchtpu.eager_mode("lazy")
@@ -307,6 +343,7 @@ class TestCuts:
             "with torchtpu.eager_mode('strict'):\n"
             "    w.grad = None\n"
             "    (x @ w).tanh().sum().backward()\n"
+            "    assert torchtpu.stats()['fused_ops'] == s['fused_ops']  # the backward ran strict too\n"
             "assert torch.equal(g, w.grad.cpu())\n"
             "print('ok')\n")
         env = dict(os.environ, TORCHTPU_EAGER="fused")

@@ -158,6 +158,18 @@ def _eager_mode_number(mode):
     return _EAGER_MODES[mode]
 
 
+def _carry_eager_mode(number):
+    """Stashes this thread's mode (-1: the default) where autograd's engine
+    carries it to the threads that run a backward started here
+    (csrc/torch/dispatch.cpp reads it there)."""
+    for mode, n in _EAGER_MODES.items():
+        key = "torchtpu.eager_mode." + mode
+        if n == number:
+            torch._C._stash_obj_in_tls(key, True)
+        elif torch._C._is_key_in_tls(key):
+            torch._C._remove_obj_from_tls(key)
+
+
 class eager_mode:
     """How tpu ops run on this thread, in a with block (or as a decorator):
 
@@ -169,7 +181,8 @@ class eager_mode:
     - "blocking": each op runs and waits for its results, so a device error is
       reported by the op that caused it (CUDA_LAUNCH_BLOCKING's role).
 
-    TORCHTPU_EAGER sets the process default (every thread, autograd's too).
+    TORCHTPU_EAGER sets the process default (every thread, autograd's too);
+    a backward started in the block runs in its mode on autograd's threads.
     Leaving a fused block runs what it recorded."""
 
     def __init__(self, mode):
@@ -178,10 +191,13 @@ class eager_mode:
 
     def __enter__(self):
         self._old.append(_C._set_thread_eager_mode(self._mode))
+        _carry_eager_mode(self._mode)
         return self
 
     def __exit__(self, *exc):
-        _C._set_thread_eager_mode(self._old.pop())
+        old = self._old.pop()
+        _C._set_thread_eager_mode(old)
+        _carry_eager_mode(old)
         return False
 
     def __call__(self, fn):

@@ -92,15 +92,11 @@ static void key_ref(tpu_strbuf *k, const ref_slot *r, const tpu_eager_arg *arg, 
  * signature or constant value. Python numbers add only their type unless
  * the rule folds them into the program. */
 static void build_key(tpu_strbuf *k, const tpu_eager_call *call, const flat_call *f) {
-  int fi = 0;
-  tpu_eager_key_call(k, call, call->num_args, f, &fi);
-}
-
-void tpu_eager_key_call(tpu_strbuf *k, const tpu_eager_call *call, int num_args, const flat_call *f, int *fip) {
   const unsigned flags = call->op->rule->flags;
+  const int num_args = call->num_args;
   int64_t head[3] = {call->op->id, call->precision, num_args};
   tpu_strbuf_append(k, head, sizeof head);
-  int fi = *fip;
+  int fi = 0;
   for (int a = 0; a < num_args; a++) {
     const tpu_eager_arg *arg = &call->args[a];
     const tpu_lower_arg *l = &arg->lower;
@@ -158,7 +154,6 @@ void tpu_eager_key_call(tpu_strbuf *k, const tpu_eager_call *call, int num_args,
         break;
     }
   }
-  *fip = fi;
 }
 
 /* --- the cache ---------------------------------------------------------------------- */

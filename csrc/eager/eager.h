@@ -50,6 +50,7 @@ typedef struct tpu_storage {
    * PyTorch let go of it while it was (the trace frees it). */
   int traced;
   bool dropped;
+  int trace_slot; /* while traced: its index among the trace's storages */
   struct tpu_storage *live_prev, *live_next; /* the live list (storage.c), for memory snapshots */
 } tpu_storage;
 

@@ -34,6 +34,9 @@ bool tpu_eager_entry_unref(tpu_eager_entry *e);
 void tpu_eager_entry_set_key(tpu_eager_entry *e, char *key, size_t len, uint64_t hash); /* takes |key| */
 bool tpu_eager_entry_has_key(const tpu_eager_entry *e, const char *key, size_t len, uint64_t hash);
 uint64_t tpu_eager_entry_hash(const tpu_eager_entry *e);
+/* A number no other entry of the process has had (entries are freed and
+ * their memory reused, so their addresses are no names). */
+uint64_t tpu_eager_entry_serial(const tpu_eager_entry *e);
 
 /* Replaces |s|'s buffer without running recorded calls first (results). */
 void tpu_storage_put(tpu_storage *s, tpu_buffer *buf, const tpu_hlo_type *type);
@@ -47,9 +50,6 @@ tpu_status_t tpu_eager_execute_raw(const tpu_eager_entry *e, const tpu_eager_cal
  * arguments |out_arg| + output index (fused eager). */
 tpu_status_t tpu_eager_apply(tpu_program *p, const tpu_eager_call *call, int k, const tpu_eager_out_meta *meta,
                              int out_arg) TPU_MUST_USE;
-/* Appends to |k| the key part of call |call| whose tensors are refs
- * |*fi|... of |f| (advanced past them). */
-void tpu_eager_key_call(tpu_strbuf *k, const tpu_eager_call *call, int num_args, const flat_call *f, int *fi);
 /* The eager cache, for other programs than one-op ones (fused traces): a
  * held entry or NULL; insert returns the entry kept (held), NULL if out of
  * memory. */

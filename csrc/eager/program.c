@@ -110,6 +110,7 @@ struct tpu_eager_entry {
   struct tpu_eager_entry *next; /* the eager cache's chain (or its list of entries to free) */
   atomic_int refs;              /* the cache's and each caller's between lookup and release */
   uint64_t hash;
+  uint64_t serial; /* unique to this entry in the process (fused eager's keys name entries by it) */
   char *key;
   size_t key_len;
   tpu_executable *exe;
@@ -202,6 +203,7 @@ bool tpu_eager_entry_has_key(const tpu_eager_entry *e, const char *key, size_t l
 }
 
 uint64_t tpu_eager_entry_hash(const tpu_eager_entry *e) { return e->hash; }
+uint64_t tpu_eager_entry_serial(const tpu_eager_entry *e) { return e->serial; }
 
 bool tpu_eager_entry_uses_rng(const tpu_eager_entry *e) {
   for (int i = 0; i < e->num_params; i++)
@@ -245,6 +247,16 @@ bool tpu_eager_entry_has_checks(const tpu_eager_entry *e) { return e->num_checks
 
 /* --- building ---------------------------------------------------------------------- */
 
+/* A storage in a program of several calls (sequential mode). Calls are named
+ * by their arg_base + 1 (0: none). */
+typedef struct seq_slot {
+  tpu_hlo_value read;      /* its value as later calls read it (written_storage); NONE until one does */
+  tpu_hlo_value last_read; /* the value call |reader| read */
+  int writer, reader;      /* the calls that wrote it and read a written value of it last */
+  bool donating;           /* the last write gave up the old buffer (strict eager donates it) */
+  bool discard;            /* written, but not a result (a storage nobody holds) */
+} seq_slot;
+
 struct tpu_program {
   const tpu_eager_call *call;
   char *name;
@@ -276,9 +288,8 @@ struct tpu_program {
   bool rng_per_op;    /* each random op its own state parameter */
   bool lazy;          /* finish keeps the text; compiled at first execute */
   bool exact;         /* calls read earlier calls' results through the boundary */
-  bool *slot_discard; /* written, but not a result (a storage nobody holds) */
-  tpu_hlo_value *slot_read; /* a written storage's value as later calls read it (written_storage) */
-  int *slot_writer;         /* the call (its arg_base + 1) that wrote the slot last */
+  seq_slot *seq;      /* per slot */
+  tpu_hlo_value *keep; /* scratch of tpu_program_end_call, per slot */
   /* exporting: no storages, no kernels, no random state */
   bool exporting;
 };
@@ -296,9 +307,8 @@ void tpu_program_free(tpu_program *p) {
   free(p->slot_value);
   free(p->slot_written);
   free(p->slot_kept);
-  free(p->slot_discard);
-  free(p->slot_read);
-  free(p->slot_writer);
+  free(p->seq);
+  free(p->keep);
   free(p->written);
   free(p->scalar_value);
   free(p->params);
@@ -326,17 +336,19 @@ tpu_status_t tpu_program_new(const tpu_eager_call *call, const char *name, tpu_p
   p->slot_value = malloc((size_t)n * sizeof *p->slot_value);
   p->slot_written = calloc((size_t)n, sizeof *p->slot_written);
   p->slot_kept = calloc((size_t)n, sizeof *p->slot_kept);
-  p->slot_discard = calloc((size_t)n, sizeof *p->slot_discard);
-  p->slot_read = malloc((size_t)n * sizeof *p->slot_read);
-  p->slot_writer = calloc((size_t)n, sizeof *p->slot_writer);
+  p->seq = calloc((size_t)n, sizeof *p->seq);
+  p->keep = malloc((size_t)n * sizeof *p->keep);
   p->written = malloc((size_t)n * sizeof *p->written);
   p->scalar_value = malloc((size_t)(call->num_args + 1) * sizeof *p->scalar_value);
   if (!p->name || !p->fetched || !p->slot_param || !p->slot_param_index || !p->slot_value || !p->slot_written ||
-      !p->slot_kept || !p->slot_discard || !p->slot_read || !p->slot_writer || !p->written || !p->scalar_value) {
+      !p->slot_kept || !p->seq || !p->keep || !p->written || !p->scalar_value) {
     tpu_program_free(p);
     return tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
   }
-  for (int i = 0; i < n; i++) p->fetched[i] = p->slot_param[i] = p->slot_value[i] = p->slot_read[i] = TPU_HLO_NONE;
+  for (int i = 0; i < n; i++) {
+    p->fetched[i] = p->slot_param[i] = p->slot_value[i] = TPU_HLO_NONE;
+    p->seq[i].read = p->seq[i].last_read = TPU_HLO_NONE;
+  }
   for (int i = 0; i <= call->num_args; i++) p->scalar_value[i] = TPU_HLO_NONE;
   st = tpu_hlo_builder_create(&p->b);
   if (st != NULL) {
@@ -485,8 +497,34 @@ static tpu_hlo_value written_storage(tpu_program *p, int slot) {
   /* The boundary's result is the storage's value from now on (its result
    * too): the value it was given has no other use, and XLA aliases it
    * instead of copying. */
-  if (p->slot_read[slot] == TPU_HLO_NONE) p->slot_value[slot] = p->slot_read[slot] = boundary(p, p->slot_value[slot]);
-  return p->slot_read[slot];
+  seq_slot *q = &p->seq[slot];
+  if (q->read == TPU_HLO_NONE) p->slot_value[slot] = q->read = boundary(p, p->slot_value[slot]);
+  q->reader = p->arg_base + 1;
+  q->last_read = q->read;
+  return q->read;
+}
+
+/* Ends a call of a program of several (fused eager's): the values the call
+ * read from earlier calls stay alive until its results exist, unless strict
+ * eager would have donated their buffers to it. Strict's program reads a
+ * parameter XLA may not overwrite; a value that died inside the call could
+ * be overwritten by the call's result, and XLA compiles an operation in
+ * place otherwise (a logarithm took LLVM's vectorized log, whose last bits
+ * differ). So the call's results pass a boundary that also takes those
+ * values. */
+void tpu_program_end_call(tpu_program *p) {
+  if (!p->sequential || !p->exact) return;
+  const int me = p->arg_base + 1;
+  int n = 0;
+  for (int s = 0; s < p->flat.n; s++) {
+    const seq_slot *q = &p->seq[s];
+    if (q->reader == me && q->last_read != TPU_HLO_NONE && !(q->writer == me && q->donating))
+      p->keep[n++] = q->last_read;
+  }
+  if (n == 0) return;
+  for (int s = 0; s < p->flat.n; s++)
+    if (p->seq[s].writer == me && p->slot_value[s] != TPU_HLO_NONE)
+      p->slot_value[s] = p->seq[s].read = tpu_lower_boundary_keep(p->b, tpu_eager_kernels(), p->slot_value[s], p->keep, n);
 }
 
 tpu_status_t tpu_program_apply(tpu_program *p, const tpu_lower_rule *rule, const char *op, int num_args,
@@ -553,7 +591,7 @@ void tpu_program_write(tpu_program *p, int arg, int item, tpu_hlo_value value, b
   tpu_hlo_value cur = p->slot_value[slot];
   /* A write through a view keeps the rest of the storage as the earlier
    * calls left it: read as any call reads it. */
-  if (cur != TPU_HLO_NONE && p->sequential && p->slot_writer[slot] != p->arg_base + 1) cur = written_storage(p, slot);
+  if (cur != TPU_HLO_NONE && p->sequential && p->seq[slot].writer != p->arg_base + 1) cur = written_storage(p, slot);
   if (cur == TPU_HLO_NONE && !tpu_view_is_whole(&ref->view, ref->storage->nbytes))
     cur = slot_storage(p, slot, ref->view.dtype);
   tpu_hlo_value nv;
@@ -563,8 +601,9 @@ void tpu_program_write(tpu_program *p, int arg, int item, tpu_hlo_value value, b
     nv = tpu_hlo_view_write(p->b, cur, &ref->view, value, adds);
   }
   p->slot_value[slot] = nv;
-  p->slot_read[slot] = TPU_HLO_NONE;
-  p->slot_writer[slot] = p->arg_base + 1;
+  p->seq[slot].read = TPU_HLO_NONE;
+  p->seq[slot].writer = p->arg_base + 1;
+  p->seq[slot].donating = donate;
   if (!donate) p->slot_kept[slot] = true;
   if (!p->slot_written[slot]) {
     p->slot_written[slot] = true;
@@ -637,8 +676,9 @@ void tpu_program_output_to(tpu_program *p, int arg, tpu_hlo_value value, const t
   if (ref->storage == NULL || tpu_view_numel(&ref->view) == 0) return;
   int slot = p->flat.refs[fi].slot;
   p->slot_value[slot] = output_storage(p->b, value, meta);
-  p->slot_read[slot] = TPU_HLO_NONE;
-  p->slot_writer[slot] = p->arg_base + 1;
+  p->seq[slot].read = TPU_HLO_NONE;
+  p->seq[slot].writer = p->arg_base + 1;
+  p->seq[slot].donating = false;
   if (!p->slot_written[slot]) {
     p->slot_written[slot] = true;
     p->written[p->num_written++] = slot;
@@ -647,7 +687,7 @@ void tpu_program_output_to(tpu_program *p, int arg, tpu_hlo_value value, const t
 
 void tpu_program_discard(tpu_program *p, int arg, int item) {
   int fi = tpu_flat_index(&p->flat, arg + p->arg_base, item);
-  if (fi >= 0 && p->flat.refs[fi].slot >= 0) p->slot_discard[p->flat.refs[fi].slot] = true;
+  if (fi >= 0 && p->flat.refs[fi].slot >= 0) p->seq[p->flat.refs[fi].slot].discard = true;
 }
 
 static void dump_program(const char *name, uint64_t hash, const char *text) {
@@ -669,8 +709,12 @@ static void dump_program(const char *name, uint64_t hash, const char *text) {
 tpu_status_t tpu_program_finish(tpu_program *p, tpu_eager_entry **out_entry) {
   *out_entry = NULL;
   tpu_hlo_builder *b = p->b;
+  static _Atomic uint64_t next_serial = 1;
   tpu_eager_entry *e = calloc(1, sizeof *e);
-  if (e != NULL) atomic_init(&e->refs, 1);
+  if (e != NULL) {
+    atomic_init(&e->refs, 1);
+    e->serial = atomic_fetch_add(&next_serial, 1);
+  }
   int max_results = p->num_written + p->num_outputs + p->num_checks;
   result_dst *results = malloc((size_t)(max_results ? max_results : 1) * sizeof *results);
   tpu_hlo_value *values = malloc((size_t)(max_results ? max_results : 1) * sizeof *values);
@@ -687,7 +731,7 @@ tpu_status_t tpu_program_finish(tpu_program *p, tpu_eager_entry **out_entry) {
   int n = 0;
   for (int i = 0; i < p->num_written; i++) {
     int slot = p->written[i];
-    if (p->slot_discard[slot]) continue;
+    if (p->seq[slot].discard) continue;
     tpu_hlo_value nv = dense_storage(b, p->slot_value[slot]);
     if (all_ok != TPU_HLO_NONE) {
       const tpu_tensor_ref *ref = p->flat.refs[slot].ref;

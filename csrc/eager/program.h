@@ -69,6 +69,9 @@ void tpu_program_output(tpu_program *p, int index, tpu_hlo_value value, const tp
  * |arg_base| is where the next call's begin; argument indexes passed to the
  * functions above are relative to it. */
 void tpu_program_set_base(tpu_program *p, int arg_base);
+/* After a call's lowering, in a fused program: keeps what the call read
+ * alive until its results exist, as strict's parameters are (see program.c). */
+void tpu_program_end_call(tpu_program *p);
 /* Reads see the writes of earlier calls, each random op gets the state
  * strict eager would give it (tpu_eager_call.rng_states), and finishing
  * defers the compile to the first execute. |exact|: a call reads what

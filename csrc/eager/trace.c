@@ -188,13 +188,27 @@ static bool grow(void **p, int *cap, int need, size_t elem) {
   return true;
 }
 
-/* Marks |s| as used by the trace. */
-static bool hold(tpu_storage *s) {
-  if (s == NULL || s->traced) return true;
-  if (!grow((void **)&g.held, &g.cap_held, g.num_held + 1, sizeof *g.held)) return false;
-  g.held[g.num_held++] = s;
-  __atomic_store_n(&s->traced, 1, __ATOMIC_RELEASE);
-  __atomic_add_fetch(&tpu_trace_pending, 1, __ATOMIC_ACQ_REL);
+/* Marks |s| as used by the trace and names it in the trace's key: its index
+ * among the trace's storages, after, on its first use, its size and buffer
+ * type (as its first reader fixes it; nothing outside the trace changes
+ * them before the cut). NULL (a Python number, an absent tensor) is -1. */
+static bool hold(tpu_storage *s, tpu_dtype_t reader) {
+  if (s == NULL) {
+    tpu_strbuf_put_i64(&g.key, -1);
+    return true;
+  }
+  if (!s->traced) {
+    if (!grow((void **)&g.held, &g.cap_held, g.num_held + 1, sizeof *g.held)) return false;
+    s->trace_slot = g.num_held;
+    g.held[g.num_held++] = s;
+    __atomic_store_n(&s->traced, 1, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&tpu_trace_pending, 1, __ATOMIC_ACQ_REL);
+    tpu_hlo_type t = tpu_storage_type(s, reader);
+    int64_t head[4] = {-2, s->nbytes, t.dtype, t.rank};
+    tpu_strbuf_append(&g.key, head, sizeof head);
+    tpu_strbuf_append(&g.key, t.dims, (size_t)t.rank * sizeof(int64_t));
+  }
+  tpu_strbuf_put_i64(&g.key, s->trace_slot);
   return true;
 }
 
@@ -204,7 +218,7 @@ static bool copy_ref(tpu_tensor_ref *dst, const tpu_tensor_ref *src) {
     dst->host_scalar = arena_copy(src->host_scalar, tpu_dtype_size(src->view.dtype));
     if (dst->host_scalar == NULL) return false;
   }
-  return hold(src->storage);
+  return hold(src->storage, src->view.dtype);
 }
 
 /* A copy of |src| whose pointers point into the arena (a tensor's sizes and
@@ -284,6 +298,7 @@ static tpu_status_t build(const tpu_eager_call *all, tpu_eager_entry **out) {
     const bool per_item = r->op->num_item_args > 0;
     for (int k = per_item ? 0 : -1, end = per_item ? tpu_eager_call_items(&c) : 0; k < end && st == NULL; k++)
       st = tpu_eager_apply(p, &c, k, tpu_eager_entry_metas(r->entry), r->num_args);
+    tpu_program_end_call(p);
   }
   if (st == NULL) {
     tpu_program_set_base(p, 0);
@@ -301,19 +316,13 @@ static tpu_status_t build(const tpu_eager_call *all, tpu_eager_entry **out) {
   return st;
 }
 
-/* The key of the whole trace: every call's one-op key over the trace's flat
- * view (which refs share a storage, across calls too), then which storages
- * nobody holds. */
-static bool trace_key(const tpu_eager_call *all, const flat_call *f, uint64_t *out_hash) {
-  tpu_strbuf_clear(&g.key);
-  tpu_strbuf_put_i64(&g.key, -1); /* apart from one-op keys, which begin with an op id */
+/* The key of the whole trace, built as calls are recorded (tpu_trace_record,
+ * hold): per call its one-op entry (by serial: the entry's own key holds
+ * everything about the call alone) and per tensor the storage it names
+ * (which calls share storages, and each storage's size and type); at the
+ * cut, the count of calls and which storages nobody holds any more. */
+static bool trace_key(uint64_t *out_hash) {
   tpu_strbuf_put_i64(&g.key, g.n);
-  int fi = 0;
-  for (int i = 0; i < g.n; i++) {
-    tpu_eager_call c = rec_call(&g.recs[i]);
-    c.args = all->args + g.recs[i].base;
-    tpu_eager_key_call(&g.key, &c, g.recs[i].num_args + g.recs[i].num_outs, f, &fi);
-  }
   for (int i = 0; i < g.num_held; i++) tpu_strbuf_put_i64(&g.key, g.held[i]->dropped);
   *out_hash = tpu_hash64(g.key.data, g.key.len, 0);
   return !g.key.failed;
@@ -351,13 +360,17 @@ static void reset(bool loop) {
   __atomic_sub_fetch(&tpu_trace_pending, g.num_held, __ATOMIC_ACQ_REL);
   for (int i = 0; i < g.n; i++) tpu_eager_entry_release(g.recs[i].entry);
   g.n = g.num_args = g.num_held = g.num_rng = 0;
+  tpu_strbuf_clear(&g.key);
   arena_reset();
   if (!loop) g.stream = g.period = g.matched = g.loop_calls = 0;
 }
 
 /* Runs the trace; lock held. */
 static tpu_status_t flush_locked(tpu_cut_reason why) {
-  if (g.n == 0) return NULL;
+  if (g.n == 0) {
+    if (g.num_held > 0) reset(false); /* a call that failed to record */
+    return NULL;
+  }
   tpu_stats_op_bump(TPU_OPSTAT_CUT, tpu_cut_reason_name(why));
   if (tpu_profile_enabled()) {
     char detail[64];
@@ -372,27 +385,23 @@ static tpu_status_t flush_locked(tpu_cut_reason why) {
       g.args[a].lower.strides = g.args[a].tensor.view.strides;
     }
   tpu_eager_call all = {.num_args = g.num_args, .args = g.args, .device = g.device, .rng_states = g.rng};
-  flat_call f;
-  tpu_status_t st = tpu_flatten_call(&all, &f);
+  tpu_status_t st = NULL;
   tpu_eager_entry *e = NULL;
   uint64_t h = 0;
-  if (st == NULL) {
-    if (trace_key(&all, &f, &h)) e = tpu_eager_cache_find(g.key.data, g.key.len, h);
-    tpu_flat_release(&f);
-    if (e != NULL) {
-      tpu_stats_add(TPU_STAT_TRACE_HITS, 1);
-    } else {
-      tpu_stats_add(TPU_STAT_TRACE_MISSES, 1);
-      st = build(&all, &e);
-      if (st == NULL && !g.key.failed) {
-        e = tpu_eager_cache_insert(e, g.key.data, g.key.len, h);
-        if (e == NULL) st = tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
-      } else if (st == NULL) { /* no key (out of memory): run it once, uncached */
-        st = tpu_eager_execute_raw(e, &all, NULL);
-        tpu_eager_entry_free(e);
-        e = NULL;
-        if (st == NULL) goto done;
-      }
+  if (trace_key(&h)) e = tpu_eager_cache_find(g.key.data, g.key.len, h);
+  if (e != NULL) {
+    tpu_stats_add(TPU_STAT_TRACE_HITS, 1);
+  } else {
+    tpu_stats_add(TPU_STAT_TRACE_MISSES, 1);
+    st = build(&all, &e);
+    if (st == NULL && !g.key.failed) {
+      e = tpu_eager_cache_insert(e, g.key.data, g.key.len, h);
+      if (e == NULL) st = tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+    } else if (st == NULL) { /* no key (out of memory): run it once, uncached */
+      st = tpu_eager_execute_raw(e, &all, NULL);
+      tpu_eager_entry_free(e);
+      e = NULL;
+      if (st == NULL) goto done;
     }
   }
   if (st == NULL) st = tpu_eager_execute_raw(e, &all, NULL);
@@ -503,6 +512,8 @@ tpu_status_t tpu_trace_record(tpu_eager_entry *e, const tpu_eager_call *call, tp
     return st;
   }
   if (g.n == 0) g.device = call->device;
+  if (g.key.len == 0) tpu_strbuf_put_i64(&g.key, -1); /* apart from one-op keys, which begin with an op id */
+  tpu_strbuf_put_i64(&g.key, (int64_t)tpu_eager_entry_serial(e));
   rec *r = &g.recs[g.n];
   *r = (rec){
       .entry = e,
@@ -519,7 +530,10 @@ tpu_status_t tpu_trace_record(tpu_eager_entry *e, const tpu_eager_call *call, tp
     tpu_eager_arg *a = &g.args[r->base + call->num_args + o];
     *a = (tpu_eager_arg){.lower = {.kind = TPU_ARG_NONE}, .mutated = true};
     const tpu_eager_out_meta *m = tpu_eager_entry_meta(e, o);
-    if (new_outputs == NULL || new_outputs[o] == NULL || m->dtype == TPU_INVALID) continue;
+    if (new_outputs == NULL || new_outputs[o] == NULL || m->dtype == TPU_INVALID) {
+      tpu_strbuf_put_i64(&g.key, -1);
+      continue;
+    }
     a->lower.kind = TPU_ARG_TENSOR;
     a->lower.dtype = m->dtype;
     a->lower.rank = m->rank;
@@ -528,9 +542,10 @@ tpu_status_t tpu_trace_record(tpu_eager_entry *e, const tpu_eager_call *call, tp
     a->tensor.view.rank = m->rank;
     memcpy(a->tensor.view.sizes, m->sizes, (size_t)m->rank * sizeof *m->sizes);
     memcpy(a->tensor.view.strides, m->strides, (size_t)m->rank * sizeof *m->strides);
-    ok = hold(new_outputs[o]);
+    ok = hold(new_outputs[o], m->dtype);
   }
   if (!ok) { /* what is held stays held until the next cut; this call runs now */
+    g.key.failed = true; /* the key holds part of this call */
     pthread_mutex_unlock(&g.lock);
     TPU_RETURN_IF_ERROR(tpu_eager_flush(TPU_CUT_OTHER));
     return tpu_eager_execute(e, call, new_outputs);

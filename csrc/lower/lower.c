@@ -354,15 +354,24 @@ void tpu_lower_loop(tpu_lower_ctx *c, int64_t count, int n, tpu_hlo_value *state
 }
 
 tpu_hlo_value tpu_lower_boundary(tpu_hlo_builder *b, unsigned kernels, tpu_hlo_value v) {
+  return tpu_lower_boundary_keep(b, kernels, v, NULL, 0);
+}
+
+tpu_hlo_value tpu_lower_boundary_keep(tpu_hlo_builder *b, unsigned kernels, tpu_hlo_value v,
+                                      const tpu_hlo_value *keep, int num_keep) {
   if (!(kernels & TPU_KERNEL_BOUNDARY) || v == TPU_HLO_NONE) return v;
   const tpu_hlo_type *t = tpu_hlo_type_of(b, v);
   if (t == NULL) return v;
   tpu_hlo_type type = *t;
-  tpu_hlo_value operand = v;
-  tpu_hlo_op(b, "stablehlo.custom_call", &operand, 1, NULL, 0,
+  tpu_hlo_value small[8], *operands = num_keep < 8 ? small : malloc((size_t)(num_keep + 1) * sizeof *operands);
+  if (operands == NULL) return tpu_hlo_fail(b, TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+  operands[0] = v;
+  for (int i = 0; i < num_keep; i++) operands[i + 1] = keep[i];
+  tpu_hlo_op(b, "stablehlo.custom_call", operands, num_keep + 1, NULL, 0,
              "call_target_name = \"" TPU_KERNEL_BOUNDARY_CALL "\", api_version = 4 : i32, "
              "output_operand_aliases = [#stablehlo.output_operand_alias<output_tuple_indices = [], "
              "operand_index = 0, operand_tuple_indices = []>]",
              &type, 1, &v);
+  if (operands != small) free(operands);
   return v;
 }

@@ -8,6 +8,7 @@
 #include <ATen/ExpandUtils.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/TensorIterator.h>
+#include <ATen/ThreadLocalPythonObjects.h>
 #include <ATen/native/LinearAlgebraUtils.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/TypeProperties.h>
@@ -19,6 +20,8 @@
 #include <ATen/ops/mm_meta_dispatch.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
+
+#include <pthread.h>
 
 #include <cstring>
 #include <memory>
@@ -903,8 +906,29 @@ void check_partial_overlap(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs) {
   }
 }
 
+// Autograd's worker threads ("pt_autograd_<device>") run a backward in the
+// eager mode of the thread that started it: torchtpu.eager_mode stashes its
+// mode in PyTorch's thread-local Python objects, which the engine carries to
+// its workers with the rest of the caller's thread-local state. Other threads
+// keep their own mode.
+void follow_backward_caller_mode() {
+  thread_local int worker = -1;
+  if (worker < 0) {
+    char name[16] = "";
+    worker = pthread_getname_np(pthread_self(), name, sizeof name) == 0 && std::strncmp(name, "pt_autograd_", 12) == 0;
+  }
+  if (!worker) return;
+  static const std::string keys[] = {"torchtpu.eager_mode.strict", "torchtpu.eager_mode.fused",
+                                     "torchtpu.eager_mode.blocking"};
+  int mode = -1;
+  for (int m = 0; m < 3 && mode < 0; m++)
+    if (at::impl::ThreadLocalPythonObjects::contains(keys[m])) mode = m;
+  tpu_eager_set_thread_mode(mode);
+}
+
 std::vector<at::Tensor> run_rule(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs) {
   const tpu_eager_op* op = info.op;
+  follow_backward_caller_mode();
   if (info.pointwise) check_partial_overlap(info, ivs);
   if (op->rule->flags & TPU_RULE_CHECKED_SCALARS) check_scalars_fit(info, ivs);
   if (info.out_variant) {
