@@ -78,6 +78,20 @@ class TestBitIdentical:
         for got, want in zip(in_mode("fused", f), in_mode("strict", f)):
             assert_same(got, want)
 
+    def test_result_layout_as_strict(self):
+        """A softplus of a transposed view recorded beside an unrelated upload:
+        XLA gave the call's result a transposed layout (and a copy) in the
+        program of both, so its loop ran in another order, other last bits."""
+        g = torch.Generator().manual_seed(597153545)
+        x0 = torch.randn(2, 3, 7, 31, generator=g, dtype=torch.float64).float().to("tpu")
+        big = torch.randn(3, 256, 1024, generator=g).transpose(-1, -2).contiguous().transpose(-1, -2)
+
+        def f():
+            t = big.to("tpu")
+            return F.softplus(x0.transpose(0, 3)).cpu(), t
+
+        assert_same(in_mode("fused", f)[0], in_mode("strict", f)[0])
+
     def test_half_precision_rounds_per_op(self):
         x0 = torch.randn(600).to(torch.bfloat16).to("tpu")
 

@@ -505,13 +505,19 @@ static tpu_hlo_value written_storage(tpu_program *p, int slot) {
 }
 
 /* Ends a call of a program of several (fused eager's): the values the call
- * read from earlier calls stay alive until its results exist, unless strict
- * eager would have donated their buffers to it. Strict's program reads a
- * parameter XLA may not overwrite; a value that died inside the call could
- * be overwritten by the call's result, and XLA compiles an operation in
- * place otherwise (a logarithm took LLVM's vectorized log, whose last bits
- * differ). So the call's results pass a boundary that also takes those
- * values. */
+ * wrote pass the boundary, as strict's program ends with its results.
+ * Without, XLA laid a call's result out to suit the program's other work (a
+ * transposed layout, then a copy) and computed a softplus in another order,
+ * other last bits. The boundary also takes the values the call read from
+ * earlier calls, so they stay alive until the results exist, unless strict
+ * eager would have donated their buffers to the call: a parameter of
+ * strict's program is never overwritten otherwise, but a value that died
+ * inside the call was (XLA computed a logarithm in place, with LLVM's
+ * vectorized log). A call that only writes in place over donated buffers
+ * and read nothing else of earlier calls gets no boundary: XLA computes it
+ * in place as strict's program does, and behind a boundary it did not (an
+ * exp_ differed). In-place transcendentals over values of earlier calls
+ * (x.exp_().sub_(1)) still differ in the last bit: the fuzzer finds them. */
 void tpu_program_end_call(tpu_program *p) {
   if (!p->sequential || !p->exact) return;
   const int me = p->arg_base + 1;
@@ -521,9 +527,8 @@ void tpu_program_end_call(tpu_program *p) {
     if (q->reader == me && q->last_read != TPU_HLO_NONE && !(q->writer == me && q->donating))
       p->keep[n++] = q->last_read;
   }
-  if (n == 0) return;
   for (int s = 0; s < p->flat.n; s++)
-    if (p->seq[s].writer == me && p->slot_value[s] != TPU_HLO_NONE)
+    if (p->seq[s].writer == me && (n > 0 || !p->seq[s].donating) && p->slot_value[s] != TPU_HLO_NONE)
       p->slot_value[s] = p->seq[s].read = tpu_lower_boundary_keep(p->b, tpu_eager_kernels(), p->slot_value[s], p->keep, n);
 }
 
