@@ -112,11 +112,31 @@ static void put_bytes_field(tpu_strbuf *sb, int field, const void *data, size_t 
   tpu_strbuf_append(sb, data, n);
 }
 
-/* kCompileOptions plus one env_option_overrides entry (field 7: map<string,
- * OptionOverrideProto {string_field = 1}>) per override not in |dropped|. */
-static tpu_status_t cpu_compile_options(unsigned dropped, tpu_strbuf *out) {
+/* The options of a program of |num_replicas| replicas (<= 1: kCompileOptions):
+ * executable_build_options (field 3) {num_replicas (4): n, num_partitions
+ * (5): 1}, not portable: XLA's default device assignment puts replica i on
+ * device i. */
+static void put_build_options(tpu_strbuf *out, int num_replicas) {
+  if (num_replicas <= 1) {
+    tpu_strbuf_append(out, kCompileOptions, sizeof kCompileOptions);
+    return;
+  }
+  tpu_strbuf build = TPU_STRBUF_INIT;
+  put_varint(&build, 4 << 3 | 0);
+  put_varint(&build, (uint64_t)num_replicas);
+  put_varint(&build, 5 << 3 | 0);
+  put_varint(&build, 1);
+  put_bytes_field(out, 3, build.data, build.len);
+  if (build.failed) out->failed = true;
+  tpu_strbuf_release(&build);
+}
+
+/* The build options plus one env_option_overrides entry (field 7:
+ * map<string, OptionOverrideProto {string_field = 1}>) per override not in
+ * |dropped|. */
+static tpu_status_t cpu_compile_options(unsigned dropped, int num_replicas, tpu_strbuf *out) {
   tpu_strbuf_clear(out);
-  tpu_strbuf_append(out, kCompileOptions, sizeof kCompileOptions);
+  put_build_options(out, num_replicas);
   for (size_t i = 0; i < NUM_CPU_OVERRIDES; i++) {
     if (dropped & 1u << i) continue;
     tpu_strbuf value = TPU_STRBUF_INIT, entry = TPU_STRBUF_INIT;
@@ -351,7 +371,7 @@ tpu_status_t tpu_runtime_create(const tpu_runtime_options *opts, tpu_runtime **o
   TPU_GOTO_IF_ERROR(st, client_string(api, rt->client, true, &rt->platform_version), fail);
   if (strcmp(rt->platform_name, "cpu") == 0) {
     rt->cpu_overrides = true;
-    TPU_GOTO_IF_ERROR(st, cpu_compile_options(0, &rt->compile_options), fail);
+    TPU_GOTO_IF_ERROR(st, cpu_compile_options(0, 1, &rt->compile_options), fail);
   } else {
     tpu_strbuf_append(&rt->compile_options, kCompileOptions, sizeof kCompileOptions);
     TPU_GOTO_IF_ERROR(st, tpu_strbuf_status(&rt->compile_options), fail);
@@ -611,13 +631,16 @@ fail:
   return st;
 }
 
-void tpu_compile_options_init(tpu_compile_options *o) { *o = (tpu_compile_options){.max_rank = 0, .name = NULL}; }
+void tpu_compile_options_init(tpu_compile_options *o) {
+  *o = (tpu_compile_options){.max_rank = 0, .name = NULL, .num_replicas = 1};
+}
 
 tpu_status_t tpu_runtime_compile_options_for(tpu_runtime *rt, const tpu_compile_options *options,
                                              tpu_strbuf *out) {
+  const int num_replicas = options != NULL ? options->num_replicas : 1;
   if (!rt->cpu_overrides) {
     tpu_strbuf_clear(out);
-    tpu_strbuf_append(out, kCompileOptions, sizeof kCompileOptions);
+    put_build_options(out, num_replicas);
     return tpu_strbuf_status(out);
   }
   unsigned left_out = 0;
@@ -627,7 +650,7 @@ tpu_status_t tpu_runtime_compile_options_for(tpu_runtime *rt, const tpu_compile_
   pthread_mutex_lock(&rt->lock);
   left_out |= rt->dropped_overrides;
   pthread_mutex_unlock(&rt->lock);
-  return cpu_compile_options(left_out, out);
+  return cpu_compile_options(left_out, num_replicas, out);
 }
 
 tpu_status_t tpu_executable_compile(tpu_runtime *rt, const char *mlir, size_t size,
@@ -668,7 +691,7 @@ tpu_status_t tpu_executable_compile(tpu_runtime *rt, const char *mlir, size_t si
     st = NULL;
     pthread_mutex_lock(&rt->lock);
     rt->dropped_overrides |= dropped | 1u << refused;
-    st = cpu_compile_options(rt->dropped_overrides, &rt->compile_options);
+    st = cpu_compile_options(rt->dropped_overrides, 1, &rt->compile_options);
     pthread_mutex_unlock(&rt->lock);
     if (st != NULL) goto done;
   }
@@ -999,6 +1022,33 @@ static tpu_status_t traced_execute(tpu_runtime *rt, tpu_executable *exe, int dev
   if (w == NULL) tpu_profile_close(span, t1); /* no completion to wait for: the launch's end */
   pending_push(rt, device, done);
   return NULL;
+}
+
+tpu_status_t tpu_executable_execute_replicas(tpu_runtime *rt, tpu_executable *exe, int num_replicas,
+                                             tpu_buffer *const *const *args, size_t num_args,
+                                             tpu_buffer **const *outs) {
+  if (num_replicas < 1 || num_replicas > rt->num_devices)
+    return tpu_status_new(TPU_ERR_VALUE, "%d replicas, but the client has %d devices", num_replicas,
+                          rt->num_devices);
+  PJRT_ExecuteOptions options = {.struct_size = TPU_PJRT_SIZE(PJRT_ExecuteOptions, incarnation_ids)};
+  PJRT_LoadedExecutable_Execute_Args a = {
+      .struct_size = TPU_PJRT_SIZE(PJRT_LoadedExecutable_Execute_Args, execute_device),
+      .executable = exe->exe,
+      .options = &options,
+      .argument_lists = (PJRT_Buffer *const *const *)args,
+      .num_devices = (size_t)num_replicas,
+      .num_args = num_args,
+      .output_lists = (PJRT_Buffer **const *)outs,
+  };
+  for (int r = 0; r < num_replicas; r++)
+    for (size_t i = 0; i < exe->num_outputs; i++) outs[r][i] = NULL;
+  int64_t t0 = tpu_profile_enabled() ? tpu_profile_now_ns() : 0;
+  tpu_status_t st = CALL(rt->api, PJRT_LoadedExecutable_Execute, &a, "launching a replicated program");
+  if (t0 != 0)
+    tpu_profile_span(TPU_PROFILE_EXECUTE, tpu_executable_name(exe), st != NULL ? "failed" : "", -1, t0,
+                     tpu_profile_now_ns());
+  if (st == NULL) tpu_stats_add(TPU_STAT_EXECUTIONS, 1);
+  return st;
 }
 
 tpu_status_t tpu_executable_execute(tpu_runtime *rt, tpu_executable *exe, int device,

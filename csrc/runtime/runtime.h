@@ -121,8 +121,12 @@ void tpu_buffer_destroy(tpu_runtime *rt, tpu_buffer *buf);
 typedef struct tpu_compile_options {
   int max_rank; /* the most dims of any value in the program */
   const char *name; /* names the program in traces (copied); NULL: "program" */
+  /* 1: a program of one replica, run on the device execute names. n > 1:
+   * replica i runs on device i (collectives across them), launched by
+   * tpu_executable_execute_replicas. */
+  int num_replicas;
 } tpu_compile_options;
-/* Defaults: a program of low-rank values, unnamed. */
+/* Defaults: a program of low-rank values, unnamed, one replica. */
 void tpu_compile_options_init(tpu_compile_options *o);
 /* Writes to |out| the serialized CompileOptionsProto a compile with
  * |options| uses (NULL: the defaults). */
@@ -165,6 +169,14 @@ void tpu_executable_destroy(tpu_runtime *rt, tpu_executable *exe);
 tpu_status_t tpu_executable_execute(tpu_runtime *rt, tpu_executable *exe, int device,
                                     tpu_buffer *const *args, size_t num_args, const bool *donate,
                                     bool track, tpu_buffer **outs) TPU_MUST_USE;
+
+/* Launches a program compiled with |num_replicas| replicas: replica r runs on
+ * device r with arguments |args[r]| (|num_args| each) and returns its new
+ * buffers in |outs[r]| (tpu_executable_num_outputs each, owned by the
+ * caller). Returns at once; reading an output waits for it. */
+tpu_status_t tpu_executable_execute_replicas(tpu_runtime *rt, tpu_executable *exe, int num_replicas,
+                                             tpu_buffer *const *const *args, size_t num_args,
+                                             tpu_buffer **const *outs) TPU_MUST_USE;
 
 /* True when the plugin runs small programs inline (the CPU plugin: fewer
  * than about 1000 flops), so they need no completion tracking. */
