@@ -44,6 +44,21 @@ def test_plain_import_torch_loads_tpu(tmp_path):
     assert r.stdout.split() == ["tpu", "30.0", "1"]
 
 
+def test_import_torchtpu_first_with_autoload(tmp_path):
+    """A process that imports torchtpu before torch: torch's import, inside
+    torchtpu's, calls the entry point of the half-imported package (it raised
+    "Failed to load the backend extension: tpu" before _autoload was defined
+    ahead of `import torch`)."""
+    code = ("import torchtpu, torch\n"
+            "print((torch.ones(3, device='tpu') * 2).sum().item())\n")
+    r = _plain_torch(tmp_path, code)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "6.0"
+    r = subprocess.run([sys.executable, "-m", "torchtpu", "info"], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), ROOT])))
+    assert r.returncode == 0, r.stderr
+
+
 def test_autoload_can_be_turned_off(tmp_path):
     r = _plain_torch(tmp_path, "import sys, torch; print('torchtpu' in sys.modules)", TORCH_DEVICE_BACKEND_AUTOLOAD="0")
     assert r.returncode == 0, r.stderr
