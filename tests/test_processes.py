@@ -14,7 +14,7 @@ import torchtpu
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _plain_torch(tmp_path, code, **env):
+def _plain_torch(tmp_path, code, first=(), **env):
     """Runs |code| (which imports torch, never torchtpu) in a fresh process
     that sees torchtpu's distribution metadata as pyproject.toml declares it
     (a pip install writes the same entry points; the metadata put first on
@@ -29,9 +29,9 @@ def _plain_torch(tmp_path, code, **env):
         lines.append(f"[{group}]")
         lines += [f"{name} = {target}" for name, target in points.items()]
     (info / "entry_points.txt").write_text("\n".join(lines) + "\n")
-    path = os.pathsep.join([str(tmp_path), ROOT, os.environ.get("PYTHONPATH", "")])
+    path = os.pathsep.join([*first, str(tmp_path), ROOT, os.environ.get("PYTHONPATH", "")])
     return subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=path, **env),
-                          capture_output=True, text=True, timeout=120)
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
 
 
 def test_plain_import_torch_loads_tpu(tmp_path):
@@ -46,9 +46,9 @@ def test_plain_import_torch_loads_tpu(tmp_path):
 
 def test_import_torchtpu_first_with_autoload(tmp_path):
     """A process that imports torchtpu before torch: torch's import, inside
-    torchtpu's, calls the entry point of the half-imported package (it raised
-    "Failed to load the backend extension: tpu" before _autoload was defined
-    ahead of `import torch`)."""
+    torchtpu's, runs the entry point while the package is half imported (it
+    raised "Failed to load the backend extension: tpu" when the entry point
+    was an attribute of the package)."""
     code = ("import torchtpu, torch\n"
             "print((torch.ones(3, device='tpu') * 2).sum().item())\n")
     r = _plain_torch(tmp_path, code)
@@ -57,6 +57,19 @@ def test_import_torchtpu_first_with_autoload(tmp_path):
     r = subprocess.run([sys.executable, "-m", "torchtpu", "info"], capture_output=True, text=True, timeout=120,
                        env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), ROOT])))
     assert r.returncode == 0, r.stderr
+
+
+def test_a_torchtpu_that_cannot_load_leaves_import_torch_working(tmp_path):
+    """torchtpu installed but broken (its extension not built yet, as while
+    its own build imports torch): `import torch` warns and works."""
+    fake = tmp_path / "shadow" / "torchtpu"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('no _C here')\n")
+    code = "import warnings\nwarnings.simplefilter('always')\nimport torch\nprint(torch.ones(2).sum().item())\n"
+    r = _plain_torch(tmp_path, code, first=[str(tmp_path / "shadow")])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "2.0"
+    assert "torchtpu was not loaded by `import torch` (ImportError: no _C here)" in r.stderr
 
 
 def test_autoload_can_be_turned_off(tmp_path):

@@ -23,17 +23,6 @@ import os
 # XLA logs an INFO line per client at start-up; keep stderr for warnings.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
-
-def _autoload():
-    """PyTorch's device-backend autoload entry point (the "torch.backends"
-    group in pyproject.toml): `import torch` imports this package, whose
-    import is all the set-up, so there is nothing left to do here. A missing
-    PJRT plugin does not fail the import: it is reported when tpu is first
-    used, as without autoload. Defined before `import torch`: when a process
-    imports torchtpu first, torch's own import calls this entry point while
-    this package is still half imported."""
-
-
 import torch  # noqa: E402
 
 from . import _plugin  # noqa: E402
