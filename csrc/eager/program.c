@@ -527,9 +527,11 @@ void tpu_program_end_call(tpu_program *p) {
     if (q->reader == me && q->last_read != TPU_HLO_NONE && !(q->writer == me && q->donating))
       p->keep[n++] = q->last_read;
   }
-  for (int s = 0; s < p->flat.n; s++)
-    if (p->seq[s].writer == me && (n > 0 || !p->seq[s].donating) && p->slot_value[s] != TPU_HLO_NONE)
-      p->slot_value[s] = p->seq[s].read = tpu_lower_boundary_keep(p->b, tpu_eager_kernels(), p->slot_value[s], p->keep, n);
+  for (int s = 0; s < p->flat.n; s++) {
+    seq_slot *q = &p->seq[s];
+    if (q->writer == me && (n > 0 || !q->donating) && p->slot_value[s] != TPU_HLO_NONE)
+      p->slot_value[s] = q->read = tpu_lower_boundary_keep(p->b, tpu_eager_kernels(), p->slot_value[s], p->keep, n);
+  }
 }
 
 tpu_status_t tpu_program_apply(tpu_program *p, const tpu_lower_rule *rule, const char *op, int num_args,
