@@ -19,7 +19,7 @@ fi
 
 # PyTorch 2.11-2.15 works; without one, take the 2.13 CPU wheel (any other
 # request can pull a multi-GB CUDA build).
-if ! $PY -c 'import torch, sys; v = tuple(map(int, torch.__version__.split("+")[0].split(".")[:2])); sys.exit(not (2, 11) <= v <= (2, 15))' 2>/dev/null; then
+if ! TORCH_DEVICE_BACKEND_AUTOLOAD=0 $PY -c 'import torch, sys; v = tuple(map(int, torch.__version__.split("+")[0].split(".")[:2])); sys.exit(not (2, 11) <= v <= (2, 15))' 2>/dev/null; then
   $PY -m pip install -q torch==2.13.0
 fi
 $PY -m pip install -q xla-cpu-pjrt numpy pytest expecttest transformers==5.24.0
