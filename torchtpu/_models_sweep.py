@@ -279,16 +279,8 @@ def _run_one(model_type, class_name, modes, timeout):
 
 
 def _load_state(path):
-    state = {}
-    if os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                try:
-                    entry = json.loads(line)
-                    state[entry["model_type"]] = entry
-                except (ValueError, KeyError):
-                    continue
-    return state
+    from .coverage import load_jsonl_state
+    return load_jsonl_state(path, "model_type")
 
 
 def _classify(reason):

@@ -715,17 +715,23 @@ class _Worker:
 
 # --- the sweep ------------------------------------------------------------------------------
 
-def _load_state(path):
+def load_jsonl_state(path, key, value=None):
+    """A sweep's saved state: one JSON object per line, as {entry[key]:
+    entry[value]} (the whole entry without |value|); a missing file is empty."""
     state = {}
     if os.path.exists(path):
         with open(path) as f:
             for line in f:
                 try:
                     entry = json.loads(line)
-                    state[entry["key"]] = entry["result"]
+                    state[entry[key]] = entry if value is None else entry[value]
                 except (ValueError, KeyError):
                     continue  # a torn last line after an interruption
     return state
+
+
+def _load_state(path):
+    return load_jsonl_state(path, "key", "result")
 
 
 def sweep(args):

@@ -40,6 +40,15 @@ static int check_failures = 0;
     fprintf(stderr, "%s %s\n", check_failures == before_ ? "ok  " : "FAIL", #test); \
   } while (0)
 
+/* A program of one op for the tests that run one: a + a on f32[4]. */
+static const char kDouble[] =
+    "module @m {\n"
+    "  func.func public @main(%a: tensor<4xf32>) -> (tensor<4xf32>) {\n"
+    "    %r = \"stablehlo.add\"(%a, %a) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>\n"
+    "    \"func.return\"(%r) : (tensor<4xf32>) -> ()\n"
+    "  }\n"
+    "}\n";
+
 /* The PJRT plugin the runtime tests load: $TORCHTPU_TEST_PLUGIN. */
 static const char *test_plugin_path(void) {
   const char *p = getenv("TORCHTPU_TEST_PLUGIN");

@@ -104,14 +104,6 @@ static void test_open_spans(void) {
   free(ev);
 }
 
-static const char kDouble[] =
-    "module @m {\n"
-    "  func.func public @main(%a: tensor<4xf32>) -> (tensor<4xf32>) {\n"
-    "    %r = \"stablehlo.add\"(%a, %a) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>\n"
-    "    \"func.return\"(%r) : (tensor<4xf32>) -> ()\n"
-    "  }\n"
-    "}\n";
-
 static void test_runtime_spans(void) {
   tpu_runtime *rt = test_runtime_create();
   CHECK(rt != NULL);

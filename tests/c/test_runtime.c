@@ -15,14 +15,6 @@
 
 static tpu_runtime *rt;
 
-static const char kDouble[] =
-    "module @m {\n"
-    "  func.func public @main(%a: tensor<4xf32>) -> (tensor<4xf32>) {\n"
-    "    %r = \"stablehlo.add\"(%a, %a) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>\n"
-    "    \"func.return\"(%r) : (tensor<4xf32>) -> ()\n"
-    "  }\n"
-    "}\n";
-
 static void test_bad_plugin_path(void) {
   tpu_runtime_options o;
   tpu_runtime_options_init(&o);
