@@ -64,6 +64,23 @@ def dumped_programs(tmp_path, code):
     return {p.name: p.read_text() for p in tmp_path.glob("*.mlir")}
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "strict_eager: the test asserts what strict eager does inside (one program per op, "
+        "the programs a dump holds, compile counts); it runs strict when the suite runs with "
+        "TORCHTPU_EAGER=fused, its subprocesses too")
+
+
+@pytest.fixture(autouse=True)
+def _strict_eager(request, monkeypatch):
+    if request.node.get_closest_marker("strict_eager") is None:
+        yield
+        return
+    monkeypatch.setenv("TORCHTPU_EAGER", "strict")
+    with torchtpu.eager_mode("strict"):
+        yield
+
+
 @pytest.fixture
 def no_fallbacks():
     """Fails the test if any op ran through the CPU fallback."""

@@ -219,6 +219,7 @@ def test_sdpa_compiled_training_with_head_views(no_fallbacks):
     compare_compiled_step(step, proj, torch.randn(2, 8, 32))
 
 
+@pytest.mark.strict_eager
 @pytest.mark.skipif(os.environ.get("TORCHTPU_KERNELS") == "0", reason="no kernel in the composite run")
 def test_kernel_reads_heads_as_they_lie(tmp_path):
     """Heads transposed out of one projection reach the kernel token-major,

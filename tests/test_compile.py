@@ -210,6 +210,7 @@ def test_input_written_and_read_in_one_graph():
         torch.testing.assert_close(x.cpu(), y)
 
 
+@pytest.mark.strict_eager
 def test_parameter_updates_keep_the_parameter_shape(tmp_path):
     """An optimizer step reads and writes each parameter whole, in its own
     shape, and donates it: nothing in the program reshapes it, which would

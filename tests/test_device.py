@@ -81,6 +81,7 @@ def test_stats_count_hits_misses_and_bytes():
     assert torchtpu.stats()["ops"] == 0
 
 
+@pytest.mark.strict_eager
 def test_dump_dir(tmp_path):
     code = ("import torch, torchtpu; x = torch.ones(3, device='tpu'); (x.sin() * 3).cpu()")
     env = dict(os.environ, TORCHTPU_DUMP_DIR=str(tmp_path))

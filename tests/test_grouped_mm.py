@@ -32,6 +32,7 @@ def on_tpu(*tensors):
     return [None if t is None else t.to("tpu") for t in tensors]
 
 
+@pytest.mark.strict_eager
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("case", list(cases(torch.float32)))
 def test_matches_cpu_in_one_program(dtype, case):
@@ -79,6 +80,7 @@ def test_large_products_match_cpu(dtype, case):
     assert (got[past] == 0).all()
 
 
+@pytest.mark.strict_eager
 @pytest.mark.skipif(not KERNEL, reason="the matmul kernel needs AVX2 or AVX-512")
 def test_large_products_reach_the_kernel(tmp_path):
     code = """

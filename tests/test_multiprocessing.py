@@ -24,8 +24,9 @@ REINIT = ("Cannot re-initialize tpu in forked subprocess. To use tpu with multip
           "you must use the 'spawn' start method")
 
 
-def run_case(name, timeout=60):
-    r = subprocess.run([sys.executable, __file__, name], capture_output=True, text=True, timeout=timeout)
+def run_case(name, timeout=60, **env):
+    r = subprocess.run([sys.executable, __file__, name], capture_output=True, text=True, timeout=timeout,
+                       env={**os.environ, **env})
     assert r.returncode == 0, f"exit code {r.returncode}\n{r.stdout}\n{r.stderr}"
     assert r.stdout.strip().endswith("ok"), r.stdout + r.stderr
     return r.stdout
@@ -220,6 +221,12 @@ def case_fork_before_use():
                                   "queue_spawn", "queue_fork_before_use", "bad_fork", "fork_before_use"])
 def test_case(case):
     run_case(case)
+
+
+def test_bad_fork_refuses_recording_in_fused_eager():
+    """Fused eager records ops without touching the device: a forked child
+    must still refuse each at its call (it recorded `x + 1` silently)."""
+    run_case("bad_fork", TORCHTPU_EAGER="fused")
 
 
 def test_not_in_bad_fork():

@@ -681,6 +681,7 @@ def test_ctc_loss_impossible_and_empty(no_fallbacks, zero_infinity):
                  log_probs)
 
 
+@pytest.mark.strict_eager
 def test_ctc_loss_one_program_per_shape():
     """Eager compiles one program per padded shape, whatever the lengths."""
     log_probs, targets, _, _ = ctc_batch()

@@ -114,6 +114,7 @@ def test_memory_summary_reads_the_allocator():
     del x, y
 
 
+@pytest.mark.strict_eager
 def test_memory_snapshot_lists_live_storages():
     before = {s["address"] for s in torch.tpu.memory_snapshot()}
     x = torch.randn(300, 1000, device="tpu")
@@ -232,6 +233,7 @@ def _progress_run(tmp_path, setting):
     return subprocess.run([sys.executable, "-c", _COMPILES], env=env, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.strict_eager
 def test_progress_line_reports_a_burst_of_compiles(tmp_path):
     """TORCHTPU_PROGRESS=<seconds>: the note once a burst has run that long; at
     exit the burst's summary, counting programs compiled and loaded."""

@@ -16,6 +16,10 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 import torchtpu  # noqa: F401
 
+# The events of strict eager: one kernel per op's program. Fused eager's (one
+# per cut) are test_fused_eager_cut_and_program's.
+pytestmark = pytest.mark.strict_eager
+
 ACTIVITIES = [ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]
 PRIVATEUSE1_DEVICE_TYPE = 20  # c10::DeviceType::PrivateUse1 in Chrome trace args
 
@@ -36,6 +40,11 @@ def _step(model, x):
 @pytest.fixture(scope="module")
 def traced(tmp_path_factory):
     """One profiled training step (after a warm-up step), its Chrome trace parsed."""
+    with torchtpu.eager_mode("strict"):  # module-scoped: before the strict_eager marker's fixture
+        return _traced(tmp_path_factory)
+
+
+def _traced(tmp_path_factory):
     model = _model()
     x = torch.randn(12, 48, device="tpu")
     _step(model, x)

@@ -491,6 +491,9 @@ static void note_call(uint64_t h) {
 }
 
 tpu_status_t tpu_trace_record(tpu_eager_entry *e, const tpu_eager_call *call, tpu_storage *const *new_outputs) {
+  /* A forked child refuses at the call, as strict's execute does, not at a
+   * later cut. */
+  TPU_RETURN_IF_ERROR(tpu_runtime_check_fork());
   const tpu_eager_op *op = call->op;
   const bool rng = tpu_eager_entry_uses_rng(e);
   if (rng && op->num_item_args > 0) { /* items draw states strict mixes per item: run it as strict does */
