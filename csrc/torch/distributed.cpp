@@ -202,11 +202,21 @@ at::Tensor host_out(const at::Tensor& t, Staged& s, bool keep = true) {
   return view_at(base, t);
 }
 
-// In-place inputs-and-outputs (all_reduce, broadcast): the result lands in a
-// fresh buffer that first holds the input.
+// In-place inputs-and-outputs (all_reduce, broadcast). A large one works in
+// its storage's own buffer, once no launch on the device still reads it
+// (tpu_runtime_synchronize, as a pooled buffer waits): a storage owns its
+// buffer alone, and uploads copy (kImmutableOnlyDuringCall), so no other
+// tensor sees the bytes change. Copying 64 MiB into a fresh buffer first made
+// the all_reduce 0.82x gloo's. A small one lands in a fresh buffer that first
+// holds the input: no device-wide wait for it.
 at::Tensor host_inout(const at::Tensor& t, Staged& s) {
   if (!is_tpu(t)) return t;
   at::Tensor in = host_in(t, s);
+  tpu_storage* box = storage_of(t);
+  if (box != nullptr && box->nbytes >= kPoolMinBytes && s.fresh.find(box) == s.fresh.end()) {
+    TPU_CHECK(tpu_runtime_synchronize(runtime(), box->device));
+    return in;
+  }
   at::Tensor out = host_out(t, s, /*keep=*/true);
   if (in.numel() > 0 && in.data_ptr() != out.data_ptr()) out.copy_(in);
   return out;

@@ -195,6 +195,19 @@ for name, fn in (("all_reduce", lambda t, g: dist.all_reduce(t, group=g)),
     check(f"{name} 16MiB", run_big)
 
 
+def big_in_place(mk, g):
+    """A large all_reduce works in the storage's own buffer: a clone made
+    before keeps its values, a program launched before reads the old bytes,
+    and only the view's bytes change."""
+    t = mk(big.clone())
+    before = t.clone()
+    tripled = t * 3
+    mid = t[1 << 20: 3 << 20]
+    dist.all_reduce(mid, group=g)
+    return [t, before, tripled, mid + 1]
+check("all_reduce 16MiB in place, a view", big_in_place)
+
+
 def agt_big(mk, g):
     out = mk(torch.zeros((WORLD * big.numel(),)))
     dist.all_gather_into_tensor(out, mk(big), group=g)
