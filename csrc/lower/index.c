@@ -43,9 +43,6 @@ static tpu_hlo_value index_arg(tpu_lower_ctx *c, int arg) {
   return tpu_hlo_convert(B, tpu_lower_tensor(c, arg), TPU_S64);
 }
 
-static tpu_hlo_value const_like(tpu_lower_ctx *c, tpu_hlo_value x, double v) {
-  return tpu_hlo_const_f64(B, tpu_hlo_type_of(B, x), v);
-}
 
 /* Rank-0 i1: every element of s64 |idx| lies in [lo, hi). */
 /* Where |lo| <= idx < |hi| (i1, idx's shape). */
