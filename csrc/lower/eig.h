@@ -8,12 +8,6 @@
 
 #include "lower/matrix.h"
 
-static inline tpu_hlo_type with_dtype(const tpu_hlo_type *t, tpu_dtype_t dtype) {
-  tpu_hlo_type to = *t;
-  to.dtype = dtype;
-  return to;
-}
-
 /* The [batch, 1, 1] type of the matrices |x| with |dtype|. */
 static inline tpu_hlo_type scalar_type(tpu_lower_ctx *c, tpu_hlo_value x, tpu_dtype_t dtype) {
   tpu_hlo_type t = with_dtype(tpu_hlo_type_of(B, x), dtype);

@@ -229,10 +229,11 @@ static tpu_status_t frexp_rule(tpu_lower_ctx *c) {
 
 /* --- binary arithmetic ---------------------------------------------------------- */
 
-/* add/sub: self ± alpha * other (data: +1 add, -1 sub, -2 rsub). */
+/* add/sub: self ± alpha * other; rsub: other - alpha * self. */
+enum { ADD, SUB, RSUB };
 static tpu_status_t add_rule(tpu_lower_ctx *c) {
   tpu_hlo_value a = in(c, 0), x = in(c, 1);
-  if (c->data == -2) {
+  if (c->data == RSUB) {
     tpu_hlo_value t = a;
     a = x;
     x = t;
@@ -242,10 +243,10 @@ static tpu_status_t add_rule(tpu_lower_ctx *c) {
     x = OUT->dtype == TPU_BOOL ? tpu_hlo_binary(B, TPU_HLO_AND, x, alpha) : mul(c, alpha, x);
   }
   if (OUT->dtype == TPU_BOOL) {
-    if (c->data != 1) return tpu_lower_error(c, TPU_ERR_RUNTIME, "Subtraction, the `-` operator, with two bool tensors is not supported. Use the `^` or `logical_xor()` operator instead.");
+    if (c->data != ADD) return tpu_lower_error(c, TPU_ERR_RUNTIME, "Subtraction, the `-` operator, with two bool tensors is not supported. Use the `^` or `logical_xor()` operator instead.");
     return done(c, tpu_hlo_binary(B, TPU_HLO_OR, a, x));
   }
-  return done(c, c->data == 1 ? add(c, a, x) : sub(c, a, x));
+  return done(c, c->data == ADD ? add(c, a, x) : sub(c, a, x));
 }
 
 static tpu_status_t mul_rule(tpu_lower_ctx *c) {
@@ -296,11 +297,12 @@ static tpu_hlo_value div_floor_int(tpu_lower_ctx *c, tpu_hlo_value a, tpu_hlo_va
   return sel(c, fix, sub(c, q, out_const(c, 1.0)), q);
 }
 
-/* div(self, other, *, rounding_mode=None|"trunc"|"floor"); data 1 forces
- * floor (floor_divide). */
+/* div(self, other, *, rounding_mode=None|"trunc"|"floor"); floor_divide
+ * always floors. */
+enum { DIV, FLOOR_DIVIDE };
 static tpu_status_t div_rule(tpu_lower_ctx *c) {
   tpu_hlo_value a = in(c, 0), x = in(c, 1);
-  const char *mode = c->data == 1 ? "floor"
+  const char *mode = c->data == FLOOR_DIVIDE ? "floor"
                      : (!tpu_lower_is_none(c, 2) && c->args[2].kind == TPU_ARG_STRING) ? c->args[2].s : NULL;
   bool integral = is_integral_out(c);
   if (mode == NULL) return done(c, dvd(c, a, x));
@@ -399,13 +401,14 @@ static tpu_status_t xlogy_rule(tpu_lower_ctx *c) {
   return done(c, sel(c, cmp(c, TPU_HLO_NE, y, y), y, r));
 }
 
-/* logaddexp(a, b) = max + log1p(exp(-|a - b|)); data 2 for base 2. */
+/* logaddexp(a, b) = max + log1p(exp(-|a - b|)), and logaddexp2 in base 2. */
+enum { LOGADDEXP, LOGADDEXP2 };
 static tpu_status_t logaddexp_rule(tpu_lower_ctx *c) {
   tpu_hlo_value a = in(c, 0), x = in(c, 1);
   tpu_hlo_value m = tpu_hlo_binary(B, TPU_HLO_MAX, a, x);
   tpu_hlo_value d = un(c, TPU_HLO_NEG, un(c, TPU_HLO_ABS, sub(c, a, x)));
   tpu_hlo_value r;
-  if (c->data == 2) {
+  if (c->data == LOGADDEXP2) {
     tpu_hlo_value ln2 = out_const(c, M_LN2);
     r = add(c, m, dvd(c, un(c, TPU_HLO_LOG1P, tpu_hlo_binary(B, TPU_HLO_POW, out_const(c, 2.0), d)), ln2));
   } else {
@@ -444,18 +447,19 @@ static tpu_status_t masked_fill_rule(tpu_lower_ctx *c) {
   return done(c, sel(c, m, tpu_lower_operand(c, 2, OUT->dtype, OUT), x));
 }
 
-/* clamp(self, min?, max?); data: 0 both, 1 min only, 2 max only. NaN in any
+/* clamp(self, min?, max?), clamp_min(self, min), clamp_max(self, max). NaN in any
  * operand propagates, as in PyTorch. Computed in the promoted type of all
  * three: an uint8 clamp_ with an int32 bound of -7 compares in int32. */
+enum { CLAMP, CLAMP_MIN, CLAMP_MAX };
 static tpu_status_t clamp_rule(tpu_lower_ctx *c) {
   tpu_dtype_t t = tpu_lower_opmath(c->common_dtype != TPU_INVALID ? c->common_dtype : OUT->dtype);
   tpu_hlo_value x = tpu_lower_operand(c, 0, t, OUT);
-  int lo_arg = c->data == 2 ? -1 : 1, hi_arg = c->data == 0 ? 2 : c->data == 2 ? 1 : -1;
+  int lo_arg = c->data == CLAMP_MAX ? -1 : 1, hi_arg = c->data == CLAMP ? 2 : c->data == CLAMP_MAX ? 1 : -1;
   if (lo_arg >= 0 && !tpu_lower_is_none(c, lo_arg))
     x = extreme_of(c, TPU_HLO_MAX, x, tpu_lower_operand(c, lo_arg, t, OUT));
   if (hi_arg >= 0 && !tpu_lower_is_none(c, hi_arg))
     x = extreme_of(c, TPU_HLO_MIN, x, tpu_lower_operand(c, hi_arg, t, OUT));
-  if (c->data == 0 && tpu_lower_is_none(c, 1) && tpu_lower_is_none(c, 2))
+  if (c->data == CLAMP && tpu_lower_is_none(c, 1) && tpu_lower_is_none(c, 2))
     return tpu_lower_error(c, TPU_ERR_RUNTIME, "torch.clamp: At least one of 'min' or 'max' must not be None");
   return done(c, x);
 }
@@ -742,20 +746,20 @@ const tpu_lower_rule tpu_rules_elementwise[] = {
     {{"nan_to_num", "nan_to_num_", "nan_to_num.out"}, nan_to_num_rule, 0, 0},
     {{"frexp.Tensor", "frexp.Tensor_out"}, frexp_rule, 0, 0},
 
-    {{"add.Tensor", "add_.Tensor", "add.out"}, add_rule, 0, 1},
-    {{"add.Scalar", "add_.Scalar", "add.Scalar_out"}, add_rule, 0, 1},
-    {{"sub.Tensor", "sub_.Tensor", "sub.out"}, add_rule, 0, -1},
-    {{"sub.Scalar", "sub_.Scalar", "sub.Scalar_out"}, add_rule, 0, -1},
-    {{"rsub.Tensor", "rsub.Tensor_out"}, add_rule, 0, -2},
-    {{"rsub.Scalar", "rsub.Scalar_out"}, add_rule, 0, -2},
+    {{"add.Tensor", "add_.Tensor", "add.out"}, add_rule, 0, ADD},
+    {{"add.Scalar", "add_.Scalar", "add.Scalar_out"}, add_rule, 0, ADD},
+    {{"sub.Tensor", "sub_.Tensor", "sub.out"}, add_rule, 0, SUB},
+    {{"sub.Scalar", "sub_.Scalar", "sub.Scalar_out"}, add_rule, 0, SUB},
+    {{"rsub.Tensor", "rsub.Tensor_out"}, add_rule, 0, RSUB},
+    {{"rsub.Scalar", "rsub.Scalar_out"}, add_rule, 0, RSUB},
     {{"mul.Tensor", "mul_.Tensor", "mul.out"}, mul_rule, 0, 0},
     {{"mul.Scalar", "mul_.Scalar", "mul.Scalar_out"}, mul_rule, 0, 0},
-    {{"div.Tensor", "div_.Tensor", "div.out"}, div_rule, 0, 0},
-    {{"div.Scalar", "div_.Scalar", "div.Scalar_out"}, div_rule, 0, 0},
-    {{"div.Tensor_mode", "div_.Tensor_mode", "div.out_mode"}, div_rule, 0, 0},
-    {{"div.Scalar_mode", "div_.Scalar_mode", "div.Scalar_mode_out"}, div_rule, 0, 0},
-    {{"floor_divide", "floor_divide_.Tensor", "floor_divide.out"}, div_rule, 0, 1},
-    {{"floor_divide.Scalar", "floor_divide_.Scalar", "floor_divide.Scalar_out"}, div_rule, 0, 1},
+    {{"div.Tensor", "div_.Tensor", "div.out"}, div_rule, 0, DIV},
+    {{"div.Scalar", "div_.Scalar", "div.Scalar_out"}, div_rule, 0, DIV},
+    {{"div.Tensor_mode", "div_.Tensor_mode", "div.out_mode"}, div_rule, 0, DIV},
+    {{"div.Scalar_mode", "div_.Scalar_mode", "div.Scalar_mode_out"}, div_rule, 0, DIV},
+    {{"floor_divide", "floor_divide_.Tensor", "floor_divide.out"}, div_rule, 0, FLOOR_DIVIDE},
+    {{"floor_divide.Scalar", "floor_divide_.Scalar", "floor_divide.Scalar_out"}, div_rule, 0, FLOOR_DIVIDE},
     {{"remainder.Tensor", "remainder_.Tensor", "remainder.Tensor_out"}, remainder_rule, 0, 0},
     {{"remainder.Scalar", "remainder_.Scalar", "remainder.Scalar_out"}, remainder_rule, 0, 0},
     {{"remainder.Scalar_Tensor", "remainder.Scalar_Tensor_out"}, remainder_rule, 0, 0},
@@ -776,8 +780,8 @@ const tpu_lower_rule tpu_rules_elementwise[] = {
     {{"xlogy.Tensor", "xlogy_.Tensor", "xlogy.OutTensor"}, xlogy_rule, 0, 0},
     {{"xlogy.Scalar_Other", "xlogy_.Scalar_Other", "xlogy.OutScalar_Other"}, xlogy_rule, 0, 0},
     {{"xlogy.Scalar_Self", "xlogy.OutScalar_Self"}, xlogy_rule, 0, 0},
-    {{"logaddexp", "logaddexp.out"}, logaddexp_rule, 0, 1},
-    {{"logaddexp2", "logaddexp2.out"}, logaddexp_rule, 0, 2},
+    {{"logaddexp", "logaddexp.out"}, logaddexp_rule, 0, LOGADDEXP},
+    {{"logaddexp2", "logaddexp2.out"}, logaddexp_rule, 0, LOGADDEXP2},
     {{"bitwise_and.Tensor", "bitwise_and_.Tensor", "bitwise_and.Tensor_out"}, binary, 0, TPU_HLO_AND, BITWISE("bitwise_and_cpu")},
     {{"bitwise_and.Scalar", "bitwise_and_.Scalar", "bitwise_and.Scalar_out"}, binary, 0, TPU_HLO_AND, BITWISE("bitwise_and_cpu")},
     {{"bitwise_or.Tensor", "bitwise_or_.Tensor", "bitwise_or.Tensor_out"}, binary, 0, TPU_HLO_OR, BITWISE("bitwise_or_cpu")},
@@ -802,12 +806,12 @@ const tpu_lower_rule tpu_rules_elementwise[] = {
     {{"where.self", "where.self_out"}, where_rule, 0, 0},
     {{"masked_fill.Scalar", "masked_fill_.Scalar"}, masked_fill_rule, TPU_RULE_CHECKED_SCALARS, 0},
     {{"masked_fill.Tensor", "masked_fill_.Tensor"}, masked_fill_rule, 0, 0},
-    {{"clamp", "clamp_", "clamp.out"}, clamp_rule, 0, 0},
-    {{"clamp.Tensor", "clamp_.Tensor", "clamp.Tensor_out"}, clamp_rule, 0, 0},
-    {{"clamp_min", "clamp_min_", "clamp_min.out"}, clamp_rule, 0, 1},
-    {{"clamp_min.Tensor", "clamp_min_.Tensor", "clamp_min.Tensor_out"}, clamp_rule, 0, 1},
-    {{"clamp_max", "clamp_max_", "clamp_max.out"}, clamp_rule, 0, 2},
-    {{"clamp_max.Tensor", "clamp_max_.Tensor", "clamp_max.Tensor_out"}, clamp_rule, 0, 2},
+    {{"clamp", "clamp_", "clamp.out"}, clamp_rule, 0, CLAMP},
+    {{"clamp.Tensor", "clamp_.Tensor", "clamp.Tensor_out"}, clamp_rule, 0, CLAMP},
+    {{"clamp_min", "clamp_min_", "clamp_min.out"}, clamp_rule, 0, CLAMP_MIN},
+    {{"clamp_min.Tensor", "clamp_min_.Tensor", "clamp_min.Tensor_out"}, clamp_rule, 0, CLAMP_MIN},
+    {{"clamp_max", "clamp_max_", "clamp_max.out"}, clamp_rule, 0, CLAMP_MAX},
+    {{"clamp_max.Tensor", "clamp_max_.Tensor", "clamp_max.Tensor_out"}, clamp_rule, 0, CLAMP_MAX},
     {{"lerp.Scalar", "lerp_.Scalar", "lerp.Scalar_out"}, lerp_rule, 0, 0},
     {{"lerp.Tensor", "lerp_.Tensor", "lerp.Tensor_out"}, lerp_rule, 0, 0},
     {{"addcmul", "addcmul_", "addcmul.out"}, addc_rule, 0, TPU_HLO_MUL},

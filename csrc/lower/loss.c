@@ -388,12 +388,13 @@ static tpu_status_t huber_loss_rule(tpu_lower_ctx *c) {
 
 /* smooth_l1_loss_backward / huber_loss_backward(grad_output, self, target,
  * reduction, beta|delta): ±g outside [-beta, beta], inside d * g / beta for
- * smooth L1 (data 0) and d * g for Huber (data 1), whose outside is ±g * delta. */
+ * smooth L1 and d * g for Huber, whose outside is ±g * delta. */
+enum { SMOOTH_L1, HUBER };
 static tpu_status_t smooth_l1_backward_rule(tpu_lower_ctx *c) {
   tpu_hlo_type t;
   tpu_hlo_value d = grad_diff(c, &t);
   double beta = tpu_lower_float(c, 4, 1.0);
-  bool huber = c->data == 1;
+  bool huber = c->data == HUBER;
   tpu_hlo_value g = scaled_grad(c, &t, tpu_lower_int(c, 3, REDUCTION_MEAN), 1.0);
   tpu_hlo_value outside = huber ? mul(c, g, const_like(c, g, beta)) : g;
   tpu_hlo_value inside = huber ? mul(c, d, g) : dvd(c, mul(c, d, g), const_like(c, g, beta));
@@ -449,9 +450,9 @@ const tpu_lower_rule tpu_rules_loss[] = {
     {{"mse_loss", "mse_loss.out"}, mse_loss_rule, 0, 0},
     {{"mse_loss_backward", "mse_loss_backward.grad_input"}, mse_loss_backward_rule, 0, 0},
     {{"smooth_l1_loss", "smooth_l1_loss.out"}, smooth_l1_loss_rule, 0, 0},
-    {{"smooth_l1_loss_backward", "smooth_l1_loss_backward.grad_input"}, smooth_l1_backward_rule, 0, 0},
+    {{"smooth_l1_loss_backward", "smooth_l1_loss_backward.grad_input"}, smooth_l1_backward_rule, 0, SMOOTH_L1},
     {{"huber_loss", "huber_loss.out"}, huber_loss_rule, 0, 0},
-    {{"huber_loss_backward", "huber_loss_backward.out"}, smooth_l1_backward_rule, 0, 1},
+    {{"huber_loss_backward", "huber_loss_backward.out"}, smooth_l1_backward_rule, 0, HUBER},
     {{"binary_cross_entropy", "binary_cross_entropy.out"}, bce_rule, 0, 0},
     {{"binary_cross_entropy_backward", "binary_cross_entropy_backward.grad_input"}, bce_backward_rule, 0, 0},
 };

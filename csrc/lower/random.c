@@ -143,15 +143,16 @@ static tpu_status_t geometric_rule(tpu_lower_ctx *c) {
   return NULL;
 }
 
-/* bernoulli_(self, p) and bernoulli(self = probabilities): u < p. data: 1
- * when the probabilities are |self| itself. Probabilities outside [0, 1]
- * (or NaN) are refused, a tensor's at run time as on CPU. */
+/* bernoulli_(self, p) and bernoulli(self = probabilities): u < p, the
+ * probabilities |p| or (BERNOULLI_SELF) |self| itself. Probabilities outside
+ * [0, 1] (or NaN) are refused, a tensor's at run time as on CPU. */
+enum { BERNOULLI_P, BERNOULLI_SELF };
 static tpu_status_t bernoulli_rule(tpu_lower_ctx *c) {
-  tpu_dtype_t t = c->data == 1 ? float_math(c->args[0].dtype) : TPU_F64;
+  tpu_dtype_t t = c->data == BERNOULLI_SELF ? float_math(c->args[0].dtype) : TPU_F64;
   tpu_hlo_value u = uniform01(c, OUT, t);
   tpu_hlo_value p;
-  if (c->data == 1 || c->args[1].kind == TPU_ARG_TENSOR) {
-    p = tpu_lower_operand(c, c->data == 1 ? 0 : 1, t, OUT);
+  if (c->data == BERNOULLI_SELF || c->args[1].kind == TPU_ARG_TENSOR) {
+    p = tpu_lower_operand(c, c->data == BERNOULLI_SELF ? 0 : 1, t, OUT);
     tpu_hlo_value ok = and_(c, cmp(c, TPU_HLO_GE, p, const_like(c, p, 0.0)),
                             cmp(c, TPU_HLO_LE, p, const_like(c, p, 1.0)));
     int64_t dims[TPU_HLO_MAX_RANK];
@@ -177,15 +178,16 @@ static tpu_status_t empty_range(tpu_lower_ctx *c, int64_t from, int64_t to) {
 /* random_(self), random_.to(self, to), random_.from(self, from, to?):
  * integers in [from, to) (the dtype's full range or mantissa by default, as
  * PyTorch). */
+enum { RANDOM, RANDOM_TO, RANDOM_FROM };
 static tpu_status_t random_rule(tpu_lower_ctx *c) {
   tpu_dtype_t t = OUT->dtype;
   int64_t from = 0, to = 0;
   bool has_to = false;
-  if (c->data == 2) { /* from */
+  if (c->data == RANDOM_FROM) {
     from = tpu_lower_int(c, 1, 0);
     has_to = !tpu_lower_is_none(c, 2);
     to = tpu_lower_int(c, 2, 0);
-  } else if (c->data == 1) { /* to */
+  } else if (c->data == RANDOM_TO) {
     has_to = true;
     to = tpu_lower_int(c, 1, 0);
   }
@@ -396,12 +398,12 @@ const tpu_lower_rule tpu_rules_random[] = {
     {{"exponential_", "exponential"}, exponential_rule, TPU_RULE_RNG, 0},
     {{"cauchy_", "cauchy"}, cauchy_rule, TPU_RULE_RNG, 0},
     {{"geometric_", "geometric"}, geometric_rule, TPU_RULE_RNG, 0},
-    {{"bernoulli_.float", "bernoulli.float_out"}, bernoulli_rule, TPU_RULE_RNG, 0},
-    {{"bernoulli_.Tensor", "bernoulli.Tensor"}, bernoulli_rule, TPU_RULE_RNG, 0},
-    {{"bernoulli", "bernoulli.out"}, bernoulli_rule, TPU_RULE_RNG, 1},
-    {{"random_", "random"}, random_rule, TPU_RULE_RNG, 0},
-    {{"random_.to", "random.to"}, random_rule, TPU_RULE_RNG, 1},
-    {{"random_.from", "random.from"}, random_rule, TPU_RULE_RNG, 2},
+    {{"bernoulli_.float", "bernoulli.float_out"}, bernoulli_rule, TPU_RULE_RNG, BERNOULLI_P},
+    {{"bernoulli_.Tensor", "bernoulli.Tensor"}, bernoulli_rule, TPU_RULE_RNG, BERNOULLI_P},
+    {{"bernoulli", "bernoulli.out"}, bernoulli_rule, TPU_RULE_RNG, BERNOULLI_SELF},
+    {{"random_", "random"}, random_rule, TPU_RULE_RNG, RANDOM},
+    {{"random_.to", "random.to"}, random_rule, TPU_RULE_RNG, RANDOM_TO},
+    {{"random_.from", "random.from"}, random_rule, TPU_RULE_RNG, RANDOM_FROM},
     {{"native_dropout", "native_dropout.out"}, native_dropout_rule, TPU_RULE_RNG, 0},
     {{"native_dropout_backward", "native_dropout_backward.out"}, native_dropout_backward_rule, 0, 0},
     {{"rrelu_with_noise", "rrelu_with_noise_", "rrelu_with_noise.out"}, rrelu_rule,

@@ -460,6 +460,8 @@ static tpu_status_t segment_reduce_backward_rule(tpu_lower_ctx *c) {
 
 /* --- softmax ------------------------------------------------------------------------ */
 
+enum { SOFTMAX, LOG_SOFTMAX };
+
 /* The softmax dim of argument |arg| as a dims list: none for a 0-dim input. */
 static int softmax_dims(const tpu_lower_ctx *c, int arg, int rank, int64_t *dims) {
   dims[0] = tpu_lower_wrap_dim(tpu_lower_int(c, arg, 0), rank);
@@ -476,7 +478,7 @@ static tpu_status_t softmax_rule(tpu_lower_ctx *c) {
   int n = softmax_dims(c, 1, rank, dims);
   if (!tpu_dtype_is_float(t)) { /* the kernel PyTorch names depends on the dim */
     char kernel[64];
-    snprintf(kernel, sizeof kernel, "%ssoftmax_%skernel_impl", c->data ? "log_" : "",
+    snprintf(kernel, sizeof kernel, "%ssoftmax_%skernel_impl", c->data == LOG_SOFTMAX ? "log_" : "",
              n == 0 || dims[0] == rank - 1 ? "lastdim_" : "");
     return tpu_lower_not_implemented(kernel, t);
   }
@@ -485,7 +487,7 @@ static tpu_status_t softmax_rule(tpu_lower_ctx *c) {
   tpu_hlo_value shifted = sub(c, x, unreduce(c, m, x, dims, n));
   tpu_hlo_value e = un(c, TPU_HLO_EXP, shifted);
   tpu_hlo_value s = unreduce(c, tpu_lower_reduce(B, e, TPU_HLO_ADD, dims, n), x, dims, n);
-  tpu_lower_set_output(c, 0, c->data ? sub(c, shifted, un(c, TPU_HLO_LOG, s)) : dvd(c, e, s));
+  tpu_lower_set_output(c, 0, c->data == LOG_SOFTMAX ? sub(c, shifted, un(c, TPU_HLO_LOG, s)) : dvd(c, e, s));
   return NULL;
 }
 
@@ -501,7 +503,7 @@ static tpu_status_t softmax_backward_rule(tpu_lower_ctx *c) {
   tpu_hlo_value g = tpu_hlo_convert(B, tpu_lower_tensor(c, 0), t);
   tpu_hlo_value y = tpu_hlo_convert(B, tpu_lower_tensor(c, 1), t);
   tpu_hlo_value r;
-  if (c->data) {
+  if (c->data == LOG_SOFTMAX) {
     tpu_hlo_value s = unreduce(c, tpu_lower_reduce(B, g, TPU_HLO_ADD, dims, n), g, dims, n);
     r = sub(c, g, mul(c, un(c, TPU_HLO_EXP, y), s));
   } else {
@@ -613,10 +615,10 @@ const tpu_lower_rule tpu_rules_reduce[] = {
     {{"segment_reduce", "segment_reduce.out"}, segment_reduce_rule, 0, 0},
     {{"_segment_reduce_backward", "_segment_reduce_backward.out"}, segment_reduce_backward_rule, 0, 0},
 
-    {{"_softmax", "_softmax.out"}, softmax_rule, 0, 0},
-    {{"_log_softmax", "_log_softmax.out"}, softmax_rule, 0, 1},
-    {{"_softmax_backward_data", "_softmax_backward_data.out"}, softmax_backward_rule, 0, 0},
-    {{"_log_softmax_backward_data", "_log_softmax_backward_data.out"}, softmax_backward_rule, 0, 1},
+    {{"_softmax", "_softmax.out"}, softmax_rule, 0, SOFTMAX},
+    {{"_log_softmax", "_log_softmax.out"}, softmax_rule, 0, LOG_SOFTMAX},
+    {{"_softmax_backward_data", "_softmax_backward_data.out"}, softmax_backward_rule, 0, SOFTMAX},
+    {{"_log_softmax_backward_data", "_log_softmax_backward_data.out"}, softmax_backward_rule, 0, LOG_SOFTMAX},
 
     {{"cumsum", "cumsum_", "cumsum.out"}, cumulative_rule, 0, TPU_HLO_ADD},
     {{"cumprod", "cumprod_", "cumprod.out"}, cumulative_rule, 0, TPU_HLO_MUL},

@@ -53,6 +53,13 @@ static inline tpu_hlo_value cmp(tpu_lower_ctx *c, tpu_hlo_cmp_t d, tpu_hlo_value
 static inline tpu_hlo_value sel(tpu_lower_ctx *c, tpu_hlo_value p, tpu_hlo_value t, tpu_hlo_value f) { return tpu_hlo_select(B, p, t, f); }
 static inline tpu_hlo_value is_nan(tpu_lower_ctx *c, tpu_hlo_value x) { return cmp(c, TPU_HLO_NE, x, x); }
 
+/* |t|'s shape with element type |dtype|. */
+static inline tpu_hlo_type with_dtype(const tpu_hlo_type *t, tpu_dtype_t dtype) {
+  tpu_hlo_type to = *t;
+  to.dtype = dtype;
+  return to;
+}
+
 /* A constant of |x|'s type and shape: the one spelling of "v shaped like x". */
 static inline tpu_hlo_value const_like(tpu_lower_ctx *c, tpu_hlo_value x, double v) {
   tpu_hlo_type t = *tpu_hlo_type_of(B, x);

@@ -17,11 +17,7 @@ static inline void int_list(const tpu_lower_ctx *c, int arg, int n, const int64_
 static inline bool is_float(tpu_dtype_t t) { return t == TPU_F16 || t == TPU_BF16 || t == TPU_F32 || t == TPU_F64; }
 
 /* |t| with the compute dtype of its own dtype. */
-static inline tpu_hlo_type opmath_type(const tpu_hlo_type *t) {
-  tpu_hlo_type r = *t;
-  r.dtype = tpu_lower_opmath(t->dtype);
-  return r;
-}
+static inline tpu_hlo_type opmath_type(const tpu_hlo_type *t) { return with_dtype(t, tpu_lower_opmath(t->dtype)); }
 
 /* x contracted along dim |d| with the windows matrix m (out x in, or in x
  * out when |backward|), the new dim put back in place. */

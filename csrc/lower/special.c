@@ -141,13 +141,13 @@ static tpu_hlo_value cheb_closed(tpu_lower_ctx *c, int kind, tpu_hlo_value y, tp
   tpu_hlo_value n1 = add(c, nf, one), nh = add(c, nf, const_like(c, y, 0.5)), half = dvd(c, th, const_like(c, y, 2.0));
   tpu_hlo_value odd_n = add(c, add(c, nf, nf), one); /* 2n + 1 */
   switch (kind % 4) {
-    case 0: return un(c, TPU_HLO_COS, mul(c, nf, th));
-    case 1: {
+    case CHEB_T: return un(c, TPU_HLO_COS, mul(c, nf, th));
+    case CHEB_U: {
       tpu_hlo_value s = un(c, TPU_HLO_SIN, th);
       tpu_hlo_value v = dvd(c, un(c, TPU_HLO_SIN, mul(c, n1, th)), s);
       return sel(c, eq(c, s, 0.0), dvd(c, mul(c, n1, un(c, TPU_HLO_COS, mul(c, n1, th))), y), v);
     }
-    case 2: {
+    case CHEB_V: {
       tpu_hlo_value v = dvd(c, un(c, TPU_HLO_COS, mul(c, nh, th)), un(c, TPU_HLO_COS, half));
       return sel(c, eq(c, un(c, TPU_HLO_SIN, half), 1.0), alternate(c, nf, odd_n), v);
     }
@@ -163,9 +163,9 @@ static tpu_hlo_value cheb_closed(tpu_lower_ctx *c, int kind, tpu_hlo_value y, tp
 static tpu_hlo_value cheb_end(tpu_lower_ctx *c, int kind, tpu_hlo_value at_one, tpu_hlo_value nf) {
   tpu_hlo_value one = const_like(c, nf, 1.0), n1 = add(c, nf, one), odd_n = add(c, add(c, nf, nf), one);
   switch (kind % 4) {
-    case 0: return sel(c, at_one, one, alternate(c, nf, one));
-    case 1: return sel(c, at_one, n1, alternate(c, nf, n1));
-    case 2: return sel(c, at_one, one, alternate(c, nf, odd_n));
+    case CHEB_T: return sel(c, at_one, one, alternate(c, nf, one));
+    case CHEB_U: return sel(c, at_one, n1, alternate(c, nf, n1));
+    case CHEB_V: return sel(c, at_one, one, alternate(c, nf, odd_n));
     default: return sel(c, at_one, odd_n, alternate(c, nf, one));
   }
 }
@@ -480,12 +480,13 @@ static tpu_hlo_value trigamma_of(tpu_lower_ctx *c, tpu_hlo_value x) {
   return sel(c, reflect, neg(c, r), r);
 }
 
-/* polygamma(n, self): digamma, trigamma, else (-1)^(n+1) n! zeta(n + 1, x).
- * data 1: polygamma_(self, n), whose arguments come the other way round. */
+/* polygamma(n, self): digamma, trigamma, else (-1)^(n+1) n! zeta(n + 1, x);
+ * polygamma_(self, n) has its arguments the other way round. */
+enum { POLYGAMMA, POLYGAMMA_INPLACE };
 static tpu_status_t polygamma_rule(tpu_lower_ctx *c) {
-  int64_t n = tpu_lower_int(c, c->data ? 1 : 0, 0);
+  int64_t n = tpu_lower_int(c, c->data == POLYGAMMA_INPLACE ? 1 : 0, 0);
   if (n < 0) return tpu_lower_error(c, TPU_ERR_RUNTIME, "polygamma(n, x) does not support negative n.");
-  tpu_hlo_value x = in(c, c->data ? 0 : 1);
+  tpu_hlo_value x = in(c, c->data == POLYGAMMA_INPLACE ? 0 : 1);
   if (n == 0) return done(c, digamma_of(c, x));
   if (n == 1) return done(c, trigamma_of(c, x));
   tpu_dtype_t t = zeta_type(c);
@@ -699,9 +700,10 @@ static tpu_hlo_value igam_asymptotic(tpu_lower_ctx *c, tpu_hlo_value a, tpu_hlo_
   return add(c, res, tail);
 }
 
-/* igamma(self=a, other=x); data 1 for igammac. */
+/* igamma(self=a, other=x), and igammac (the upper one). */
+enum { IGAMMA, IGAMMAC };
 static tpu_status_t igamma_rule(tpu_lower_ctx *c) {
-  bool upper = c->data == 1;
+  bool upper = c->data == IGAMMAC;
   tpu_hlo_value a = in(c, 0), x = in(c, 1);
   tpu_hlo_value one = out_const(c, 1.0), zero = out_const(c, 0.0), nan = out_const(c, NAN);
   tpu_hlo_value absxma = dvd(c, un(c, TPU_HLO_ABS, sub(c, x, a)), a);
@@ -771,13 +773,14 @@ static tpu_hlo_value gcd_of(tpu_lower_ctx *c, tpu_hlo_value a, tpu_hlo_value b) 
   return st[2];
 }
 
-/* gcd(self, other), or lcm when data is 1: |a / gcd * b|, 0 when gcd is 0.
+/* gcd(self, other), and lcm: |a / gcd * b|, 0 when gcd is 0.
  * lcm's product of types narrower than int is computed in int32 and wraps
  * at the end, as C's integer promotion makes PyTorch's kernel do. */
+enum { GCD, LCM };
 static tpu_status_t gcd_rule(tpu_lower_ctx *c) {
   tpu_hlo_value a = tpu_lower_operand(c, 0, OUT->dtype, OUT), b = tpu_lower_operand(c, 1, OUT->dtype, OUT);
   tpu_hlo_value g = gcd_of(c, a, b);
-  if (c->data == 0) return done(c, g);
+  if (c->data == GCD) return done(c, g);
   if (tpu_dtype_size(OUT->dtype) < 4) {
     a = tpu_hlo_convert(B, a, TPU_S32);
     b = tpu_hlo_convert(B, b, TPU_S32);
@@ -865,10 +868,10 @@ const tpu_lower_rule tpu_rules_special[] = {
     {{"special_airy_ai", "special_airy_ai.out"}, airy_ai_rule, 0, 0},
     {{"special_ndtri", "special_ndtri.out"}, ndtri_rule, 0, 0},
     {{"special_erfcx", "special_erfcx.out"}, erfcx_rule, 0, 0},
-    {{"igamma", "igamma_", "igamma.out"}, igamma_rule, 0, 0},
-    {{"gcd", "gcd_", "gcd.out"}, gcd_rule, 0, 0, {TPU_DTS_INT, TPU_ADMIT_OUTPUT, "gcd_cpu"}},
-    {{"lcm", "lcm_", "lcm.out"}, gcd_rule, 0, 1, {TPU_DTS_INT, TPU_ADMIT_OUTPUT, "lcm_cpu"}},
-    {{"igammac", "igammac_", "igammac.out"}, igamma_rule, 0, 1},
+    {{"igamma", "igamma_", "igamma.out"}, igamma_rule, 0, IGAMMA},
+    {{"gcd", "gcd_", "gcd.out"}, gcd_rule, 0, GCD, {TPU_DTS_INT, TPU_ADMIT_OUTPUT, "gcd_cpu"}},
+    {{"lcm", "lcm_", "lcm.out"}, gcd_rule, 0, LCM, {TPU_DTS_INT, TPU_ADMIT_OUTPUT, "lcm_cpu"}},
+    {{"igammac", "igammac_", "igammac.out"}, igamma_rule, 0, IGAMMAC},
     UNARY("i0e", BESSEL_I0E),
     UNARY("i1", BESSEL_I1),
     UNARY("i1e", BESSEL_I1E),
@@ -877,7 +880,7 @@ const tpu_lower_rule tpu_rules_special[] = {
     {{"special_zeta.self_scalar", "special_zeta.self_scalar_out"}, zeta_rule, 0, 0},
     {{"special_zeta.other_scalar", "special_zeta.other_scalar_out"}, zeta_rule, 0, 0},
     {{"digamma", "digamma_", "digamma.out"}, digamma_rule, 0, 0},
-    {{"polygamma", "polygamma.out"}, polygamma_rule, 0, 0},
-    {{"polygamma_"}, polygamma_rule, 0, 1},
+    {{"polygamma", "polygamma.out"}, polygamma_rule, 0, POLYGAMMA},
+    {{"polygamma_"}, polygamma_rule, 0, POLYGAMMA_INPLACE},
 };
 TPU_COUNT_RULES(special);
