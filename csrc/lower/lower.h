@@ -149,7 +149,6 @@ typedef tpu_status_t (*tpu_lower_fn)(tpu_lower_ctx *c);
 #define TPU_DTS_INT                                                                                    \
   (TPU_DT(TPU_S8) | TPU_DT(TPU_S16) | TPU_DT(TPU_S32) | TPU_DT(TPU_S64) | TPU_DT(TPU_U8) | TPU_DT(TPU_U16) | \
    TPU_DT(TPU_U32) | TPU_DT(TPU_U64))
-#define TPU_DTS_ALL (~0u)
 /* Whose dtype a rule's admission looks at, when not argument 0 .. n-1. */
 #define TPU_ADMIT_OUTPUT (-1)
 
