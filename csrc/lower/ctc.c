@@ -19,9 +19,6 @@
  * [T, N, L], and what every step reads. */
 enum { ROW, ROWS, LP, SKIP, VALID, IN_LEN, END, NUM_STATE };
 
-static tpu_hlo_value neg_inf_like(tpu_lower_ctx *c, tpu_hlo_value like) {
-  return tpu_hlo_const_f64(B, tpu_hlo_type_of(B, like), -INFINITY);
-}
 
 /* |v| [N] broadcast along new dims to |shape| (dtype kept), N at |dim|. */
 static tpu_hlo_value along(tpu_lower_ctx *c, tpu_hlo_value v, int rank, const int64_t *dims, int64_t dim) {
@@ -90,7 +87,7 @@ static tpu_hlo_value shifted(tpu_lower_ctx *c, tpu_hlo_value x, int64_t by) {
 /* A maximum to take log-sum-exps relative to, as the CPU kernel takes it:
  * |m|, or 0 where m is -inf (no term at all). */
 static tpu_hlo_value finite_max(tpu_lower_ctx *c, tpu_hlo_value m) {
-  return sel(c, cmp(c, TPU_HLO_EQ, m, neg_inf_like(c, m)), tpu_hlo_const_f64(B, tpu_hlo_type_of(B, m), 0.0), m);
+  return sel(c, cmp(c, TPU_HLO_EQ, m, const_like(c, m, -INFINITY)), const_like(c, m, 0.0), m);
 }
 
 /* log(sum(exp(x_i))) of |n| values, relative to their finite_max. */
@@ -129,7 +126,7 @@ static tpu_hlo_value in_time(tpu_lower_ctx *c, tpu_hlo_cmp_t dir, tpu_hlo_value 
 
 /* alpha at time t = k + 1 from alpha at k: eq (6) of the paper. */
 static void alpha_step(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s) {
-  tpu_hlo_value t = add(c, k, tpu_hlo_scalar_i64(B, TPU_S64, 1)), prev = s[ROW], none = neg_inf_like(c, prev);
+  tpu_hlo_value t = add(c, k, tpu_hlo_scalar_i64(B, TPU_S64, 1)), prev = s[ROW], none = const_like(c, prev, -INFINITY);
   tpu_hlo_value from[3] = {prev, shifted(c, prev, 1), sel(c, s[SKIP], shifted(c, prev, 2), none)};
   tpu_hlo_value row = add(c, log_sum_exp(c, from, 3), row_at(c, s[LP], t));
   tpu_hlo_value live = and_(c, s[VALID], in_time(c, TPU_HLO_LT, t, s[IN_LEN], prev));
@@ -141,7 +138,7 @@ static void alpha_step(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s) {
  * sample's last input, from the last blank and the last label (END). */
 static void beta_step(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *s) {
   int64_t steps = tpu_hlo_type_of(B, s[ROWS])->dims[0];
-  tpu_hlo_value t = sub(c, tpu_hlo_scalar_i64(B, TPU_S64, steps - 1), k), prev = s[ROW], none = neg_inf_like(c, prev);
+  tpu_hlo_value t = sub(c, tpu_hlo_scalar_i64(B, TPU_S64, steps - 1), k), prev = s[ROW], none = const_like(c, prev, -INFINITY);
   tpu_hlo_value lp = row_at(c, s[LP], t);
   tpu_hlo_value from[3] = {prev, shifted(c, prev, -1), sel(c, s[SKIP], shifted(c, prev, -2), none)};
   tpu_hlo_value row = sel(c, s[VALID], add(c, log_sum_exp(c, from, 3), lp), none);
@@ -161,10 +158,6 @@ typedef struct ctc {
 
 static tpu_status_t ctc_setup(tpu_lower_ctx *c, int lp_arg, int64_t L, int64_t blank, ctc *p) {
   const tpu_lower_arg *a = &c->args[lp_arg];
-  tpu_dtype_t t = a->dtype;
-  if (t != TPU_F32 && t != TPU_F64)
-    return tpu_lower_error(c, TPU_ERR_NOT_IMPLEMENTED, "\"ctc_loss_cpu\" not implemented for '%s'",
-                           tpu_dtype_scalar_type(t));
   if (a->rank != 3) return tpu_lower_error(c, TPU_ERR_RUNTIME, "log_probs must be 3-D (time, batch, classes)");
   p->T = a->sizes[0], p->N = a->sizes[1], p->C = a->sizes[2], p->L = L;
   if (blank < 0 || blank >= p->C) return tpu_lower_error(c, TPU_ERR_RUNTIME, "blank must be in label range");
@@ -194,7 +187,7 @@ static tpu_hlo_value alphas(tpu_lower_ctx *c, const ctc *p) {
   if (p->T == 0) return rows;
   tpu_hlo_value zero = tpu_hlo_scalar_i64(B, TPU_S64, 0), first = row_at(c, p->lp_ext, zero);
   tpu_hlo_value start = and_(c, p->valid, cmp(c, TPU_HLO_LT, p->pos, tpu_hlo_const_i64(B, tpu_hlo_type_of(B, p->pos), 2)));
-  tpu_hlo_value s[NUM_STATE] = {sel(c, start, first, neg_inf_like(c, first))};
+  tpu_hlo_value s[NUM_STATE] = {sel(c, start, first, const_like(c, first, -INFINITY))};
   s[ROWS] = with_row(c, rows, s[ROW], zero);
   s[LP] = p->lp_ext, s[SKIP] = may_skip(c, p), s[VALID] = p->valid, s[IN_LEN] = p->in_len;
   tpu_lower_loop(c, p->T - 1, END, s, alpha_step); /* END is beta's alone */
@@ -207,7 +200,7 @@ static tpu_hlo_value pick(tpu_lower_ctx *c, const ctc *p, tpu_hlo_value rows, tp
   int64_t dims[3] = {p->T, p->N, p->L}, all[2] = {0, 2};
   tpu_hlo_value hit = and_(c, cmp(c, TPU_HLO_EQ, iota_s64(c, 3, dims, 0), along(c, t, 3, dims, 1)),
                            cmp(c, TPU_HLO_EQ, iota_s64(c, 3, dims, 2), along(c, at, 3, dims, 1)));
-  tpu_hlo_value v = sel(c, hit, rows, neg_inf_like(c, rows));
+  tpu_hlo_value v = sel(c, hit, rows, const_like(c, rows, -INFINITY));
   return tpu_hlo_reduce_simple(B, v, tpu_hlo_scalar_f64(B, tpu_hlo_dtype(B, rows), -INFINITY), TPU_HLO_MAX, all, 2);
 }
 
@@ -292,7 +285,7 @@ static tpu_status_t ctc_loss_backward_rule(tpu_lower_ctx *c) {
 }
 
 const tpu_lower_rule tpu_rules_ctc[] = {
-    {{"torchtpu::ctc_loss"}, ctc_loss_rule, 0, 0},
-    {{"torchtpu::ctc_loss_backward"}, ctc_loss_backward_rule, 0, 0},
+    {{"torchtpu::ctc_loss"}, ctc_loss_rule, 0, 0, {TPU_DTS_F32_F64, 0, "ctc_loss_cpu"}},
+    {{"torchtpu::ctc_loss_backward"}, ctc_loss_backward_rule, 0, 0, {TPU_DTS_F32_F64, 1, "ctc_loss_cpu"}},
 };
 TPU_COUNT_RULES(ctc);

@@ -12,21 +12,12 @@
 
 #include "lower/rules.h"
 
-static tpu_dtype_t out_math(tpu_lower_ctx *c) { return tpu_lower_opmath(c->out_types[0].dtype); }
 
-/* Operand |i| as the output's compute type, broadcast to the output shape. */
-static tpu_hlo_value in(tpu_lower_ctx *c, int i) { return tpu_lower_operand(c, i, out_math(c), OUT); }
 
-/* A constant of the output's compute type and shape. */
-static tpu_hlo_value k(tpu_lower_ctx *c, double v) {
-  tpu_hlo_type t = *OUT;
-  t.dtype = out_math(c);
-  return tpu_hlo_const_f64(B, &t, v);
-}
 
 /* 1 / (1 + exp(-x)), PyTorch's sigmoid formula. */
 static tpu_hlo_value sigmoid_of(tpu_lower_ctx *c, tpu_hlo_value x) {
-  tpu_hlo_value one = tpu_hlo_const_f64(B, tpu_hlo_type_of(B, x), 1.0);
+  tpu_hlo_value one = const_like(c, x, 1.0);
   return dvd(c, one, add(c, one, un(c, TPU_HLO_EXP, un(c, TPU_HLO_NEG, x))));
 }
 
@@ -49,10 +40,6 @@ static tpu_status_t rounding(tpu_lower_ctx *c) {
   return done(c, un(c, (tpu_hlo_unary_t)c->data, x));
 }
 
-static tpu_hlo_value trunc_of(tpu_lower_ctx *c, tpu_hlo_value x) {
-  tpu_hlo_value zero = tpu_hlo_const_f64(B, tpu_hlo_type_of(B, x), 0.0);
-  return sel(c, cmp(c, TPU_HLO_LT, x, zero), un(c, TPU_HLO_CEIL, x), un(c, TPU_HLO_FLOOR, x));
-}
 
 static tpu_status_t trunc_rule(tpu_lower_ctx *c) {
   tpu_hlo_value x = in(c, 0);
@@ -71,15 +58,14 @@ static tpu_status_t round_decimals(tpu_lower_ctx *c) {
   if (is_integral_out(c)) return done(c, x);
   if (d == 0) return done(c, un(c, TPU_HLO_ROUND_EVEN, x));
   double ten = pow(10.0, (double)(d > 0 ? d : -d));
-  if (d > 0) return done(c, dvd(c, un(c, TPU_HLO_ROUND_EVEN, mul(c, x, k(c, ten))), k(c, ten)));
-  return done(c, mul(c, un(c, TPU_HLO_ROUND_EVEN, dvd(c, x, k(c, ten))), k(c, ten)));
+  if (d > 0) return done(c, dvd(c, un(c, TPU_HLO_ROUND_EVEN, mul(c, x, out_const(c, ten))), out_const(c, ten)));
+  return done(c, mul(c, un(c, TPU_HLO_ROUND_EVEN, dvd(c, x, out_const(c, ten))), out_const(c, ten)));
 }
 
 /* abs computes in the input's type: abs of a complex is real, of an unsigned
- * integer the value itself; bool is refused, as by the CPU kernel. */
+ * integer the value itself (bool is refused, as by the CPU kernel). */
 static tpu_status_t abs_rule(tpu_lower_ctx *c) {
   tpu_dtype_t t = c->args[0].dtype;
-  if (t == TPU_BOOL) return tpu_lower_error(c, TPU_ERR_NOT_IMPLEMENTED, "\"abs_cpu\" not implemented for 'Bool'");
   if (tpu_dtype_is_unsigned_int(t)) return done(c, in(c, 0));
   tpu_hlo_type shape = *OUT;
   tpu_hlo_value x = tpu_lower_operand(c, 0, tpu_lower_opmath(t), &shape);
@@ -92,7 +78,7 @@ static tpu_status_t neg_rule(tpu_lower_ctx *c) { return done(c, un(c, TPU_HLO_NE
 static tpu_status_t sign_rule(tpu_lower_ctx *c) {
   tpu_hlo_value x = in(c, 0);
   if (OUT->dtype == TPU_BOOL) return done(c, x);
-  tpu_hlo_value zero = k(c, 0.0);
+  tpu_hlo_value zero = out_const(c, 0.0);
   tpu_hlo_value pos = tpu_hlo_convert(B, cmp(c, TPU_HLO_GT, x, zero), out_math(c));
   tpu_hlo_value neg = tpu_hlo_convert(B, cmp(c, TPU_HLO_LT, x, zero), out_math(c));
   return done(c, sub(c, pos, neg));
@@ -102,7 +88,7 @@ static tpu_status_t sgn_rule(tpu_lower_ctx *c) {
   if (!tpu_dtype_is_complex(OUT->dtype)) return sign_rule(c);
   tpu_hlo_value x = in(c, 0);
   tpu_hlo_value mag = tpu_hlo_convert(B, un(c, TPU_HLO_ABS, x), OUT->dtype);
-  tpu_hlo_value zero = k(c, 0.0);
+  tpu_hlo_value zero = out_const(c, 0.0);
   return done(c, sel(c, cmp(c, TPU_HLO_EQ, mag, zero), zero, dvd(c, x, mag)));
 }
 
@@ -127,29 +113,20 @@ static tpu_status_t signbit_rule(tpu_lower_ctx *c) {
   return done(c, cmp(c, TPU_HLO_NE, top, tpu_hlo_const_i64(B, &ut, 0)));
 }
 
-static tpu_status_t reciprocal_rule(tpu_lower_ctx *c) { return done(c, dvd(c, k(c, 1.0), in(c, 0))); }
+static tpu_status_t reciprocal_rule(tpu_lower_ctx *c) { return done(c, dvd(c, out_const(c, 1.0), in(c, 0))); }
 
 static tpu_status_t log_base(tpu_lower_ctx *c) {
   double base = c->data == 2 ? 2.0 : 10.0;
-  return done(c, dvd(c, un(c, TPU_HLO_LOG, in(c, 0)), k(c, log(base))));
+  return done(c, dvd(c, un(c, TPU_HLO_LOG, in(c, 0)), out_const(c, log(base))));
 }
 
 static tpu_status_t exp2_rule(tpu_lower_ctx *c) {
-  return done(c, tpu_hlo_binary(B, TPU_HLO_POW, k(c, 2.0), in(c, 0)));
+  return done(c, tpu_hlo_binary(B, TPU_HLO_POW, out_const(c, 2.0), in(c, 0)));
 }
 
 static tpu_status_t sigmoid_rule(tpu_lower_ctx *c) { return done(c, sigmoid_of(c, in(c, 0))); }
 
-/* Bitwise ops take integers and bools only, with the CPU kernel's error
- * (PyTorch's meta functions let a float through). */
-static tpu_status_t check_bitwise(tpu_lower_ctx *c, const char *kernel) {
-  if (tpu_dtype_is_int(OUT->dtype) || OUT->dtype == TPU_BOOL) return NULL;
-  return tpu_lower_error(c, TPU_ERR_NOT_IMPLEMENTED, "\"%s_cpu\" not implemented for '%s'", kernel,
-                         tpu_dtype_scalar_type(OUT->dtype));
-}
-
 static tpu_status_t bitwise_not_rule(tpu_lower_ctx *c) {
-  TPU_RETURN_IF_ERROR(check_bitwise(c, "bitwise_not"));
   return done(c, un(c, TPU_HLO_NOT, tpu_lower_operand(c, 0, OUT->dtype, OUT)));
 }
 
@@ -252,10 +229,11 @@ static tpu_status_t frexp_rule(tpu_lower_ctx *c) {
 
 /* --- binary arithmetic ---------------------------------------------------------- */
 
-/* add/sub: self ± alpha * other (data: +1 add, -1 sub, -2 rsub). */
+/* add/sub: self ± alpha * other; rsub: other - alpha * self. */
+enum { ADD, SUB, RSUB };
 static tpu_status_t add_rule(tpu_lower_ctx *c) {
   tpu_hlo_value a = in(c, 0), x = in(c, 1);
-  if (c->data == -2) {
+  if (c->data == RSUB) {
     tpu_hlo_value t = a;
     a = x;
     x = t;
@@ -265,10 +243,10 @@ static tpu_status_t add_rule(tpu_lower_ctx *c) {
     x = OUT->dtype == TPU_BOOL ? tpu_hlo_binary(B, TPU_HLO_AND, x, alpha) : mul(c, alpha, x);
   }
   if (OUT->dtype == TPU_BOOL) {
-    if (c->data != 1) return tpu_lower_error(c, TPU_ERR_RUNTIME, "Subtraction, the `-` operator, with two bool tensors is not supported. Use the `^` or `logical_xor()` operator instead.");
+    if (c->data != ADD) return tpu_lower_error(c, TPU_ERR_RUNTIME, "Subtraction, the `-` operator, with two bool tensors is not supported. Use the `^` or `logical_xor()` operator instead.");
     return done(c, tpu_hlo_binary(B, TPU_HLO_OR, a, x));
   }
-  return done(c, c->data == 1 ? add(c, a, x) : sub(c, a, x));
+  return done(c, c->data == ADD ? add(c, a, x) : sub(c, a, x));
 }
 
 static tpu_status_t mul_rule(tpu_lower_ctx *c) {
@@ -294,7 +272,7 @@ static tpu_hlo_value half_step(tpu_lower_ctx *c, tpu_hlo_value x) {
 /* Python floor division of floats, as PyTorch's div_floor_floating (in the
  * half type's steps for half outputs, as its CPU kernel). */
 static tpu_hlo_value div_floor_float(tpu_lower_ctx *c, tpu_hlo_value a, tpu_hlo_value b) {
-  tpu_hlo_value zero = k(c, 0.0), one = k(c, 1.0), half = k(c, 0.5);
+  tpu_hlo_value zero = out_const(c, 0.0), one = out_const(c, 1.0), half = out_const(c, 0.5);
   tpu_hlo_value mod = tpu_hlo_binary(B, TPU_HLO_REM, a, b); /* exact */
   tpu_hlo_value div = half_step(c, dvd(c, half_step(c, sub(c, a, mod)), b));
   tpu_hlo_value fix = tpu_hlo_binary(B, TPU_HLO_AND, cmp(c, TPU_HLO_NE, mod, zero),
@@ -305,25 +283,26 @@ static tpu_hlo_value div_floor_float(tpu_lower_ctx *c, tpu_hlo_value a, tpu_hlo_
   /* div == 0: copysign(0, a / b) */
   tpu_hlo_value q = half_step(c, dvd(c, a, b));
   tpu_hlo_value negative = or_(c, cmp(c, TPU_HLO_LT, q, zero), cmp(c, TPU_HLO_LT, dvd(c, one, q), zero)); /* -0 too */
-  tpu_hlo_value signed_zero = sel(c, negative, k(c, -0.0), zero);
+  tpu_hlo_value signed_zero = sel(c, negative, out_const(c, -0.0), zero);
   fl = sel(c, cmp(c, TPU_HLO_EQ, div, zero), signed_zero, fl);
   /* b == 0: plain a / b (inf or nan), as PyTorch */
   return sel(c, cmp(c, TPU_HLO_EQ, b, zero), q, fl);
 }
 
 static tpu_hlo_value div_floor_int(tpu_lower_ctx *c, tpu_hlo_value a, tpu_hlo_value b) {
-  tpu_hlo_value zero = k(c, 0.0);
+  tpu_hlo_value zero = out_const(c, 0.0);
   tpu_hlo_value q = dvd(c, a, b), r = tpu_hlo_binary(B, TPU_HLO_REM, a, b);
   tpu_hlo_value fix = tpu_hlo_binary(B, TPU_HLO_AND, cmp(c, TPU_HLO_NE, r, zero),
                                      cmp(c, TPU_HLO_NE, cmp(c, TPU_HLO_LT, a, zero), cmp(c, TPU_HLO_LT, b, zero)));
-  return sel(c, fix, sub(c, q, k(c, 1.0)), q);
+  return sel(c, fix, sub(c, q, out_const(c, 1.0)), q);
 }
 
-/* div(self, other, *, rounding_mode=None|"trunc"|"floor"); data 1 forces
- * floor (floor_divide). */
+/* div(self, other, *, rounding_mode=None|"trunc"|"floor"); floor_divide
+ * always floors. */
+enum { DIV, FLOOR_DIVIDE };
 static tpu_status_t div_rule(tpu_lower_ctx *c) {
   tpu_hlo_value a = in(c, 0), x = in(c, 1);
-  const char *mode = c->data == 1 ? "floor"
+  const char *mode = c->data == FLOOR_DIVIDE ? "floor"
                      : (!tpu_lower_is_none(c, 2) && c->args[2].kind == TPU_ARG_STRING) ? c->args[2].s : NULL;
   bool integral = is_integral_out(c);
   if (mode == NULL) return done(c, dvd(c, a, x));
@@ -336,7 +315,7 @@ static tpu_status_t div_rule(tpu_lower_ctx *c) {
 /* remainder: Python modulo (the result takes the divisor's sign). */
 static tpu_status_t remainder_rule(tpu_lower_ctx *c) {
   tpu_hlo_value a = in(c, 0), x = in(c, 1);
-  tpu_hlo_value r = tpu_hlo_binary(B, TPU_HLO_REM, a, x), zero = k(c, 0.0);
+  tpu_hlo_value r = tpu_hlo_binary(B, TPU_HLO_REM, a, x), zero = out_const(c, 0.0);
   tpu_hlo_value fix = tpu_hlo_binary(B, TPU_HLO_AND, cmp(c, TPU_HLO_NE, r, zero),
                                      cmp(c, TPU_HLO_NE, cmp(c, TPU_HLO_LT, x, zero), cmp(c, TPU_HLO_LT, r, zero)));
   return done(c, sel(c, fix, add(c, r, x), r));
@@ -347,12 +326,6 @@ static tpu_status_t binary(tpu_lower_ctx *c) {
   tpu_hlo_binary_t op = (tpu_hlo_binary_t)c->data;
   bool bitwise = op == TPU_HLO_AND || op == TPU_HLO_OR || op == TPU_HLO_XOR || op == TPU_HLO_SHL ||
                  op == TPU_HLO_SHR_ARITH;
-  if (bitwise) {
-    static const char *const kernels[] = {[TPU_HLO_AND] = "bitwise_and", [TPU_HLO_OR] = "bitwise_or",
-                                          [TPU_HLO_XOR] = "bitwise_xor", [TPU_HLO_SHL] = "lshift",
-                                          [TPU_HLO_SHR_ARITH] = "rshift"};
-    TPU_RETURN_IF_ERROR(check_bitwise(c, kernels[op]));
-  }
   /* Bitwise ops and nextafter work on the output type's bits (the next half
    * after x is not the next float32 after it). */
   bool own_type = bitwise || op == TPU_HLO_NEXTAFTER;
@@ -393,11 +366,11 @@ static tpu_status_t pow_rule(tpu_lower_ctx *c) {
     if (p == 1.0) return done(c, x);
     if (p == 2.0) return done(c, mul(c, x, x));
     if (p == 3.0) return done(c, mul(c, mul(c, x, x), x));
-    if (p == 0.0) return done(c, k(c, 1.0));
+    if (p == 0.0) return done(c, out_const(c, 1.0));
     if (fl && p == 0.5) return done(c, un(c, TPU_HLO_SQRT, x));
     if (fl && p == -0.5) return done(c, un(c, TPU_HLO_RSQRT, x));
-    if (fl && p == -1.0) return done(c, dvd(c, k(c, 1.0), x));
-    if (fl && p == -2.0) return done(c, dvd(c, k(c, 1.0), mul(c, x, x)));
+    if (fl && p == -1.0) return done(c, dvd(c, out_const(c, 1.0), x));
+    if (fl && p == -2.0) return done(c, dvd(c, out_const(c, 1.0), mul(c, x, x)));
     if (!fl && p < 0)
       return tpu_lower_error(c, TPU_ERR_RUNTIME, "Integers to negative integer powers are not allowed.");
   }
@@ -422,27 +395,28 @@ static tpu_status_t copysign_rule(tpu_lower_ctx *c) {
 
 /* xlogy(x, y) = 0 where x == 0 (unless y is NaN), else x * log(y). */
 static tpu_status_t xlogy_rule(tpu_lower_ctx *c) {
-  tpu_hlo_value x = in(c, 0), y = in(c, 1), zero = k(c, 0.0);
+  tpu_hlo_value x = in(c, 0), y = in(c, 1), zero = out_const(c, 0.0);
   tpu_hlo_value r = mul(c, x, un(c, TPU_HLO_LOG, y));
   r = sel(c, cmp(c, TPU_HLO_EQ, x, zero), zero, r);
   return done(c, sel(c, cmp(c, TPU_HLO_NE, y, y), y, r));
 }
 
-/* logaddexp(a, b) = max + log1p(exp(-|a - b|)); data 2 for base 2. */
+/* logaddexp(a, b) = max + log1p(exp(-|a - b|)), and logaddexp2 in base 2. */
+enum { LOGADDEXP, LOGADDEXP2 };
 static tpu_status_t logaddexp_rule(tpu_lower_ctx *c) {
   tpu_hlo_value a = in(c, 0), x = in(c, 1);
   tpu_hlo_value m = tpu_hlo_binary(B, TPU_HLO_MAX, a, x);
   tpu_hlo_value d = un(c, TPU_HLO_NEG, un(c, TPU_HLO_ABS, sub(c, a, x)));
   tpu_hlo_value r;
-  if (c->data == 2) {
-    tpu_hlo_value ln2 = k(c, M_LN2);
-    r = add(c, m, dvd(c, un(c, TPU_HLO_LOG1P, tpu_hlo_binary(B, TPU_HLO_POW, k(c, 2.0), d)), ln2));
+  if (c->data == LOGADDEXP2) {
+    tpu_hlo_value ln2 = out_const(c, M_LN2);
+    r = add(c, m, dvd(c, un(c, TPU_HLO_LOG1P, tpu_hlo_binary(B, TPU_HLO_POW, out_const(c, 2.0), d)), ln2));
   } else {
     r = add(c, m, un(c, TPU_HLO_LOG1P, un(c, TPU_HLO_EXP, d)));
   }
   /* equal infinities: the value itself (avoids inf - inf = nan) */
   tpu_hlo_value same_inf = tpu_hlo_binary(B, TPU_HLO_AND, cmp(c, TPU_HLO_EQ, a, x),
-                                          cmp(c, TPU_HLO_EQ, un(c, TPU_HLO_ABS, a), k(c, INFINITY)));
+                                          cmp(c, TPU_HLO_EQ, un(c, TPU_HLO_ABS, a), out_const(c, INFINITY)));
   return done(c, sel(c, same_inf, a, r));
 }
 
@@ -473,18 +447,19 @@ static tpu_status_t masked_fill_rule(tpu_lower_ctx *c) {
   return done(c, sel(c, m, tpu_lower_operand(c, 2, OUT->dtype, OUT), x));
 }
 
-/* clamp(self, min?, max?); data: 0 both, 1 min only, 2 max only. NaN in any
+/* clamp(self, min?, max?), clamp_min(self, min), clamp_max(self, max). NaN in any
  * operand propagates, as in PyTorch. Computed in the promoted type of all
  * three: an uint8 clamp_ with an int32 bound of -7 compares in int32. */
+enum { CLAMP, CLAMP_MIN, CLAMP_MAX };
 static tpu_status_t clamp_rule(tpu_lower_ctx *c) {
   tpu_dtype_t t = tpu_lower_opmath(c->common_dtype != TPU_INVALID ? c->common_dtype : OUT->dtype);
   tpu_hlo_value x = tpu_lower_operand(c, 0, t, OUT);
-  int lo_arg = c->data == 2 ? -1 : 1, hi_arg = c->data == 0 ? 2 : c->data == 2 ? 1 : -1;
+  int lo_arg = c->data == CLAMP_MAX ? -1 : 1, hi_arg = c->data == CLAMP ? 2 : c->data == CLAMP_MAX ? 1 : -1;
   if (lo_arg >= 0 && !tpu_lower_is_none(c, lo_arg))
     x = extreme_of(c, TPU_HLO_MAX, x, tpu_lower_operand(c, lo_arg, t, OUT));
   if (hi_arg >= 0 && !tpu_lower_is_none(c, hi_arg))
     x = extreme_of(c, TPU_HLO_MIN, x, tpu_lower_operand(c, hi_arg, t, OUT));
-  if (c->data == 0 && tpu_lower_is_none(c, 1) && tpu_lower_is_none(c, 2))
+  if (c->data == CLAMP && tpu_lower_is_none(c, 1) && tpu_lower_is_none(c, 2))
     return tpu_lower_error(c, TPU_ERR_RUNTIME, "torch.clamp: At least one of 'min' or 'max' must not be None");
   return done(c, x);
 }
@@ -495,7 +470,7 @@ static tpu_status_t lerp_rule(tpu_lower_ctx *c) { return done(c, lerp_of(c, in(c
 /* addcmul/addcdiv(self, tensor1, tensor2, *, value); data: MUL or DIV. */
 static tpu_status_t addc_rule(tpu_lower_ctx *c) {
   tpu_hlo_value a = in(c, 0), t1 = in(c, 1), t2 = in(c, 2);
-  tpu_hlo_value v = tpu_lower_is_none(c, 3) ? k(c, 1.0) : tpu_lower_operand(c, 3, out_math(c), OUT);
+  tpu_hlo_value v = tpu_lower_is_none(c, 3) ? out_const(c, 1.0) : tpu_lower_operand(c, 3, out_math(c), OUT);
   tpu_hlo_value prod = tpu_hlo_binary(B, (tpu_hlo_binary_t)c->data, t1, t2);
   return done(c, add(c, a, mul(c, v, prod)));
 }
@@ -503,14 +478,14 @@ static tpu_status_t addc_rule(tpu_lower_ctx *c) {
 /* --- activations ------------------------------------------------------------- */
 
 static tpu_status_t relu_rule(tpu_lower_ctx *c) {
-  tpu_hlo_value x = in(c, 0), zero = k(c, 0.0);
+  tpu_hlo_value x = in(c, 0), zero = out_const(c, 0.0);
   return done(c, sel(c, cmp(c, TPU_HLO_LT, x, zero), zero, x)); /* NaN stays NaN */
 }
 
 static tpu_status_t leaky_relu_rule(tpu_lower_ctx *c) {
   tpu_hlo_value x = in(c, 0);
-  tpu_hlo_value slope = tpu_lower_is_none(c, 1) ? k(c, 0.01) : in(c, 1);
-  return done(c, sel(c, cmp(c, TPU_HLO_GT, x, k(c, 0.0)), x, mul(c, x, slope)));
+  tpu_hlo_value slope = tpu_lower_is_none(c, 1) ? out_const(c, 0.01) : in(c, 1);
+  return done(c, sel(c, cmp(c, TPU_HLO_GT, x, out_const(c, 0.0)), x, mul(c, x, slope)));
 }
 
 /* erf as the CPU's rounds it. chlo.erf's float32 rational stops short of
@@ -521,9 +496,9 @@ static tpu_status_t leaky_relu_rule(tpu_lower_ctx *c) {
  * difference rounds to +-1 where the CPU's erf does. */
 static tpu_hlo_value erf_of(tpu_lower_ctx *c, tpu_hlo_value x) {
   tpu_hlo_value ax = un(c, TPU_HLO_ABS, x);
-  tpu_hlo_value tail = sub(c, k(c, 1.0), un(c, TPU_HLO_ERFC, ax));
-  tpu_hlo_value signed_tail = sel(c, cmp(c, TPU_HLO_LT, x, k(c, 0.0)), neg(c, tail), tail);
-  return sel(c, cmp(c, TPU_HLO_LT, ax, k(c, 1.0)), un(c, TPU_HLO_ERF, x), signed_tail);
+  tpu_hlo_value tail = sub(c, out_const(c, 1.0), un(c, TPU_HLO_ERFC, ax));
+  tpu_hlo_value signed_tail = sel(c, cmp(c, TPU_HLO_LT, x, out_const(c, 0.0)), neg(c, tail), tail);
+  return sel(c, cmp(c, TPU_HLO_LT, ax, out_const(c, 1.0)), un(c, TPU_HLO_ERF, x), signed_tail);
 }
 
 static tpu_status_t erf_rule(tpu_lower_ctx *c) { return done(c, erf_of(c, in(c, 0))); }
@@ -532,10 +507,10 @@ static tpu_status_t gelu_rule(tpu_lower_ctx *c) {
   tpu_hlo_value x = in(c, 0);
   bool tanh_mode = !tpu_lower_is_none(c, 1) && c->args[1].kind == TPU_ARG_STRING && strcmp(c->args[1].s, "tanh") == 0;
   if (tanh_mode) {
-    tpu_hlo_value inner = mul(c, k(c, M_SQRT2 * M_2_SQRTPI * 0.5), add(c, x, mul(c, k(c, 0.044715), mul(c, mul(c, x, x), x))));
-    return done(c, mul(c, mul(c, k(c, 0.5), x), add(c, k(c, 1.0), un(c, TPU_HLO_TANH, inner))));
+    tpu_hlo_value inner = mul(c, out_const(c, M_SQRT2 * M_2_SQRTPI * 0.5), add(c, x, mul(c, out_const(c, 0.044715), mul(c, mul(c, x, x), x))));
+    return done(c, mul(c, mul(c, out_const(c, 0.5), x), add(c, out_const(c, 1.0), un(c, TPU_HLO_TANH, inner))));
   }
-  tpu_hlo_value cdf = mul(c, k(c, 0.5), add(c, k(c, 1.0), erf_of(c, mul(c, x, k(c, M_SQRT1_2)))));
+  tpu_hlo_value cdf = mul(c, out_const(c, 0.5), add(c, out_const(c, 1.0), erf_of(c, mul(c, x, out_const(c, M_SQRT1_2)))));
   return done(c, mul(c, x, cdf));
 }
 
@@ -545,29 +520,29 @@ static tpu_status_t gelu_backward_rule(tpu_lower_ctx *c) {
   if (tanh_mode) {
     double beta = M_SQRT2 * M_2_SQRTPI * 0.5, kappa = 0.044715;
     tpu_hlo_value x_sq = mul(c, x, x), x_cube = mul(c, x_sq, x);
-    tpu_hlo_value inner = mul(c, k(c, beta), add(c, x, mul(c, k(c, kappa), x_cube)));
+    tpu_hlo_value inner = mul(c, out_const(c, beta), add(c, x, mul(c, out_const(c, kappa), x_cube)));
     tpu_hlo_value t = un(c, TPU_HLO_TANH, inner);
-    tpu_hlo_value left = mul(c, k(c, 0.5), x), right = add(c, k(c, 1.0), t);
-    tpu_hlo_value left_d = mul(c, k(c, 0.5), right);
-    tpu_hlo_value tanh_d = sub(c, k(c, 1.0), mul(c, t, t));
-    tpu_hlo_value inner_d = mul(c, k(c, beta), add(c, k(c, 1.0), mul(c, k(c, 3.0 * kappa), x_sq)));
+    tpu_hlo_value left = mul(c, out_const(c, 0.5), x), right = add(c, out_const(c, 1.0), t);
+    tpu_hlo_value left_d = mul(c, out_const(c, 0.5), right);
+    tpu_hlo_value tanh_d = sub(c, out_const(c, 1.0), mul(c, t, t));
+    tpu_hlo_value inner_d = mul(c, out_const(c, beta), add(c, out_const(c, 1.0), mul(c, out_const(c, 3.0 * kappa), x_sq)));
     tpu_hlo_value right_d = mul(c, mul(c, left, tanh_d), inner_d);
     return done(c, mul(c, g, add(c, left_d, right_d)));
   }
-  tpu_hlo_value cdf = mul(c, k(c, 0.5), add(c, k(c, 1.0), erf_of(c, mul(c, x, k(c, M_SQRT1_2)))));
-  tpu_hlo_value pdf = mul(c, un(c, TPU_HLO_EXP, mul(c, k(c, -0.5), mul(c, x, x))), k(c, M_2_SQRTPI * M_SQRT1_2 * 0.5));
+  tpu_hlo_value cdf = mul(c, out_const(c, 0.5), add(c, out_const(c, 1.0), erf_of(c, mul(c, x, out_const(c, M_SQRT1_2)))));
+  tpu_hlo_value pdf = mul(c, un(c, TPU_HLO_EXP, mul(c, out_const(c, -0.5), mul(c, x, x))), out_const(c, M_2_SQRTPI * M_SQRT1_2 * 0.5));
   return done(c, mul(c, g, add(c, cdf, mul(c, x, pdf))));
 }
 
 static tpu_status_t silu_rule(tpu_lower_ctx *c) {
   tpu_hlo_value x = in(c, 0);
-  return done(c, dvd(c, x, add(c, k(c, 1.0), un(c, TPU_HLO_EXP, un(c, TPU_HLO_NEG, x)))));
+  return done(c, dvd(c, x, add(c, out_const(c, 1.0), un(c, TPU_HLO_EXP, un(c, TPU_HLO_NEG, x)))));
 }
 
 static tpu_status_t silu_backward_rule(tpu_lower_ctx *c) {
   tpu_hlo_value g = in(c, 0), x = in(c, 1);
   tpu_hlo_value s = sigmoid_of(c, x);
-  return done(c, mul(c, mul(c, g, s), add(c, k(c, 1.0), mul(c, x, sub(c, k(c, 1.0), s)))));
+  return done(c, mul(c, mul(c, g, s), add(c, out_const(c, 1.0), mul(c, x, sub(c, out_const(c, 1.0), s)))));
 }
 
 static tpu_status_t mish_rule(tpu_lower_ctx *c) {
@@ -580,17 +555,17 @@ static tpu_status_t mish_backward_rule(tpu_lower_ctx *c) {
   tpu_hlo_value g = in(c, 0), x = in(c, 1);
   tpu_hlo_value s = sigmoid_of(c, x);
   tpu_hlo_value t = un(c, TPU_HLO_TANH, un(c, TPU_HLO_LOG1P, un(c, TPU_HLO_EXP, x)));
-  return done(c, mul(c, g, add(c, t, mul(c, mul(c, x, s), sub(c, k(c, 1.0), mul(c, t, t))))));
+  return done(c, mul(c, g, add(c, t, mul(c, mul(c, x, s), sub(c, out_const(c, 1.0), mul(c, t, t))))));
 }
 
 static tpu_status_t sigmoid_backward_rule(tpu_lower_ctx *c) {
   tpu_hlo_value g = in(c, 0), y = in(c, 1);
-  return done(c, mul(c, mul(c, g, sub(c, k(c, 1.0), y)), y));
+  return done(c, mul(c, mul(c, g, sub(c, out_const(c, 1.0), y)), y));
 }
 
 static tpu_status_t tanh_backward_rule(tpu_lower_ctx *c) {
   tpu_hlo_value g = in(c, 0), y = in(c, 1);
-  return done(c, mul(c, g, sub(c, k(c, 1.0), mul(c, y, y))));
+  return done(c, mul(c, g, sub(c, out_const(c, 1.0), mul(c, y, y))));
 }
 
 /* threshold(self, threshold, value): x > threshold ? x : value */
@@ -602,20 +577,20 @@ static tpu_status_t threshold_rule(tpu_lower_ctx *c) {
 /* threshold_backward(grad_output, self, threshold): self <= t ? 0 : grad */
 static tpu_status_t threshold_backward_rule(tpu_lower_ctx *c) {
   tpu_hlo_value g = in(c, 0), x = in(c, 1);
-  return done(c, sel(c, cmp(c, TPU_HLO_LE, x, in(c, 2)), k(c, 0.0), g));
+  return done(c, sel(c, cmp(c, TPU_HLO_LE, x, in(c, 2)), out_const(c, 0.0), g));
 }
 
 /* leaky_relu_backward(grad_output, self, negative_slope, self_is_result) */
 static tpu_status_t leaky_relu_backward_rule(tpu_lower_ctx *c) {
   tpu_hlo_value g = in(c, 0), x = in(c, 1);
-  return done(c, sel(c, cmp(c, TPU_HLO_GT, x, k(c, 0.0)), g, mul(c, g, in(c, 2))));
+  return done(c, sel(c, cmp(c, TPU_HLO_GT, x, out_const(c, 0.0)), g, mul(c, g, in(c, 2))));
 }
 
 /* hardtanh(self, min_val, max_val) */
 static tpu_status_t hardtanh_rule(tpu_lower_ctx *c) {
   tpu_hlo_value x = in(c, 0);
-  tpu_hlo_value lo = tpu_lower_is_none(c, 1) ? k(c, -1.0) : in(c, 1);
-  tpu_hlo_value hi = tpu_lower_is_none(c, 2) ? k(c, 1.0) : in(c, 2);
+  tpu_hlo_value lo = tpu_lower_is_none(c, 1) ? out_const(c, -1.0) : in(c, 1);
+  tpu_hlo_value hi = tpu_lower_is_none(c, 2) ? out_const(c, 1.0) : in(c, 2);
   x = sel(c, cmp(c, TPU_HLO_LT, x, lo), lo, x);
   return done(c, sel(c, cmp(c, TPU_HLO_GT, x, hi), hi, x));
 }
@@ -624,17 +599,17 @@ static tpu_status_t hardtanh_rule(tpu_lower_ctx *c) {
 static tpu_status_t hardtanh_backward_rule(tpu_lower_ctx *c) {
   tpu_hlo_value g = in(c, 0), x = in(c, 1);
   tpu_hlo_value out = tpu_hlo_binary(B, TPU_HLO_OR, cmp(c, TPU_HLO_LE, x, in(c, 2)), cmp(c, TPU_HLO_GE, x, in(c, 3)));
-  return done(c, sel(c, out, k(c, 0.0), g));
+  return done(c, sel(c, out, out_const(c, 0.0), g));
 }
 
 /* elu(self, alpha, scale, input_scale) */
 static tpu_status_t elu_rule(tpu_lower_ctx *c) {
   tpu_hlo_value x = in(c, 0);
-  tpu_hlo_value alpha = tpu_lower_is_none(c, 1) ? k(c, 1.0) : in(c, 1);
-  tpu_hlo_value scale = tpu_lower_is_none(c, 2) ? k(c, 1.0) : in(c, 2);
-  tpu_hlo_value iscale = tpu_lower_is_none(c, 3) ? k(c, 1.0) : in(c, 3);
+  tpu_hlo_value alpha = tpu_lower_is_none(c, 1) ? out_const(c, 1.0) : in(c, 1);
+  tpu_hlo_value scale = tpu_lower_is_none(c, 2) ? out_const(c, 1.0) : in(c, 2);
+  tpu_hlo_value iscale = tpu_lower_is_none(c, 3) ? out_const(c, 1.0) : in(c, 3);
   tpu_hlo_value neg = mul(c, mul(c, alpha, scale), un(c, TPU_HLO_EXPM1, mul(c, x, iscale)));
-  return done(c, sel(c, cmp(c, TPU_HLO_GT, x, k(c, 0.0)), mul(c, x, scale), neg));
+  return done(c, sel(c, cmp(c, TPU_HLO_GT, x, out_const(c, 0.0)), mul(c, x, scale), neg));
 }
 
 /* elu_backward(grad_output, alpha, scale, input_scale, is_result, self_or_result) */
@@ -644,7 +619,7 @@ static tpu_status_t elu_backward_rule(tpu_lower_ctx *c) {
   tpu_hlo_value neg;
   if (is_result) neg = mul(c, mul(c, g, iscale), add(c, x, mul(c, alpha, scale)));
   else neg = mul(c, mul(c, g, mul(c, mul(c, iscale, alpha), scale)), un(c, TPU_HLO_EXP, mul(c, x, iscale)));
-  return done(c, sel(c, cmp(c, TPU_HLO_LE, x, k(c, 0.0)), neg, mul(c, g, scale)));
+  return done(c, sel(c, cmp(c, TPU_HLO_LE, x, out_const(c, 0.0)), neg, mul(c, g, scale)));
 }
 
 /* softplus(self, beta, threshold) */
@@ -660,31 +635,31 @@ static tpu_status_t softplus_backward_rule(tpu_lower_ctx *c) {
   tpu_hlo_value g = in(c, 0), x = in(c, 1), beta = in(c, 2), th = in(c, 3);
   tpu_hlo_value xb = mul(c, x, beta);
   tpu_hlo_value z = un(c, TPU_HLO_EXP, xb);
-  return done(c, sel(c, cmp(c, TPU_HLO_GT, xb, th), g, dvd(c, mul(c, g, z), add(c, z, k(c, 1.0)))));
+  return done(c, sel(c, cmp(c, TPU_HLO_GT, xb, th), g, dvd(c, mul(c, g, z), add(c, z, out_const(c, 1.0)))));
 }
 
 static tpu_hlo_value relu6_of(tpu_lower_ctx *c, tpu_hlo_value x) {
-  return tpu_hlo_binary(B, TPU_HLO_MIN, tpu_hlo_binary(B, TPU_HLO_MAX, add(c, x, k(c, 3.0)), k(c, 0.0)), k(c, 6.0));
+  return tpu_hlo_binary(B, TPU_HLO_MIN, tpu_hlo_binary(B, TPU_HLO_MAX, add(c, x, out_const(c, 3.0)), out_const(c, 0.0)), out_const(c, 6.0));
 }
 
-static tpu_status_t hardsigmoid_rule(tpu_lower_ctx *c) { return done(c, dvd(c, relu6_of(c, in(c, 0)), k(c, 6.0))); }
+static tpu_status_t hardsigmoid_rule(tpu_lower_ctx *c) { return done(c, dvd(c, relu6_of(c, in(c, 0)), out_const(c, 6.0))); }
 
 static tpu_status_t hardswish_rule(tpu_lower_ctx *c) {
   tpu_hlo_value x = in(c, 0);
-  return done(c, dvd(c, mul(c, x, relu6_of(c, x)), k(c, 6.0)));
+  return done(c, dvd(c, mul(c, x, relu6_of(c, x)), out_const(c, 6.0)));
 }
 
 static tpu_status_t hardsigmoid_backward_rule(tpu_lower_ctx *c) {
   tpu_hlo_value g = in(c, 0), x = in(c, 1);
-  tpu_hlo_value inside = tpu_hlo_binary(B, TPU_HLO_AND, cmp(c, TPU_HLO_GT, x, k(c, -3.0)), cmp(c, TPU_HLO_LT, x, k(c, 3.0)));
-  return done(c, sel(c, inside, dvd(c, g, k(c, 6.0)), k(c, 0.0)));
+  tpu_hlo_value inside = tpu_hlo_binary(B, TPU_HLO_AND, cmp(c, TPU_HLO_GT, x, out_const(c, -3.0)), cmp(c, TPU_HLO_LT, x, out_const(c, 3.0)));
+  return done(c, sel(c, inside, dvd(c, g, out_const(c, 6.0)), out_const(c, 0.0)));
 }
 
 static tpu_status_t hardswish_backward_rule(tpu_lower_ctx *c) {
   tpu_hlo_value g = in(c, 0), x = in(c, 1);
-  tpu_hlo_value mid = mul(c, g, add(c, dvd(c, x, k(c, 3.0)), k(c, 0.5)));
-  tpu_hlo_value r = sel(c, cmp(c, TPU_HLO_LE, x, k(c, 3.0)), mid, g);
-  return done(c, sel(c, cmp(c, TPU_HLO_LT, x, k(c, -3.0)), k(c, 0.0), r));
+  tpu_hlo_value mid = mul(c, g, add(c, dvd(c, x, out_const(c, 3.0)), out_const(c, 0.5)));
+  tpu_hlo_value r = sel(c, cmp(c, TPU_HLO_LE, x, out_const(c, 3.0)), mid, g);
+  return done(c, sel(c, cmp(c, TPU_HLO_LT, x, out_const(c, -3.0)), out_const(c, 0.0), r));
 }
 
 /* logit(self, eps?) */
@@ -694,7 +669,7 @@ static tpu_status_t logit_rule(tpu_lower_ctx *c) {
     double eps = tpu_lower_float(c, 1, 0.0);
     x = tpu_hlo_clamp(B, tpu_hlo_scalar_f64(B, out_math(c), eps), x, tpu_hlo_scalar_f64(B, out_math(c), 1.0 - eps));
   }
-  return done(c, un(c, TPU_HLO_LOG, dvd(c, x, sub(c, k(c, 1.0), x))));
+  return done(c, un(c, TPU_HLO_LOG, dvd(c, x, sub(c, out_const(c, 1.0), x))));
 }
 
 /* --- fills and copies ----------------------------------------------------- */
@@ -717,6 +692,10 @@ static tpu_status_t copy_rule(tpu_lower_ctx *c) {
 #define CMP(n, op) \
   {{n ".Tensor", n "_.Tensor", n ".Tensor_out"}, compare_rule, 0, op}, \
   {{n ".Scalar", n "_.Scalar", n ".Scalar_out"}, compare_rule, 0, op}
+
+/* Bitwise ops take integers and bools only, with the CPU kernel's error
+ * (PyTorch's meta functions let a float through). */
+#define BITWISE(kernel) {TPU_DTS_INT | TPU_DT(TPU_BOOL), TPU_ADMIT_OUTPUT, kernel}
 
 const tpu_lower_rule tpu_rules_elementwise[] = {
     UNARY("exp", TPU_HLO_EXP),
@@ -752,12 +731,12 @@ const tpu_lower_rule tpu_rules_elementwise[] = {
     {{"round.decimals", "round_.decimals", "round.decimals_out"}, round_decimals, 0, 0},
     {{"trunc", "trunc_", "trunc.out"}, trunc_rule, 0, 0},
     {{"frac", "frac_", "frac.out"}, frac_rule, 0, 0},
-    {{"abs", "abs_", "abs.out"}, abs_rule, 0, 0},
+    {{"abs", "abs_", "abs.out"}, abs_rule, 0, 0, {~TPU_DT(TPU_BOOL), 0, "abs_cpu"}},
     {{"neg", "neg_", "neg.out"}, neg_rule, 0, 0},
     {{"sign", "sign_", "sign.out"}, sign_rule, 0, 0},
     {{"sgn", "sgn_", "sgn.out"}, sgn_rule, 0, 0},
     {{"signbit", "signbit.out"}, signbit_rule, 0, 0},
-    {{"bitwise_not", "bitwise_not_", "bitwise_not.out"}, bitwise_not_rule, 0, 0},
+    {{"bitwise_not", "bitwise_not_", "bitwise_not.out"}, bitwise_not_rule, 0, 0, BITWISE("bitwise_not_cpu")},
     {{"logical_not", "logical_not_", "logical_not.out"}, logical_not_rule, 0, 0},
     {{"isnan"}, is_class, 0, IS_NAN},
     {{"isinf"}, is_class, 0, IS_INF},
@@ -767,20 +746,20 @@ const tpu_lower_rule tpu_rules_elementwise[] = {
     {{"nan_to_num", "nan_to_num_", "nan_to_num.out"}, nan_to_num_rule, 0, 0},
     {{"frexp.Tensor", "frexp.Tensor_out"}, frexp_rule, 0, 0},
 
-    {{"add.Tensor", "add_.Tensor", "add.out"}, add_rule, 0, 1},
-    {{"add.Scalar", "add_.Scalar", "add.Scalar_out"}, add_rule, 0, 1},
-    {{"sub.Tensor", "sub_.Tensor", "sub.out"}, add_rule, 0, -1},
-    {{"sub.Scalar", "sub_.Scalar", "sub.Scalar_out"}, add_rule, 0, -1},
-    {{"rsub.Tensor", "rsub.Tensor_out"}, add_rule, 0, -2},
-    {{"rsub.Scalar", "rsub.Scalar_out"}, add_rule, 0, -2},
+    {{"add.Tensor", "add_.Tensor", "add.out"}, add_rule, 0, ADD},
+    {{"add.Scalar", "add_.Scalar", "add.Scalar_out"}, add_rule, 0, ADD},
+    {{"sub.Tensor", "sub_.Tensor", "sub.out"}, add_rule, 0, SUB},
+    {{"sub.Scalar", "sub_.Scalar", "sub.Scalar_out"}, add_rule, 0, SUB},
+    {{"rsub.Tensor", "rsub.Tensor_out"}, add_rule, 0, RSUB},
+    {{"rsub.Scalar", "rsub.Scalar_out"}, add_rule, 0, RSUB},
     {{"mul.Tensor", "mul_.Tensor", "mul.out"}, mul_rule, 0, 0},
     {{"mul.Scalar", "mul_.Scalar", "mul.Scalar_out"}, mul_rule, 0, 0},
-    {{"div.Tensor", "div_.Tensor", "div.out"}, div_rule, 0, 0},
-    {{"div.Scalar", "div_.Scalar", "div.Scalar_out"}, div_rule, 0, 0},
-    {{"div.Tensor_mode", "div_.Tensor_mode", "div.out_mode"}, div_rule, 0, 0},
-    {{"div.Scalar_mode", "div_.Scalar_mode", "div.Scalar_mode_out"}, div_rule, 0, 0},
-    {{"floor_divide", "floor_divide_.Tensor", "floor_divide.out"}, div_rule, 0, 1},
-    {{"floor_divide.Scalar", "floor_divide_.Scalar", "floor_divide.Scalar_out"}, div_rule, 0, 1},
+    {{"div.Tensor", "div_.Tensor", "div.out"}, div_rule, 0, DIV},
+    {{"div.Scalar", "div_.Scalar", "div.Scalar_out"}, div_rule, 0, DIV},
+    {{"div.Tensor_mode", "div_.Tensor_mode", "div.out_mode"}, div_rule, 0, DIV},
+    {{"div.Scalar_mode", "div_.Scalar_mode", "div.Scalar_mode_out"}, div_rule, 0, DIV},
+    {{"floor_divide", "floor_divide_.Tensor", "floor_divide.out"}, div_rule, 0, FLOOR_DIVIDE},
+    {{"floor_divide.Scalar", "floor_divide_.Scalar", "floor_divide.Scalar_out"}, div_rule, 0, FLOOR_DIVIDE},
     {{"remainder.Tensor", "remainder_.Tensor", "remainder.Tensor_out"}, remainder_rule, 0, 0},
     {{"remainder.Scalar", "remainder_.Scalar", "remainder.Scalar_out"}, remainder_rule, 0, 0},
     {{"remainder.Scalar_Tensor", "remainder.Scalar_Tensor_out"}, remainder_rule, 0, 0},
@@ -801,16 +780,16 @@ const tpu_lower_rule tpu_rules_elementwise[] = {
     {{"xlogy.Tensor", "xlogy_.Tensor", "xlogy.OutTensor"}, xlogy_rule, 0, 0},
     {{"xlogy.Scalar_Other", "xlogy_.Scalar_Other", "xlogy.OutScalar_Other"}, xlogy_rule, 0, 0},
     {{"xlogy.Scalar_Self", "xlogy.OutScalar_Self"}, xlogy_rule, 0, 0},
-    {{"logaddexp", "logaddexp.out"}, logaddexp_rule, 0, 1},
-    {{"logaddexp2", "logaddexp2.out"}, logaddexp_rule, 0, 2},
-    {{"bitwise_and.Tensor", "bitwise_and_.Tensor", "bitwise_and.Tensor_out"}, binary, 0, TPU_HLO_AND},
-    {{"bitwise_and.Scalar", "bitwise_and_.Scalar", "bitwise_and.Scalar_out"}, binary, 0, TPU_HLO_AND},
-    {{"bitwise_or.Tensor", "bitwise_or_.Tensor", "bitwise_or.Tensor_out"}, binary, 0, TPU_HLO_OR},
-    {{"bitwise_or.Scalar", "bitwise_or_.Scalar", "bitwise_or.Scalar_out"}, binary, 0, TPU_HLO_OR},
-    {{"bitwise_xor.Tensor", "bitwise_xor_.Tensor", "bitwise_xor.Tensor_out"}, binary, 0, TPU_HLO_XOR},
-    {{"bitwise_xor.Scalar", "bitwise_xor_.Scalar", "bitwise_xor.Scalar_out"}, binary, 0, TPU_HLO_XOR},
-    {{"bitwise_left_shift.Tensor", "bitwise_left_shift_.Tensor", "bitwise_left_shift.Tensor_out"}, binary, 0, TPU_HLO_SHL},
-    {{"bitwise_right_shift.Tensor", "bitwise_right_shift_.Tensor", "bitwise_right_shift.Tensor_out"}, binary, 0, TPU_HLO_SHR_ARITH},
+    {{"logaddexp", "logaddexp.out"}, logaddexp_rule, 0, LOGADDEXP},
+    {{"logaddexp2", "logaddexp2.out"}, logaddexp_rule, 0, LOGADDEXP2},
+    {{"bitwise_and.Tensor", "bitwise_and_.Tensor", "bitwise_and.Tensor_out"}, binary, 0, TPU_HLO_AND, BITWISE("bitwise_and_cpu")},
+    {{"bitwise_and.Scalar", "bitwise_and_.Scalar", "bitwise_and.Scalar_out"}, binary, 0, TPU_HLO_AND, BITWISE("bitwise_and_cpu")},
+    {{"bitwise_or.Tensor", "bitwise_or_.Tensor", "bitwise_or.Tensor_out"}, binary, 0, TPU_HLO_OR, BITWISE("bitwise_or_cpu")},
+    {{"bitwise_or.Scalar", "bitwise_or_.Scalar", "bitwise_or.Scalar_out"}, binary, 0, TPU_HLO_OR, BITWISE("bitwise_or_cpu")},
+    {{"bitwise_xor.Tensor", "bitwise_xor_.Tensor", "bitwise_xor.Tensor_out"}, binary, 0, TPU_HLO_XOR, BITWISE("bitwise_xor_cpu")},
+    {{"bitwise_xor.Scalar", "bitwise_xor_.Scalar", "bitwise_xor.Scalar_out"}, binary, 0, TPU_HLO_XOR, BITWISE("bitwise_xor_cpu")},
+    {{"bitwise_left_shift.Tensor", "bitwise_left_shift_.Tensor", "bitwise_left_shift.Tensor_out"}, binary, 0, TPU_HLO_SHL, BITWISE("lshift_cpu")},
+    {{"bitwise_right_shift.Tensor", "bitwise_right_shift_.Tensor", "bitwise_right_shift.Tensor_out"}, binary, 0, TPU_HLO_SHR_ARITH, BITWISE("rshift_cpu")},
     {{"__lshift__.Tensor", "__ilshift__.Tensor"}, binary, 0, TPU_HLO_SHL},
     {{"__lshift__.Scalar", "__ilshift__.Scalar"}, binary, 0, TPU_HLO_SHL},
     {{"__rshift__.Tensor", "__irshift__.Tensor"}, binary, 0, TPU_HLO_SHR_ARITH},
@@ -827,12 +806,12 @@ const tpu_lower_rule tpu_rules_elementwise[] = {
     {{"where.self", "where.self_out"}, where_rule, 0, 0},
     {{"masked_fill.Scalar", "masked_fill_.Scalar"}, masked_fill_rule, TPU_RULE_CHECKED_SCALARS, 0},
     {{"masked_fill.Tensor", "masked_fill_.Tensor"}, masked_fill_rule, 0, 0},
-    {{"clamp", "clamp_", "clamp.out"}, clamp_rule, 0, 0},
-    {{"clamp.Tensor", "clamp_.Tensor", "clamp.Tensor_out"}, clamp_rule, 0, 0},
-    {{"clamp_min", "clamp_min_", "clamp_min.out"}, clamp_rule, 0, 1},
-    {{"clamp_min.Tensor", "clamp_min_.Tensor", "clamp_min.Tensor_out"}, clamp_rule, 0, 1},
-    {{"clamp_max", "clamp_max_", "clamp_max.out"}, clamp_rule, 0, 2},
-    {{"clamp_max.Tensor", "clamp_max_.Tensor", "clamp_max.Tensor_out"}, clamp_rule, 0, 2},
+    {{"clamp", "clamp_", "clamp.out"}, clamp_rule, 0, CLAMP},
+    {{"clamp.Tensor", "clamp_.Tensor", "clamp.Tensor_out"}, clamp_rule, 0, CLAMP},
+    {{"clamp_min", "clamp_min_", "clamp_min.out"}, clamp_rule, 0, CLAMP_MIN},
+    {{"clamp_min.Tensor", "clamp_min_.Tensor", "clamp_min.Tensor_out"}, clamp_rule, 0, CLAMP_MIN},
+    {{"clamp_max", "clamp_max_", "clamp_max.out"}, clamp_rule, 0, CLAMP_MAX},
+    {{"clamp_max.Tensor", "clamp_max_.Tensor", "clamp_max.Tensor_out"}, clamp_rule, 0, CLAMP_MAX},
     {{"lerp.Scalar", "lerp_.Scalar", "lerp.Scalar_out"}, lerp_rule, 0, 0},
     {{"lerp.Tensor", "lerp_.Tensor", "lerp.Tensor_out"}, lerp_rule, 0, 0},
     {{"addcmul", "addcmul_", "addcmul.out"}, addc_rule, 0, TPU_HLO_MUL},

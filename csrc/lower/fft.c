@@ -74,7 +74,7 @@ static tpu_status_t fft_done(tpu_lower_ctx *c, tpu_hlo_value y, double numel, bo
   static const double power[] = {0.0, 0.5, 1.0};
   int64_t norm = tpu_lower_int(c, 2, 0);
   double scale = (inverse ? numel : 1.0) / pow(numel, power[norm >= 0 && norm <= 2 ? norm : 0]);
-  if (scale != 1.0) y = mul(c, y, tpu_hlo_const_f64(B, tpu_hlo_type_of(B, y), scale));
+  if (scale != 1.0) y = mul(c, y, const_like(c, y, scale));
   return done(c, y);
 }
 

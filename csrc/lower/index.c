@@ -21,12 +21,6 @@ static tpu_hlo_value reshape(tpu_lower_ctx *c, tpu_hlo_value x, int rank, const 
 
 static int64_t numel_of(tpu_lower_ctx *c, tpu_hlo_value x) { return tpu_hlo_type_numel(tpu_hlo_type_of(B, x)); }
 
-static tpu_hlo_type type_like(const tpu_hlo_type *shape, tpu_dtype_t dtype) {
-  tpu_hlo_type t = *shape;
-  t.dtype = dtype;
-  return t;
-}
-
 /* |x| as a 1-D value (rank 0 becomes [1]). */
 static tpu_hlo_value flat(tpu_lower_ctx *c, tpu_hlo_value x) {
   int64_t n = numel_of(c, x);
@@ -43,9 +37,6 @@ static tpu_hlo_value index_arg(tpu_lower_ctx *c, int arg) {
   return tpu_hlo_convert(B, tpu_lower_tensor(c, arg), TPU_S64);
 }
 
-static tpu_hlo_value const_like(tpu_lower_ctx *c, tpu_hlo_value x, double v) {
-  return tpu_hlo_const_f64(B, tpu_hlo_type_of(B, x), v);
-}
 
 /* Rank-0 i1: every element of s64 |idx| lies in [lo, hi). */
 /* Where |lo| <= idx < |hi| (i1, idx's shape). */
@@ -412,7 +403,7 @@ static tpu_status_t scatter_rule(tpu_lower_ctx *c) {
   tpu_hlo_value idx = at_least_1d(c, index_arg(c, 2));
   int rank = tpu_hlo_rank(B, x), dim = tpu_lower_wrap_dim(tpu_lower_int(c, 1, 0), rank);
   tpu_hlo_type it = *tpu_hlo_type_of(B, idx);
-  tpu_hlo_type ut = type_like(&it, t);
+  tpu_hlo_type ut = with_dtype(&it, t);
   tpu_hlo_value upd;
   if (c->args[3].kind == TPU_ARG_SCALAR) {
     upd = tpu_hlo_broadcast_to(B, tpu_lower_scalar(c, 3, t), &ut);
@@ -489,7 +480,7 @@ static tpu_status_t index_fill_rule(tpu_lower_ctx *c) {
   index_plan p = along_dim(1, 0);
   tpu_hlo_value mask = plan_scatter(c, &p, tpu_hlo_const_f64(B, &mt, 0.0), as_vectors(c, wrap_negative(c, idx, size)),
                                     ones, REPLACE);
-  tpu_hlo_type bt = type_like(&xt, TPU_BOOL);
+  tpu_hlo_type bt = with_dtype(&xt, TPU_BOOL);
   int64_t bdim = dim;
   mask = tpu_hlo_broadcast_in_dim(B, mask, &bt, &bdim);
   tpu_hlo_value v = tpu_hlo_broadcast_to(B, tpu_lower_scalar(c, 3, OUT->dtype), &xt);
@@ -684,7 +675,7 @@ static tpu_status_t mask_put(tpu_lower_ctx *c, int pos, bool accumulate) {
     picked = plan_gather(c, &pl, v, as_vectors(c, at)); /* P + [mask elements] + Q */
     picked = reshape(c, picked, xt.rank, xt.dims);
   }
-  tpu_hlo_type bt = type_like(&xt, TPU_BOOL);
+  tpu_hlo_type bt = with_dtype(&xt, TPU_BOOL);
   mask = tpu_hlo_broadcast_to(B, mask, &bt);
   if (accumulate) picked = tpu_hlo_binary(B, t == TPU_BOOL ? TPU_HLO_OR : TPU_HLO_ADD, x, picked);
   return done(c, tpu_hlo_select(B, mask, picked, x));
@@ -757,9 +748,9 @@ static tpu_status_t embedding_backward_rule(tpu_lower_ctx *c) {
     g = tpu_hlo_binary(B, TPU_HLO_MUL, g, tpu_hlo_broadcast_in_dim(B, scale, &bt, (int64_t[]){0}));
   }
   tpu_hlo_value pad = tpu_hlo_compare(B, TPU_HLO_EQ, idx, const_like(c, idx, (double)tpu_lower_int(c, 3, -1)));
-  tpu_hlo_type bt = type_like(tpu_hlo_type_of(B, g), TPU_BOOL);
+  tpu_hlo_type bt = with_dtype(tpu_hlo_type_of(B, g), TPU_BOOL);
   g = tpu_hlo_select(B, tpu_hlo_broadcast_in_dim(B, pad, &bt, (int64_t[]){0}), const_like(c, g, 0.0), g);
-  tpu_hlo_type wt = type_like(OUT, t);
+  tpu_hlo_type wt = with_dtype(OUT, t);
   return done(c, plan_scatter(c, &rows, tpu_hlo_const_f64(B, &wt, 0.0), at, g, COMBINE_ADD));
 }
 

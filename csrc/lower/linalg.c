@@ -49,7 +49,7 @@ static tpu_hlo_value conj_(tpu_lower_ctx *c, tpu_hlo_value x) {
 
 /* PyTorch's CPU error for bool operands (its meta functions accept them). */
 static tpu_status_t no_bool(tpu_lower_ctx *c) {
-  return tpu_lower_error(c, TPU_ERR_NOT_IMPLEMENTED, "\"%s\" not implemented for 'Bool'", cpu_kernel_of[c->data]);
+  return tpu_lower_not_implemented(cpu_kernel_of[c->data], TPU_BOOL);
 }
 
 /* The C++ type names PyTorch's mm spells dtypes with in its dtype check. */

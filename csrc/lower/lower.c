@@ -20,14 +20,21 @@ static const rule_table tables[] = {
     {tpu_rules_shape, &tpu_rules_shape_count},
     {tpu_rules_linalg, &tpu_rules_linalg_count},
     {tpu_rules_nn, &tpu_rules_nn_count},
+    {tpu_rules_norm, &tpu_rules_norm_count},
+    {tpu_rules_loss, &tpu_rules_loss_count},
     {tpu_rules_index, &tpu_rules_index_count},
     {tpu_rules_random, &tpu_rules_random_count},
     {tpu_rules_conv, &tpu_rules_conv_count},
+    {tpu_rules_pool, &tpu_rules_pool_count},
+    {tpu_rules_resample, &tpu_rules_resample_count},
     {tpu_rules_view, &tpu_rules_view_count},
     {tpu_rules_fft, &tpu_rules_fft_count},
     {tpu_rules_sort, &tpu_rules_sort_count},
     {tpu_rules_special, &tpu_rules_special_count},
     {tpu_rules_factor, &tpu_rules_factor_count},
+    {tpu_rules_svd, &tpu_rules_svd_count},
+    {tpu_rules_ldl, &tpu_rules_ldl_count},
+    {tpu_rules_qr, &tpu_rules_qr_count},
     {tpu_rules_eig, &tpu_rules_eig_count},
     {tpu_rules_attention, &tpu_rules_attention_count},
     {tpu_rules_rnn, &tpu_rules_rnn_count},
@@ -64,6 +71,13 @@ tpu_status_t tpu_lower_run(const tpu_lower_rule *rule, tpu_lower_ctx *c) {
   for (int i = 0; i < c->num_outputs; i++) c->outputs[i] = TPU_HLO_NONE;
   c->data = rule->data;
   c->num_checks = 0;
+  const tpu_lower_admit *admit = &rule->admit;
+  if (admit->dtypes != 0) {
+    tpu_dtype_t t = admit->arg == TPU_ADMIT_OUTPUT ? c->out_types[0].dtype
+                    : admit->arg < c->num_args ? c->args[admit->arg].dtype
+                                               : TPU_INVALID;
+    if (!(admit->dtypes & TPU_DT(t))) return tpu_lower_not_implemented(admit->kernel, t);
+  }
   tpu_status_t st = rule->fn(c);
   if (st != NULL) return st;
   TPU_RETURN_IF_ERROR(tpu_hlo_status(c->b));
@@ -71,6 +85,10 @@ tpu_status_t tpu_lower_run(const tpu_lower_rule *rule, tpu_lower_ctx *c) {
     if (c->outputs[i] == TPU_HLO_NONE && c->out_types[i].dtype != TPU_INVALID)
       return tpu_status_new(TPU_ERR_RUNTIME, "%s: internal: the lowering left output %d unset", c->op, i);
   return NULL;
+}
+
+tpu_status_t tpu_lower_not_implemented(const char *kernel, tpu_dtype_t t) {
+  return tpu_status_new(TPU_ERR_NOT_IMPLEMENTED, "\"%s\" not implemented for '%s'", kernel, tpu_dtype_scalar_type(t));
 }
 
 tpu_status_t tpu_lower_error(tpu_lower_ctx *c, tpu_code_t code, const char *fmt, ...) {

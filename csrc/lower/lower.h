@@ -139,11 +139,36 @@ enum {
 
 typedef tpu_status_t (*tpu_lower_fn)(tpu_lower_ctx *c);
 
+/* A set of dtypes: one bit per tpu_dtype_t. */
+#define TPU_DT(t) (1u << (t))
+#define TPU_DTS_F32_F64 (TPU_DT(TPU_F32) | TPU_DT(TPU_F64))
+#define TPU_DTS_FLOAT (TPU_DT(TPU_F16) | TPU_DT(TPU_BF16) | TPU_DTS_F32_F64) /* PyTorch's floating types */
+#define TPU_DTS_FLOAT8 (TPU_DT(TPU_F8E5M2) | TPU_DT(TPU_F8E4M3FN) | TPU_DT(TPU_F8E5M2FNUZ) | TPU_DT(TPU_F8E4M3FNUZ))
+#define TPU_DTS_ANY_FLOAT (TPU_DTS_FLOAT | TPU_DTS_FLOAT8) /* tpu_dtype_is_float */
+#define TPU_DTS_COMPLEX (TPU_DT(TPU_C64) | TPU_DT(TPU_C128))
+#define TPU_DTS_INT                                                                                    \
+  (TPU_DT(TPU_S8) | TPU_DT(TPU_S16) | TPU_DT(TPU_S32) | TPU_DT(TPU_S64) | TPU_DT(TPU_U8) | TPU_DT(TPU_U16) | \
+   TPU_DT(TPU_U32) | TPU_DT(TPU_U64))
+/* Whose dtype a rule's admission looks at, when not argument 0 .. n-1. */
+#define TPU_ADMIT_OUTPUT (-1)
+
+/* The dtypes a rule admits, as PyTorch's CPU kernel does (its meta functions
+ * let more through): any other dtype of argument |arg| (or of output 0 with
+ * TPU_ADMIT_OUTPUT) is refused by tpu_lower_run, before the rule runs, with
+ * PyTorch's message naming |kernel| (tpu_lower_not_implemented). |dtypes| 0:
+ * every dtype. */
+typedef struct tpu_lower_admit {
+  uint32_t dtypes; /* TPU_DT bits */
+  int arg;
+  const char *kernel; /* "abs_cpu" */
+} tpu_lower_admit;
+
 typedef struct tpu_lower_rule {
   const char *names[4]; /* overloads served: functional, in-place, out= … */
   tpu_lower_fn fn;
   unsigned flags;
   intptr_t data; /* per-rule parameter (an HLO opcode …), as c->data */
+  tpu_lower_admit admit;
 } tpu_lower_rule;
 
 /* The rule for an overload name ("aten::add_.Tensor" or "add_.Tensor"); NULL
@@ -153,8 +178,15 @@ const tpu_lower_rule *tpu_lower_find(const char *name);
 int tpu_lower_rule_count(void);
 const tpu_lower_rule *tpu_lower_rule_at(int i);
 
-/* Runs |rule|; on failure the status names the op. */
+/* Runs |rule|, after its dtype admission (|rule->admit|); on failure the
+ * status names the op. */
 tpu_status_t tpu_lower_run(const tpu_lower_rule *rule, tpu_lower_ctx *c) TPU_MUST_USE;
+
+/* PyTorch's error for a dtype its CPU kernel |kernel| does not handle:
+ * "\"abs_cpu\" not implemented for 'Bool'". The one spelling of it, for
+ * tpu_lower_run's admission check and for rules whose refusal depends on
+ * more than a dtype. */
+tpu_status_t tpu_lower_not_implemented(const char *kernel, tpu_dtype_t t) TPU_MUST_USE;
 
 /* --- helpers for rules ----------------------------------------------------- */
 tpu_hlo_value tpu_lower_tensor(tpu_lower_ctx *c, int arg);

@@ -1,8 +1,8 @@
-/* Matrix helpers of the factorization families (factor.c, eig.c): matrices
- * are the last two dims of a value, the leading ones a batch; per-matrix
- * scalars and vectors keep size-1 dims ([batch, 1, 1], [batch, 1, k]) so
- * that they broadcast against the matrices by NumPy rules. Private to
- * csrc/lower. */
+/* Matrix helpers of the factorization families (factor.c, svd.c, ldl.c,
+ * qr.c, eig.c): matrices are the last two dims of a value, the leading ones
+ * a batch; per-matrix scalars and vectors keep size-1 dims ([batch, 1, 1],
+ * [batch, 1, k]) so that they broadcast against the matrices by NumPy rules.
+ * Private to csrc/lower. */
 #ifndef TPU_LOWER_MATRIX_H_
 #define TPU_LOWER_MATRIX_H_
 
@@ -133,5 +133,39 @@ static inline tpu_hlo_value column_norm2(tpu_lower_ctx *c, tpu_hlo_value x) {
   tpu_hlo_value mag = un(c, TPU_HLO_ABS, x);
   return reduce_keep(c, mul(c, mag, mag), TPU_HLO_ADD, tpu_hlo_rank(B, x) - 2);
 }
+
+/* |x| (s64: rank 0, or per-matrix) plus |k|. */
+static inline tpu_hlo_value plus_i(tpu_lower_ctx *c, tpu_hlo_value x, int64_t k) {
+  return add(c, x, tpu_hlo_const_i64(B, tpu_hlo_type_of(B, x), k));
+}
+
+/* Asks for info == 0 everywhere when argument |arg| (check_errors) is set,
+ * or always for |arg| -1. */
+static inline void check_info(tpu_lower_ctx *c, int arg, tpu_hlo_value info, const char *message) {
+  if (arg >= 0 && !tpu_lower_bool(c, arg, false)) return;
+  tpu_hlo_type t = *tpu_hlo_type_of(B, info);
+  int64_t all[TPU_HLO_MAX_RANK];
+  for (int d = 0; d < t.rank; d++) all[d] = d;
+  tpu_hlo_value worst = tpu_lower_reduce(B, info, TPU_HLO_MAX, all, t.rank); /* the type's minimum if empty */
+  tpu_lower_require(c, cmp(c, TPU_HLO_LE, worst, tpu_hlo_scalar_i64(B, t.dtype, 0)), TPU_ERR_RUNTIME, message);
+}
+
+/* Vector argument |arg| ([batch, k]) as [batch, 1, k] of |dtype|. */
+static inline tpu_hlo_value vector_arg(tpu_lower_ctx *c, int arg, tpu_dtype_t dtype) {
+  const tpu_lower_arg *a = &c->args[arg];
+  int64_t dims[TPU_HLO_MAX_RANK];
+  for (int d = 0; d < a->rank - 1; d++) dims[d] = a->sizes[d];
+  dims[a->rank - 1] = 1;
+  dims[a->rank] = a->sizes[a->rank - 1];
+  return tpu_hlo_reshape(B, tpu_hlo_convert(B, tpu_lower_tensor(c, arg), dtype), a->rank + 1, dims);
+}
+
+/* Argument |arg| (pivots, s32 [batch, k]) as s64 [batch, 1, k]. */
+static inline tpu_hlo_value pivots_arg(tpu_lower_ctx *c, int arg) { return vector_arg(c, arg, TPU_S64); }
+
+/* One-sided Jacobi SVD of |a| ([batch, m, n], m >= n), in svd.c: |out|
+ * receives the singular values ([batch, 1, n]), W = A V (columns U S) and
+ * V, largest singular value first. */
+void tpu_lower_jacobi_svd(tpu_lower_ctx *c, tpu_hlo_value a, tpu_hlo_value *out);
 
 #endif /* TPU_LOWER_MATRIX_H_ */

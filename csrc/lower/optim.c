@@ -84,10 +84,11 @@ static tpu_status_t finish(tpu_lower_ctx *c, int found_inf, const tpu_hlo_value 
   return NULL;
 }
 
-/* One parameter of _fused_adam(w)_; data: 1 for AdamW. Outputs: param,
- * grad, exp_avg, exp_avg_sq, max_exp_avg_sq. */
+/* One parameter of _fused_adam(w)_. Outputs: param, grad, exp_avg,
+ * exp_avg_sq, max_exp_avg_sq. */
+enum { ADAM, ADAMW };
 static tpu_status_t adam_rule(tpu_lower_ctx *c) {
-  const bool adamw = c->data != 0;
+  const bool adamw = c->data == ADAMW;
   tpu_hlo_type t = c->out_types[ADAM_PARAM];
   t.dtype = tpu_lower_opmath(t.dtype);
   const bool amsgrad = tpu_lower_bool(c, ADAM_AMSGRAD, false);
@@ -194,8 +195,8 @@ static tpu_status_t adagrad_rule(tpu_lower_ctx *c) {
 #define FUSED (TPU_RULE_PER_ITEM | TPU_RULE_RUNTIME_FLOATS)
 
 const tpu_lower_rule tpu_rules_optim[] = {
-    {{"_fused_adam_", "_fused_adam_.tensor_lr"}, adam_rule, FUSED, 0},
-    {{"_fused_adamw_", "_fused_adamw_.tensor_lr"}, adam_rule, FUSED, 1},
+    {{"_fused_adam_", "_fused_adam_.tensor_lr"}, adam_rule, FUSED, ADAM},
+    {{"_fused_adamw_", "_fused_adamw_.tensor_lr"}, adam_rule, FUSED, ADAMW},
     {{"_fused_sgd_", "_fused_sgd_.tensor_lr"}, sgd_rule, FUSED, 0},
     {{"_fused_adagrad_", "_fused_adagrad_.tensor_lr"}, adagrad_rule, FUSED, 0},
 };

@@ -55,9 +55,6 @@ static tpu_hlo_value bcast(tpu_lower_ctx *c, tpu_hlo_value s, tpu_dtype_t t) {
 
 /* uniform_(self, from=0, to=1, *, generator) */
 static tpu_status_t uniform_rule(tpu_lower_ctx *c) {
-  if (!tpu_dtype_is_float(OUT->dtype))
-    return tpu_lower_error(c, TPU_ERR_NOT_IMPLEMENTED, "\"check_uniform_bounds\" not implemented for '%s'",
-                           tpu_dtype_scalar_type(OUT->dtype));
   double from = tpu_lower_float(c, 1, 0.0), to = tpu_lower_float(c, 2, 1.0);
   if (from > to)
     return tpu_lower_error(c, TPU_ERR_RUNTIME, "uniform_ expects to return a [from, to) range, but found from=%g > to=%g",
@@ -146,17 +143,18 @@ static tpu_status_t geometric_rule(tpu_lower_ctx *c) {
   return NULL;
 }
 
-/* bernoulli_(self, p) and bernoulli(self = probabilities): u < p. data: 1
- * when the probabilities are |self| itself. Probabilities outside [0, 1]
- * (or NaN) are refused, a tensor's at run time as on CPU. */
+/* bernoulli_(self, p) and bernoulli(self = probabilities): u < p, the
+ * probabilities |p| or (BERNOULLI_SELF) |self| itself. Probabilities outside
+ * [0, 1] (or NaN) are refused, a tensor's at run time as on CPU. */
+enum { BERNOULLI_P, BERNOULLI_SELF };
 static tpu_status_t bernoulli_rule(tpu_lower_ctx *c) {
-  tpu_dtype_t t = c->data == 1 ? float_math(c->args[0].dtype) : TPU_F64;
+  tpu_dtype_t t = c->data == BERNOULLI_SELF ? float_math(c->args[0].dtype) : TPU_F64;
   tpu_hlo_value u = uniform01(c, OUT, t);
   tpu_hlo_value p;
-  if (c->data == 1 || c->args[1].kind == TPU_ARG_TENSOR) {
-    p = tpu_lower_operand(c, c->data == 1 ? 0 : 1, t, OUT);
-    tpu_hlo_value ok = and_(c, cmp(c, TPU_HLO_GE, p, tpu_hlo_const_f64(B, tpu_hlo_type_of(B, p), 0.0)),
-                            cmp(c, TPU_HLO_LE, p, tpu_hlo_const_f64(B, tpu_hlo_type_of(B, p), 1.0)));
+  if (c->data == BERNOULLI_SELF || c->args[1].kind == TPU_ARG_TENSOR) {
+    p = tpu_lower_operand(c, c->data == BERNOULLI_SELF ? 0 : 1, t, OUT);
+    tpu_hlo_value ok = and_(c, cmp(c, TPU_HLO_GE, p, const_like(c, p, 0.0)),
+                            cmp(c, TPU_HLO_LE, p, const_like(c, p, 1.0)));
     int64_t dims[TPU_HLO_MAX_RANK];
     for (int i = 0; i < OUT->rank; i++) dims[i] = i;
     tpu_lower_require(c, tpu_lower_reduce(B, ok, TPU_HLO_AND, dims, OUT->rank), TPU_ERR_RUNTIME,
@@ -180,15 +178,16 @@ static tpu_status_t empty_range(tpu_lower_ctx *c, int64_t from, int64_t to) {
 /* random_(self), random_.to(self, to), random_.from(self, from, to?):
  * integers in [from, to) (the dtype's full range or mantissa by default, as
  * PyTorch). */
+enum { RANDOM, RANDOM_TO, RANDOM_FROM };
 static tpu_status_t random_rule(tpu_lower_ctx *c) {
   tpu_dtype_t t = OUT->dtype;
   int64_t from = 0, to = 0;
   bool has_to = false;
-  if (c->data == 2) { /* from */
+  if (c->data == RANDOM_FROM) {
     from = tpu_lower_int(c, 1, 0);
     has_to = !tpu_lower_is_none(c, 2);
     to = tpu_lower_int(c, 2, 0);
-  } else if (c->data == 1) { /* to */
+  } else if (c->data == RANDOM_TO) {
     has_to = true;
     to = tpu_lower_int(c, 1, 0);
   }
@@ -267,9 +266,6 @@ static tpu_status_t native_dropout_rule(tpu_lower_ctx *c) {
  * slope drawn from U(lower, upper), which noise records (1 elsewhere);
  * otherwise leaky_relu with the mean slope, noise left as it is. */
 static tpu_status_t rrelu_rule(tpu_lower_ctx *c) {
-  if (!tpu_dtype_is_float(OUT->dtype))
-    return tpu_lower_error(c, TPU_ERR_NOT_IMPLEMENTED, "\"rrelu_with_noise_out_cpu\" not implemented for '%s'",
-                           tpu_dtype_scalar_type(OUT->dtype));
   const tpu_lower_arg *self = &c->args[0], *noise = &c->args[1];
   bool same = self->rank == noise->rank &&
               (self->rank == 0 || memcmp(self->sizes, noise->sizes, sizeof(int64_t) * (size_t)self->rank) == 0);
@@ -372,7 +368,7 @@ static tpu_status_t multinomial_rule(tpu_lower_ctx *c) {
                     "probability tensor contains either `inf`, `nan` or element < 0");
   tpu_hlo_value cdf = tpu_lower_scan(B, p, 1, TPU_HLO_ADD);
   tpu_hlo_value total = tpu_hlo_slice_dim(B, cdf, 1, cats - 1, cats, 1); /* [rows, 1] */
-  tpu_hlo_value positive = cmp(c, TPU_HLO_GT, total, tpu_hlo_const_f64(B, tpu_hlo_type_of(B, total), 0.0));
+  tpu_hlo_value positive = cmp(c, TPU_HLO_GT, total, const_like(c, total, 0.0));
   tpu_lower_require(c, tpu_lower_reduce(B, positive, TPU_HLO_AND, all, 2), TPU_ERR_RUNTIME,
                     "invalid multinomial distribution (sum of probabilities <= 0)");
   tpu_hlo_value idx;
@@ -395,22 +391,23 @@ static tpu_status_t multinomial_rule(tpu_lower_ctx *c) {
 }
 
 const tpu_lower_rule tpu_rules_random[] = {
-    {{"uniform_", "uniform", "uniform.out"}, uniform_rule, TPU_RULE_RNG, 0},
+    {{"uniform_", "uniform", "uniform.out"}, uniform_rule, TPU_RULE_RNG, 0,
+     {TPU_DTS_ANY_FLOAT, TPU_ADMIT_OUTPUT, "check_uniform_bounds"}},
     {{"normal_", "normal_functional"}, normal_rule, TPU_RULE_RNG, 0},
     {{"log_normal_", "log_normal"}, log_normal_rule, TPU_RULE_RNG, 0},
     {{"exponential_", "exponential"}, exponential_rule, TPU_RULE_RNG, 0},
     {{"cauchy_", "cauchy"}, cauchy_rule, TPU_RULE_RNG, 0},
     {{"geometric_", "geometric"}, geometric_rule, TPU_RULE_RNG, 0},
-    {{"bernoulli_.float", "bernoulli.float_out"}, bernoulli_rule, TPU_RULE_RNG, 0},
-    {{"bernoulli_.Tensor", "bernoulli.Tensor"}, bernoulli_rule, TPU_RULE_RNG, 0},
-    {{"bernoulli", "bernoulli.out"}, bernoulli_rule, TPU_RULE_RNG, 1},
-    {{"random_", "random"}, random_rule, TPU_RULE_RNG, 0},
-    {{"random_.to", "random.to"}, random_rule, TPU_RULE_RNG, 1},
-    {{"random_.from", "random.from"}, random_rule, TPU_RULE_RNG, 2},
+    {{"bernoulli_.float", "bernoulli.float_out"}, bernoulli_rule, TPU_RULE_RNG, BERNOULLI_P},
+    {{"bernoulli_.Tensor", "bernoulli.Tensor"}, bernoulli_rule, TPU_RULE_RNG, BERNOULLI_P},
+    {{"bernoulli", "bernoulli.out"}, bernoulli_rule, TPU_RULE_RNG, BERNOULLI_SELF},
+    {{"random_", "random"}, random_rule, TPU_RULE_RNG, RANDOM},
+    {{"random_.to", "random.to"}, random_rule, TPU_RULE_RNG, RANDOM_TO},
+    {{"random_.from", "random.from"}, random_rule, TPU_RULE_RNG, RANDOM_FROM},
     {{"native_dropout", "native_dropout.out"}, native_dropout_rule, TPU_RULE_RNG, 0},
     {{"native_dropout_backward", "native_dropout_backward.out"}, native_dropout_backward_rule, 0, 0},
     {{"rrelu_with_noise", "rrelu_with_noise_", "rrelu_with_noise.out"}, rrelu_rule,
-     TPU_RULE_RNG | TPU_RULE_CONST_SCALARS, 0},
+     TPU_RULE_RNG | TPU_RULE_CONST_SCALARS, 0, {TPU_DTS_ANY_FLOAT, TPU_ADMIT_OUTPUT, "rrelu_with_noise_out_cpu"}},
     {{"randperm.generator_out"}, randperm_rule, TPU_RULE_RNG, 0},
     {{"multinomial", "multinomial.out"}, multinomial_rule, TPU_RULE_RNG, 0},
 };

@@ -9,16 +9,12 @@
  * in the output type PyTorch's meta chose (int64). Keepdim needs no code:
  * tpu_lower_set_output reshapes a reduced value to the output's shape. */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "base/strbuf.h"
 #include "lower/rules.h"
 
-/* A constant shaped and typed like |like|. */
-static tpu_hlo_value k(tpu_lower_ctx *c, tpu_hlo_value like, double v) {
-  tpu_hlo_type t = *tpu_hlo_type_of(B, like);
-  return tpu_hlo_const_f64(B, &t, v);
-}
 
 /* The type sums accumulate in: opmath, and int64 for a bool result (a sum
  * cast to bool is "any element nonzero"). */
@@ -75,7 +71,7 @@ static tpu_hlo_value extreme(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_binary_t
   tpu_hlo_value r = tpu_lower_reduce(B, x, op, dims, n);
   if (!tpu_dtype_is_float(t)) return r;
   tpu_hlo_value any_nan = tpu_lower_reduce(B, is_nan(c, x), TPU_HLO_OR, dims, n);
-  return tpu_hlo_select(B, any_nan, k(c, r, NAN), r);
+  return tpu_hlo_select(B, any_nan, const_like(c, r, NAN), r);
 }
 
 /* The max (min) of |x| along |dim| and its first index. */
@@ -108,10 +104,10 @@ static tpu_status_t sum_rule(tpu_lower_ctx *c) {
   int n = dims_arg(c, 1, dims);
   tpu_hlo_value x = acc_input(c);
   if (c->data == NANSUM && tpu_dtype_is_float(tpu_hlo_dtype(B, x)))
-    x = tpu_hlo_select(B, is_nan(c, x), k(c, x, 0.0), x);
+    x = tpu_hlo_select(B, is_nan(c, x), const_like(c, x, 0.0), x);
   tpu_hlo_value r = tpu_lower_reduce(B, x, TPU_HLO_ADD, dims, n);
   /* mean of no elements is 0/0 = NaN, as in PyTorch */
-  if (c->data == MEAN) r = dvd(c, r, k(c, r, (double)count_of(c, dims, n)));
+  if (c->data == MEAN) r = dvd(c, r, const_like(c, r, (double)count_of(c, dims, n)));
   tpu_lower_set_output(c, 0, r);
   return NULL;
 }
@@ -203,12 +199,12 @@ static tpu_status_t var_rule(tpu_lower_ctx *c) {
   double count = (double)count_of(c, dims, n);
   tpu_hlo_value x = input(c, tpu_lower_opmath(t));
   tpu_hlo_value sum = tpu_lower_reduce(B, x, TPU_HLO_ADD, dims, n);
-  tpu_hlo_value mean = dvd(c, sum, k(c, sum, count));
+  tpu_hlo_value mean = dvd(c, sum, const_like(c, sum, count));
   tpu_hlo_value d = sub(c, x, unreduce(c, mean, x, dims, n));
   if (tpu_dtype_is_complex(t)) d = un(c, TPU_HLO_ABS, d);
   tpu_hlo_value m2 = tpu_lower_reduce(B, mul(c, d, d), TPU_HLO_ADD, dims, n);
   double divisor = fmax(count - tpu_lower_float(c, 2, 1.0), 0.0);
-  tpu_hlo_value var = dvd(c, m2, k(c, m2, divisor));
+  tpu_hlo_value var = dvd(c, m2, const_like(c, m2, divisor));
   tpu_lower_set_output(c, 0, c->data & STD ? un(c, TPU_HLO_SQRT, var) : var);
   if (c->data & WITH_MEAN) tpu_lower_set_output(c, 1, mean);
   return NULL;
@@ -222,7 +218,7 @@ static tpu_status_t logsumexp_rule(tpu_lower_ctx *c) {
   int n = dims_arg(c, 1, dims);
   tpu_hlo_value x = input(c, tpu_lower_opmath(OUT->dtype));
   tpu_hlo_value m = tpu_lower_reduce(B, x, TPU_HLO_MAX, dims, n);
-  m = tpu_hlo_select(B, cmp(c, TPU_HLO_EQ, un(c, TPU_HLO_ABS, m), k(c, m, INFINITY)), k(c, m, 0.0), m);
+  m = tpu_hlo_select(B, cmp(c, TPU_HLO_EQ, un(c, TPU_HLO_ABS, m), const_like(c, m, INFINITY)), const_like(c, m, 0.0), m);
   tpu_hlo_value e = un(c, TPU_HLO_EXP, sub(c, x, unreduce(c, m, x, dims, n)));
   tpu_hlo_value s = tpu_lower_reduce(B, e, TPU_HLO_ADD, dims, n);
   tpu_lower_set_output(c, 0, add(c, un(c, TPU_HLO_LOG, s), m));
@@ -242,15 +238,15 @@ static tpu_status_t norm_rule(tpu_lower_ctx *c) {
   if (isinf(ord)) {
     r = extreme(c, x, ord > 0 ? TPU_HLO_MAX : TPU_HLO_MIN, dims, n);
   } else if (ord == 0) {
-    tpu_hlo_value nonzero = tpu_hlo_convert(B, cmp(c, TPU_HLO_NE, x, k(c, x, 0.0)), tpu_hlo_dtype(B, x));
+    tpu_hlo_value nonzero = tpu_hlo_convert(B, cmp(c, TPU_HLO_NE, x, const_like(c, x, 0.0)), tpu_hlo_dtype(B, x));
     r = tpu_lower_reduce(B, nonzero, TPU_HLO_ADD, dims, n);
   } else if (ord == 1) {
     r = tpu_lower_reduce(B, x, TPU_HLO_ADD, dims, n);
   } else if (ord == 2) {
     r = un(c, TPU_HLO_SQRT, tpu_lower_reduce(B, mul(c, x, x), TPU_HLO_ADD, dims, n));
   } else {
-    tpu_hlo_value s = tpu_lower_reduce(B, tpu_hlo_binary(B, TPU_HLO_POW, x, k(c, x, ord)), TPU_HLO_ADD, dims, n);
-    r = tpu_hlo_binary(B, TPU_HLO_POW, s, k(c, s, 1.0 / ord));
+    tpu_hlo_value s = tpu_lower_reduce(B, tpu_hlo_binary(B, TPU_HLO_POW, x, const_like(c, x, ord)), TPU_HLO_ADD, dims, n);
+    r = tpu_hlo_binary(B, TPU_HLO_POW, s, const_like(c, s, 1.0 / ord));
   }
   tpu_lower_set_output(c, 0, r);
   return NULL;
@@ -265,7 +261,7 @@ static tpu_status_t all_any_rule(tpu_lower_ctx *c) {
   bool none = c->num_args > 1 && c->args[1].kind == TPU_ARG_INT_LIST && c->args[1].n == 0;
   int n = none ? 0 : dims_arg(c, 1, dims);
   tpu_hlo_value x = tpu_lower_tensor(c, 0);
-  x = cmp(c, TPU_HLO_NE, x, k(c, x, 0.0));
+  x = cmp(c, TPU_HLO_NE, x, const_like(c, x, 0.0));
   tpu_lower_set_output(c, 0, tpu_lower_reduce(B, x, (tpu_hlo_binary_t)c->data, dims, n));
   return NULL;
 }
@@ -275,7 +271,7 @@ static tpu_status_t count_nonzero_rule(tpu_lower_ctx *c) {
   int64_t dims[TPU_HLO_MAX_RANK];
   int n = dims_arg(c, 1, dims);
   tpu_hlo_value x = tpu_lower_tensor(c, 0);
-  x = tpu_hlo_convert(B, cmp(c, TPU_HLO_NE, x, k(c, x, 0.0)), TPU_S64);
+  x = tpu_hlo_convert(B, cmp(c, TPU_HLO_NE, x, const_like(c, x, 0.0)), TPU_S64);
   tpu_lower_set_output(c, 0, tpu_lower_reduce(B, x, TPU_HLO_ADD, dims, n));
   return NULL;
 }
@@ -410,12 +406,12 @@ static tpu_status_t segment_reduce_rule(tpu_lower_ctx *c) {
   }
   if (kind == SEG_MAX || kind == SEG_MIN) {
     tpu_hlo_value nan = tpu_lower_reduce(B, and_(c, in, is_nan(c, x)), TPU_HLO_OR, d, 1);
-    r = sel(c, nan, k(c, r, NAN), r);
+    r = sel(c, nan, const_like(c, r, NAN), r);
   }
   if (kind == SEG_MEAN) {
     tpu_hlo_value n = seg_spread(c, len, tpu_hlo_type_of(B, r), axis + 1);
     tpu_hlo_value empty = cmp(c, TPU_HLO_EQ, n, tpu_hlo_const_i64(B, tpu_hlo_type_of(B, n), 0));
-    r = sel(c, empty, has_initial ? r : k(c, r, NAN), dvd(c, r, tpu_hlo_convert(B, n, t)));
+    r = sel(c, empty, has_initial ? r : const_like(c, r, NAN), dvd(c, r, tpu_hlo_convert(B, n, t)));
   }
   return done(c, r);
 }
@@ -438,7 +434,7 @@ static tpu_status_t segment_reduce_backward_rule(tpu_lower_ctx *c) {
   tpu_hlo_value g = seg_spread(c, tpu_hlo_convert(B, tpu_lower_tensor(c, 0), t), &grid, axis + 1);
   tpu_hlo_value y = seg_spread(c, tpu_hlo_convert(B, tpu_lower_tensor(c, 1), t), &grid, axis + 1);
   tpu_hlo_value x = seg_spread(c, tpu_hlo_convert(B, tpu_lower_tensor(c, 2), t), &grid, axis);
-  tpu_hlo_value zero = k(c, x, 0.0), e = g;
+  tpu_hlo_value zero = const_like(c, x, 0.0), e = g;
   int64_t d[1] = {axis + 1};
   if (kind == SEG_MEAN) {
     e = dvd(c, g, tpu_hlo_convert(B, seg_spread(c, len, &grid, axis + 2), t));
@@ -447,16 +443,16 @@ static tpu_status_t segment_reduce_backward_rule(tpu_lower_ctx *c) {
     tpu_hlo_value ties = tpu_lower_reduce(B, tpu_hlo_convert(B, hit, t), TPU_HLO_ADD, d, 1);
     ties = seg_spread(c, ties, &grid, axis + 1);
     e = sel(c, hit, g, zero);
-    tpu_hlo_value split = and_(c, cmp(c, TPU_HLO_GE, ties, k(c, x, 2.0)), cmp(c, TPU_HLO_GT, e, zero));
+    tpu_hlo_value split = and_(c, cmp(c, TPU_HLO_GE, ties, const_like(c, x, 2.0)), cmp(c, TPU_HLO_GT, e, zero));
     e = sel(c, split, dvd(c, e, ties), e);
   } else if (kind == SEG_PROD) {
     tpu_hlo_value is_zero = cmp(c, TPU_HLO_EQ, x, zero);
     tpu_hlo_value factor = and_(c, in, un(c, TPU_HLO_NOT, is_zero));
-    tpu_hlo_value others = tpu_lower_reduce(B, sel(c, factor, x, k(c, x, 1.0)), TPU_HLO_MUL, d, 1);
+    tpu_hlo_value others = tpu_lower_reduce(B, sel(c, factor, x, const_like(c, x, 1.0)), TPU_HLO_MUL, d, 1);
     if (!tpu_lower_is_none(c, 7))
       others = mul(c, others, tpu_hlo_broadcast_to(B, tpu_lower_scalar(c, 7, t), tpu_hlo_type_of(B, others)));
     tpu_hlo_value zeros = tpu_lower_reduce(B, tpu_hlo_convert(B, and_(c, in, is_zero), t), TPU_HLO_ADD, d, 1);
-    others = sel(c, cmp(c, TPU_HLO_EQ, zeros, k(c, zeros, 1.0)), others, k(c, others, 0.0));
+    others = sel(c, cmp(c, TPU_HLO_EQ, zeros, const_like(c, zeros, 1.0)), others, const_like(c, others, 0.0));
     e = sel(c, is_zero, mul(c, g, seg_spread(c, others, &grid, axis + 1)), dvd(c, mul(c, g, y), x));
   }
   return done(c, tpu_lower_reduce(B, sel(c, in, e, zero), TPU_HLO_ADD, (int64_t[]){axis}, 1));
@@ -464,18 +460,7 @@ static tpu_status_t segment_reduce_backward_rule(tpu_lower_ctx *c) {
 
 /* --- softmax ------------------------------------------------------------------------ */
 
-/* PyTorch's name for an integer dtype in "not implemented for" errors. */
-static const char *torch_int_name(tpu_dtype_t t) {
-  switch (t) {
-    case TPU_BOOL: return "Bool";
-    case TPU_S8: return "Char";
-    case TPU_S16: return "Short";
-    case TPU_S32: return "Int";
-    case TPU_S64: return "Long";
-    case TPU_U8: return "Byte";
-    default: return tpu_dtype_name(t);
-  }
-}
+enum { SOFTMAX, LOG_SOFTMAX };
 
 /* The softmax dim of argument |arg| as a dims list: none for a 0-dim input. */
 static int softmax_dims(const tpu_lower_ctx *c, int arg, int rank, int64_t *dims) {
@@ -491,15 +476,18 @@ static tpu_status_t softmax_rule(tpu_lower_ctx *c) {
   int rank = c->args[0].rank;
   int64_t dims[1];
   int n = softmax_dims(c, 1, rank, dims);
-  if (!tpu_dtype_is_float(t))
-    return tpu_lower_error(c, TPU_ERR_NOT_IMPLEMENTED, "\"%ssoftmax_%skernel_impl\" not implemented for '%s'",
-                           c->data ? "log_" : "", n == 0 || dims[0] == rank - 1 ? "lastdim_" : "", torch_int_name(t));
+  if (!tpu_dtype_is_float(t)) { /* the kernel PyTorch names depends on the dim */
+    char kernel[64];
+    snprintf(kernel, sizeof kernel, "%ssoftmax_%skernel_impl", c->data == LOG_SOFTMAX ? "log_" : "",
+             n == 0 || dims[0] == rank - 1 ? "lastdim_" : "");
+    return tpu_lower_not_implemented(kernel, t);
+  }
   tpu_hlo_value x = input(c, tpu_lower_opmath(OUT->dtype));
   tpu_hlo_value m = tpu_lower_reduce(B, x, TPU_HLO_MAX, dims, n);
   tpu_hlo_value shifted = sub(c, x, unreduce(c, m, x, dims, n));
   tpu_hlo_value e = un(c, TPU_HLO_EXP, shifted);
   tpu_hlo_value s = unreduce(c, tpu_lower_reduce(B, e, TPU_HLO_ADD, dims, n), x, dims, n);
-  tpu_lower_set_output(c, 0, c->data ? sub(c, shifted, un(c, TPU_HLO_LOG, s)) : dvd(c, e, s));
+  tpu_lower_set_output(c, 0, c->data == LOG_SOFTMAX ? sub(c, shifted, un(c, TPU_HLO_LOG, s)) : dvd(c, e, s));
   return NULL;
 }
 
@@ -515,7 +503,7 @@ static tpu_status_t softmax_backward_rule(tpu_lower_ctx *c) {
   tpu_hlo_value g = tpu_hlo_convert(B, tpu_lower_tensor(c, 0), t);
   tpu_hlo_value y = tpu_hlo_convert(B, tpu_lower_tensor(c, 1), t);
   tpu_hlo_value r;
-  if (c->data) {
+  if (c->data == LOG_SOFTMAX) {
     tpu_hlo_value s = unreduce(c, tpu_lower_reduce(B, g, TPU_HLO_ADD, dims, n), g, dims, n);
     r = sub(c, g, mul(c, un(c, TPU_HLO_EXP, y), s));
   } else {
@@ -540,9 +528,6 @@ static tpu_status_t cumulative_rule(tpu_lower_ctx *c) {
  * infinity; computed in opmath. */
 static tpu_status_t logcumsumexp_rule(tpu_lower_ctx *c) {
   tpu_dtype_t t = c->args[0].dtype;
-  if (!tpu_dtype_is_float(t))
-    return tpu_lower_error(c, TPU_ERR_NOT_IMPLEMENTED, "\"logcumsumexp_out_cpu\" not implemented for '%s'",
-                           torch_int_name(t));
   int rank = c->args[0].rank;
   int dim = tpu_lower_wrap_dim(tpu_lower_int(c, 1, 0), rank);
   t = tpu_lower_opmath(OUT->dtype);
@@ -630,13 +615,13 @@ const tpu_lower_rule tpu_rules_reduce[] = {
     {{"segment_reduce", "segment_reduce.out"}, segment_reduce_rule, 0, 0},
     {{"_segment_reduce_backward", "_segment_reduce_backward.out"}, segment_reduce_backward_rule, 0, 0},
 
-    {{"_softmax", "_softmax.out"}, softmax_rule, 0, 0},
-    {{"_log_softmax", "_log_softmax.out"}, softmax_rule, 0, 1},
-    {{"_softmax_backward_data", "_softmax_backward_data.out"}, softmax_backward_rule, 0, 0},
-    {{"_log_softmax_backward_data", "_log_softmax_backward_data.out"}, softmax_backward_rule, 0, 1},
+    {{"_softmax", "_softmax.out"}, softmax_rule, 0, SOFTMAX},
+    {{"_log_softmax", "_log_softmax.out"}, softmax_rule, 0, LOG_SOFTMAX},
+    {{"_softmax_backward_data", "_softmax_backward_data.out"}, softmax_backward_rule, 0, SOFTMAX},
+    {{"_log_softmax_backward_data", "_log_softmax_backward_data.out"}, softmax_backward_rule, 0, LOG_SOFTMAX},
 
     {{"cumsum", "cumsum_", "cumsum.out"}, cumulative_rule, 0, TPU_HLO_ADD},
     {{"cumprod", "cumprod_", "cumprod.out"}, cumulative_rule, 0, TPU_HLO_MUL},
-    {{"logcumsumexp", "logcumsumexp.out"}, logcumsumexp_rule, 0, 0},
+    {{"logcumsumexp", "logcumsumexp.out"}, logcumsumexp_rule, 0, 0, {TPU_DTS_ANY_FLOAT, 0, "logcumsumexp_out_cpu"}},
 };
 TPU_COUNT_RULES(reduce);

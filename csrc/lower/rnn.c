@@ -36,7 +36,7 @@ static tpu_hlo_value cat_gates(tpu_lower_ctx *c, const tpu_hlo_value *gates, int
 }
 
 static tpu_hlo_value one_minus(tpu_lower_ctx *c, tpu_hlo_value x) {
-  return sub(c, tpu_hlo_const_f64(B, tpu_hlo_type_of(B, x), 1.0), x);
+  return sub(c, const_like(c, x, 1.0), x);
 }
 
 /* s * (1 - s): the derivative of a sigmoid from its value. */
@@ -80,7 +80,7 @@ static tpu_status_t lstm_cell_backward_rule(tpu_lower_ctx *c) {
   tpu_hlo_value ws = tensor_as(c, 4, t), cx = tensor_as(c, 2, t);
   tpu_hlo_value i = gate(c, ws, 0, h), f = gate(c, ws, 1, h), g = gate(c, ws, 2, h), o = gate(c, ws, 3, h);
   tpu_hlo_value tanh_cy = un(c, TPU_HLO_TANH, tensor_as(c, 3, t));
-  tpu_hlo_value zero = tpu_hlo_const_f64(B, tpu_hlo_type_of(B, cx), 0.0);
+  tpu_hlo_value zero = const_like(c, cx, 0.0);
   tpu_hlo_value ghy = tpu_lower_is_none(c, 0) ? zero : tensor_as(c, 0, t);
   tpu_hlo_value gcy = tpu_lower_is_none(c, 1) ? zero : tensor_as(c, 1, t);
   /* the cell state's whole gradient: through hy = o tanh(cy), and direct */

@@ -14,14 +14,21 @@ TPU_RULE_TABLE(reduce);
 TPU_RULE_TABLE(shape);
 TPU_RULE_TABLE(linalg);
 TPU_RULE_TABLE(nn);
+TPU_RULE_TABLE(norm);
+TPU_RULE_TABLE(loss);
 TPU_RULE_TABLE(index);
 TPU_RULE_TABLE(random);
 TPU_RULE_TABLE(conv);
+TPU_RULE_TABLE(pool);
+TPU_RULE_TABLE(resample);
 TPU_RULE_TABLE(view);
 TPU_RULE_TABLE(fft);
 TPU_RULE_TABLE(sort);
 TPU_RULE_TABLE(special);
 TPU_RULE_TABLE(factor);
+TPU_RULE_TABLE(svd);
+TPU_RULE_TABLE(ldl);
+TPU_RULE_TABLE(qr);
 TPU_RULE_TABLE(eig);
 TPU_RULE_TABLE(attention);
 TPU_RULE_TABLE(rnn);
@@ -39,11 +46,50 @@ static inline tpu_hlo_value mul(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value
 static inline tpu_hlo_value dvd(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_binary(B, TPU_HLO_DIV, x, y); }
 static inline tpu_hlo_value and_(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_binary(B, TPU_HLO_AND, x, y); }
 static inline tpu_hlo_value or_(tpu_lower_ctx *c, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_binary(B, TPU_HLO_OR, x, y); }
+static inline tpu_hlo_value bin(tpu_lower_ctx *c, tpu_hlo_binary_t op, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_binary(B, op, x, y); }
 static inline tpu_hlo_value un(tpu_lower_ctx *c, tpu_hlo_unary_t op, tpu_hlo_value x) { return tpu_hlo_unary(B, op, x); }
 static inline tpu_hlo_value neg(tpu_lower_ctx *c, tpu_hlo_value x) { return tpu_hlo_unary(B, TPU_HLO_NEG, x); }
 static inline tpu_hlo_value cmp(tpu_lower_ctx *c, tpu_hlo_cmp_t d, tpu_hlo_value x, tpu_hlo_value y) { return tpu_hlo_compare(B, d, x, y); }
 static inline tpu_hlo_value sel(tpu_lower_ctx *c, tpu_hlo_value p, tpu_hlo_value t, tpu_hlo_value f) { return tpu_hlo_select(B, p, t, f); }
 static inline tpu_hlo_value is_nan(tpu_lower_ctx *c, tpu_hlo_value x) { return cmp(c, TPU_HLO_NE, x, x); }
+
+/* |t|'s shape with element type |dtype|. */
+static inline tpu_hlo_type with_dtype(const tpu_hlo_type *t, tpu_dtype_t dtype) {
+  tpu_hlo_type to = *t;
+  to.dtype = dtype;
+  return to;
+}
+
+/* A constant of |x|'s type and shape: the one spelling of "v shaped like x". */
+static inline tpu_hlo_value const_like(tpu_lower_ctx *c, tpu_hlo_value x, double v) {
+  tpu_hlo_type t = *tpu_hlo_type_of(B, x);
+  return tpu_hlo_const_f64(B, &t, v);
+}
+
+/* The type elementwise math runs in for output 0 (tpu_lower_opmath). */
+static inline tpu_dtype_t out_math(tpu_lower_ctx *c) { return tpu_lower_opmath(c->out_types[0].dtype); }
+
+/* Operand |i| in out_math, broadcast to the output's shape. */
+static inline tpu_hlo_value in(tpu_lower_ctx *c, int i) { return tpu_lower_operand(c, i, out_math(c), OUT); }
+
+/* A constant of out_math and the output's shape. */
+static inline tpu_hlo_value out_const(tpu_lower_ctx *c, double v) {
+  tpu_hlo_type t = *OUT;
+  t.dtype = out_math(c);
+  return tpu_hlo_const_f64(B, &t, v);
+}
+
+/* Rounds toward zero (floating |x|). */
+static inline tpu_hlo_value trunc_of(tpu_lower_ctx *c, tpu_hlo_value x) {
+  return sel(c, cmp(c, TPU_HLO_LT, x, const_like(c, x, 0.0)), un(c, TPU_HLO_CEIL, x), un(c, TPU_HLO_FLOOR, x));
+}
+
+/* The polynomial with coefficients |k| (highest power first) at |x| (Horner). */
+static inline tpu_hlo_value horner(tpu_lower_ctx *c, tpu_hlo_value x, const double *k, int n) {
+  tpu_hlo_value r = const_like(c, x, k[0]);
+  for (int i = 1; i < n; i++) r = add(c, mul(c, r, x), const_like(c, x, k[i]));
+  return r;
+}
 
 /* maximum or minimum (|op| MAX or MIN) with NaN propagating, as torch.maximum. */
 static inline tpu_hlo_value extreme_of(tpu_lower_ctx *c, tpu_hlo_binary_t op, tpu_hlo_value a, tpu_hlo_value x) {

@@ -325,7 +325,7 @@ static tpu_status_t histc_rule(tpu_lower_ctx *c) {
   tpu_hlo_value inside = and_(c, cmp(c, TPU_HLO_GE, x, bl), cmp(c, TPU_HLO_LE, x, br));
   tpu_hlo_value scaled = dvd(c, mul(c, sub(c, x, bl), tpu_hlo_const_f64(B, &xt, (double)bins)), sub(c, br, bl));
   xt.dtype = TPU_S64;
-  tpu_hlo_value bin = tpu_hlo_convert(B, sel(c, inside, scaled, tpu_hlo_const_f64(B, tpu_hlo_type_of(B, x), -1.0)),
+  tpu_hlo_value bin = tpu_hlo_convert(B, sel(c, inside, scaled, const_like(c, x, -1.0)),
                                       TPU_S64);
   bin = tpu_hlo_binary(B, TPU_HLO_MIN, bin, tpu_hlo_const_i64(B, &xt, bins - 1));
   /* [numel, bins] one-hot counts; -1 (outside) matches no bin */

@@ -2,7 +2,8 @@
  * (a _foreach_ call) over a list long enough for the hashed storage lookup,
  * with a Scalar[] operand, in place and with new outputs; the overlap test
  * that sends aliased items to the in-turn path; Python numbers through the
- * runtime-scalar table, many of them colliding in its slots. */
+ * runtime-scalar table, many of them colliding in its slots; a dtype a rule
+ * does not admit. */
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -235,6 +236,36 @@ static void test_cache_clear_while_held(void) {
   tpu_storage_free(x);
 }
 
+/* A dtype the rule does not admit (abs of bool: PyTorch's meta function
+ * takes it, its CPU kernel does not) is refused before the rule runs, with
+ * PyTorch's message, and nothing is compiled or cached. */
+static void test_dtype_admission(void) {
+  const tpu_lower_rule *abs_rule = tpu_lower_find("abs");
+  CHECK(abs_rule != NULL && abs_rule->admit.dtypes != 0);
+  if (abs_rule == NULL) return;
+  int alias = -1;
+  tpu_eager_op *op = NULL;
+  CHECK_OK(tpu_eager_op_new("test::abs", abs_rule, 1, 1, &alias, 0, NULL, &op));
+  int64_t four = 4;
+  tpu_storage *x = tpu_storage_new(0, 4);
+  tpu_eager_arg arg;
+  memset(&arg, 0, sizeof arg);
+  arg.lower = (tpu_lower_arg){.kind = TPU_ARG_TENSOR, .dtype = TPU_BOOL, .rank = 1, .sizes = &four};
+  arg.tensor.storage = x;
+  arg.tensor.view = (tpu_view){.dtype = TPU_BOOL, .rank = 1, .sizes = {4}, .strides = {1}};
+  tpu_eager_out_meta meta = {.dtype = TPU_BOOL, .rank = 1, .sizes = {4}, .strides = {1}};
+  tpu_eager_call call = {.op = op, .num_args = 1, .args = &arg, .common_dtype = TPU_BOOL, .device = 0};
+  size_t before = tpu_eager_cache_size();
+  tpu_eager_entry *e = NULL;
+  tpu_status_t st = tpu_eager_compile(&call, &meta, &e);
+  CHECK(st != NULL && tpu_status_code(st) == TPU_ERR_NOT_IMPLEMENTED);
+  CHECK(st != NULL && strcmp(tpu_status_message(st), "\"abs_cpu\" not implemented for 'Bool'") == 0);
+  CHECK(e == NULL);
+  CHECK(tpu_eager_cache_size() == before);
+  tpu_status_free(st);
+  tpu_storage_free(x);
+}
+
 int main(void) {
   rt = test_runtime_create();
   if (rt == NULL) return 1;
@@ -242,6 +273,7 @@ int main(void) {
   RUN(test_per_item_op);
   RUN(test_scalar_table_collisions);
   RUN(test_cache_clear_while_held);
+  RUN(test_dtype_admission);
   tpu_status_free(tpu_eager_cache_clear());
   tpu_runtime_destroy(rt);
   return check_failures ? 1 : 0;
