@@ -1,4 +1,8 @@
-/* Status objects: a code and an owned message string. */
+/* Status objects: a code and an owned message string.
+ *
+ * Allocated with the C library directly, not tpu_alloc: a status reports a
+ * failed allocation, so an injected failure (base/alloc.h) must not be
+ * spent on the report. */
 #include "base/status.h"
 
 #include <stdarg.h>
@@ -59,6 +63,26 @@ tpu_status_t tpu_status_annotate(tpu_status_t st, const char *fmt, ...) {
   }
   free(prefix);
   return st;
+}
+
+tpu_status_t tpu_status_join(tpu_status_t first, tpu_status_t second) {
+  if (first == NULL) return second;
+  if (second == NULL) return first;
+  if (first == &oom_status) {
+    tpu_status_free(second);
+    return first;
+  }
+  size_t a = strlen(first->message), b = strlen(second->message);
+  char *joined = malloc(a + 8 + b + 1);
+  if (joined != NULL) {
+    memcpy(joined, first->message, a);
+    memcpy(joined + a, "; then: ", 8);
+    memcpy(joined + a + 8, second->message, b + 1);
+    free(first->message);
+    first->message = joined;
+  }
+  tpu_status_free(second);
+  return first;
 }
 
 tpu_code_t tpu_status_code(tpu_status_t st) { return st == NULL ? TPU_OK : st->code; }

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/alloc.h"
 #include "base/stats.h"
 #include "base/strbuf.h"
 #include "base/profile.h"
@@ -35,8 +36,7 @@ tpu_status_t tpu_eager_set_dump_dir(const char *dir) {
   if (dir == NULL || *dir == '\0') return NULL;
   if (mkdir(dir, 0777) != 0 && errno != EEXIST)
     return tpu_status_new(TPU_ERR_RUNTIME, "cannot create TORCHTPU_DUMP_DIR '%s': %s", dir, strerror(errno));
-  g_dump_dir = strdup(dir);
-  return g_dump_dir ? NULL : tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+  return tpu_strdup(dir, &g_dump_dir);
 }
 
 tpu_status_t tpu_eager_op_new(const char *name, const tpu_lower_rule *rule, int num_outputs, int num_returns,
@@ -47,11 +47,15 @@ tpu_status_t tpu_eager_op_new(const char *name, const tpu_lower_rule *rule, int 
     return tpu_status_new(TPU_ERR_NOT_IMPLEMENTED, "%s has too many outputs", name);
   if (num_item_args > TPU_EAGER_MAX_ITEM_ARGS)
     return tpu_status_new(TPU_ERR_NOT_IMPLEMENTED, "%s has too many arguments", name);
-  tpu_eager_op *op = calloc(1, sizeof *op);
-  if (op == NULL || (op->name = strdup(name)) == NULL) {
+  tpu_eager_op *op = NULL;
+  TPU_RETURN_IF_ERROR(tpu_alloc_zeroed(1, sizeof *op, (void **)&op));
+  char *owned_name = NULL;
+  tpu_status_t st = tpu_strdup(name, &owned_name);
+  if (st != NULL) {
     free(op);
-    return tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+    return st;
   }
+  op->name = owned_name;
   op->rule = rule;
   op->num_outputs = num_outputs;
   op->num_returns = num_returns;
@@ -257,8 +261,9 @@ tpu_eager_entry *tpu_eager_lookup(const tpu_eager_call *call) {
 static tpu_eager_entry *insert_locked(tpu_eager_entry *e, const char *key, size_t len, uint64_t h) {
   if (g_num_entries + 1 > g_num_buckets) {
     size_t nb = g_num_buckets ? g_num_buckets * 2 : 256;
-    tpu_eager_entry **b = calloc(nb, sizeof *b);
+    tpu_eager_entry **b = tpu_alloc_or_null(nb * sizeof *b);
     if (b != NULL) {
+      memset(b, 0, nb * sizeof *b);
       for (size_t i = 0; i < g_num_buckets; i++)
         for (tpu_eager_entry *x = g_buckets[i], *next; x != NULL; x = next) {
           next = *tpu_eager_entry_chain(x);
@@ -274,7 +279,7 @@ static tpu_eager_entry *insert_locked(tpu_eager_entry *e, const char *key, size_
   tpu_eager_entry **head = &g_buckets[h & (g_num_buckets - 1)];
   for (tpu_eager_entry *x = *head; x != NULL; x = *tpu_eager_entry_chain(x))
     if (tpu_eager_entry_has_key(x, key, len, h)) return x;
-  char *owned = malloc(len ? len : 1);
+  char *owned = tpu_alloc_or_null(len);
   if (owned == NULL) return NULL;
   memcpy(owned, key, len);
   tpu_eager_entry_set_key(e, owned, len, h);
@@ -410,9 +415,11 @@ bool tpu_eager_items_overlap(const tpu_eager_call *call) {
   }
   /* Per slot (indexed by its first ref): written at all, and seen at more
    * than one item index. */
-  bool *written = calloc((size_t)(f.n ? f.n : 1), sizeof *written);
-  bool *mixed = calloc((size_t)(f.n ? f.n : 1), sizeof *mixed);
-  bool overlap = written == NULL || mixed == NULL;
+  bool *written = NULL, *mixed = NULL;
+  tpu_status_t st_w = tpu_alloc_zeroed((size_t)f.n, sizeof *written, (void **)&written);
+  tpu_status_t st_m = tpu_alloc_zeroed((size_t)f.n, sizeof *mixed, (void **)&mixed);
+  bool overlap = written == NULL || mixed == NULL; /* out of memory: the safe path */
+  tpu_status_free(tpu_status_join(st_w, st_m));
   for (int i = 0; i < f.n && !overlap; i++) {
     int s = f.refs[i].slot;
     if (s < 0) continue;

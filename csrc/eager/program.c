@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "base/stats.h"
 #include "base/strbuf.h"
 #include "eager/internal.h"
@@ -42,7 +43,7 @@ tpu_status_t tpu_flatten_call(const tpu_eager_call *call, flat_call *f) {
     else if (arg->lower.kind == TPU_ARG_TENSOR_LIST) total += arg->lower.n;
   }
   f->n = 0;
-  f->refs = total <= 32 ? f->small : malloc((size_t)total * sizeof *f->refs);
+  f->refs = total <= 32 ? f->small : tpu_alloc_or_null((size_t)total * sizeof *f->refs);
   /* Long lists (an optimizer's hundreds of tensors) find shared storages
    * through a hash table of first refs instead of a scan. */
   size_t cap = 0;
@@ -50,7 +51,7 @@ tpu_status_t tpu_flatten_call(const tpu_eager_call *call, flat_call *f) {
   if (total > 32) {
     for (cap = 64; cap < (size_t)total * 2; cap *= 2) {
     }
-    first = malloc(cap * sizeof *first);
+    first = tpu_alloc_or_null(cap * sizeof *first);
     if (first != NULL) memset(first, 0xff, cap * sizeof *first);
   }
   if (f->refs == NULL || (total > 32 && first == NULL)) {
@@ -174,7 +175,7 @@ const tpu_eager_out_meta *tpu_eager_entry_metas(const tpu_eager_entry *e) { retu
 bool tpu_eager_entry_set_dtypes(tpu_eager_entry *e, tpu_dtype_t common, const tpu_dtype_t *items, int n) {
   e->common_dtype = common;
   if (items == NULL) return true;
-  e->item_common_dtypes = malloc((size_t)(n ? n : 1) * sizeof *items);
+  e->item_common_dtypes = tpu_alloc_or_null((size_t)n * sizeof *items);
   if (e->item_common_dtypes == NULL) return false;
   memcpy(e->item_common_dtypes, items, (size_t)n * sizeof *items);
   return true;
@@ -319,8 +320,8 @@ void tpu_program_free(tpu_program *p) {
 
 tpu_status_t tpu_program_new(const tpu_eager_call *call, const char *name, tpu_program **out_p) {
   *out_p = NULL;
-  tpu_program *p = calloc(1, sizeof *p);
-  if (p == NULL) return tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+  tpu_program *p = NULL;
+  TPU_RETURN_IF_ERROR(tpu_alloc_zeroed(1, sizeof *p, (void **)&p));
   p->call = call;
   p->rng_param = TPU_HLO_NONE;
   tpu_status_t st = tpu_flatten_call(call, &p->flat);
@@ -328,41 +329,37 @@ tpu_status_t tpu_program_new(const tpu_eager_call *call, const char *name, tpu_p
     free(p);
     return st;
   }
-  int n = p->flat.n > 0 ? p->flat.n : 1;
-  p->name = strdup(name);
-  p->fetched = malloc((size_t)n * sizeof *p->fetched);
-  p->slot_param = malloc((size_t)n * sizeof *p->slot_param);
-  p->slot_param_index = malloc((size_t)n * sizeof *p->slot_param_index);
-  p->slot_value = malloc((size_t)n * sizeof *p->slot_value);
-  p->slot_written = calloc((size_t)n, sizeof *p->slot_written);
-  p->slot_kept = calloc((size_t)n, sizeof *p->slot_kept);
-  p->seq = calloc((size_t)n, sizeof *p->seq);
-  p->keep = malloc((size_t)n * sizeof *p->keep);
-  p->written = malloc((size_t)n * sizeof *p->written);
-  p->scalar_value = malloc((size_t)(call->num_args + 1) * sizeof *p->scalar_value);
-  if (!p->name || !p->fetched || !p->slot_param || !p->slot_param_index || !p->slot_value || !p->slot_written ||
-      !p->slot_kept || !p->seq || !p->keep || !p->written || !p->scalar_value) {
-    tpu_program_free(p);
-    return tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
-  }
-  for (int i = 0; i < n; i++) {
+  size_t n = p->flat.n > 0 ? (size_t)p->flat.n : 1;
+  TPU_GOTO_IF_ERROR(st, tpu_strdup(name, &p->name), fail);
+  TPU_GOTO_IF_ERROR(st, tpu_alloc(n * sizeof *p->fetched, (void **)&p->fetched), fail);
+  TPU_GOTO_IF_ERROR(st, tpu_alloc(n * sizeof *p->slot_param, (void **)&p->slot_param), fail);
+  TPU_GOTO_IF_ERROR(st, tpu_alloc(n * sizeof *p->slot_param_index, (void **)&p->slot_param_index), fail);
+  TPU_GOTO_IF_ERROR(st, tpu_alloc(n * sizeof *p->slot_value, (void **)&p->slot_value), fail);
+  TPU_GOTO_IF_ERROR(st, tpu_alloc_zeroed(n, sizeof *p->slot_written, (void **)&p->slot_written), fail);
+  TPU_GOTO_IF_ERROR(st, tpu_alloc_zeroed(n, sizeof *p->slot_kept, (void **)&p->slot_kept), fail);
+  TPU_GOTO_IF_ERROR(st, tpu_alloc_zeroed(n, sizeof *p->seq, (void **)&p->seq), fail);
+  TPU_GOTO_IF_ERROR(st, tpu_alloc(n * sizeof *p->keep, (void **)&p->keep), fail);
+  TPU_GOTO_IF_ERROR(st, tpu_alloc(n * sizeof *p->written, (void **)&p->written), fail);
+  TPU_GOTO_IF_ERROR(st, tpu_alloc((size_t)(call->num_args + 1) * sizeof *p->scalar_value, (void **)&p->scalar_value),
+                    fail);
+  for (size_t i = 0; i < n; i++) {
     p->fetched[i] = p->slot_param[i] = p->slot_value[i] = TPU_HLO_NONE;
     p->seq[i].read = p->seq[i].last_read = TPU_HLO_NONE;
   }
   for (int i = 0; i <= call->num_args; i++) p->scalar_value[i] = TPU_HLO_NONE;
-  st = tpu_hlo_builder_create(&p->b);
-  if (st != NULL) {
-    tpu_program_free(p);
-    return st;
-  }
+  TPU_GOTO_IF_ERROR(st, tpu_hlo_builder_create(&p->b), fail);
   *out_p = p;
   return NULL;
+
+fail:
+  tpu_program_free(p);
+  return st;
 }
 
 static tpu_hlo_value add_param(tpu_program *p, const tpu_hlo_type *t, param_src src) {
   if (p->num_params == p->cap_params) {
     int cap = p->cap_params ? p->cap_params * 2 : 16;
-    param_src *np = realloc(p->params, (size_t)cap * sizeof *np);
+    param_src *np = tpu_realloc_or_null(p->params, (size_t)cap * sizeof *np);
     if (np == NULL) return tpu_hlo_fail(p->b, TPU_ERR_OUT_OF_MEMORY, "out of host memory");
     p->params = np;
     p->cap_params = cap;
@@ -621,9 +618,9 @@ void tpu_program_write(tpu_program *p, int arg, int item, tpu_hlo_value value, b
 void tpu_program_output(tpu_program *p, int index, tpu_hlo_value value, const tpu_eager_out_meta *meta) {
   if (index >= p->num_outputs) {
     int n = index + 1;
-    tpu_hlo_value *v = realloc(p->out_values, (size_t)n * sizeof *v);
+    tpu_hlo_value *v = tpu_realloc_or_null(p->out_values, (size_t)n * sizeof *v);
     if (v != NULL) p->out_values = v;
-    tpu_eager_out_meta *m = realloc(p->out_meta, (size_t)n * sizeof *m);
+    tpu_eager_out_meta *m = tpu_realloc_or_null(p->out_meta, (size_t)n * sizeof *m);
     if (m != NULL) p->out_meta = m;
     if (v == NULL || m == NULL) {
       tpu_hlo_fail(p->b, TPU_ERR_OUT_OF_MEMORY, "out of host memory");
@@ -717,20 +714,17 @@ tpu_status_t tpu_program_finish(tpu_program *p, tpu_eager_entry **out_entry) {
   *out_entry = NULL;
   tpu_hlo_builder *b = p->b;
   static _Atomic uint64_t next_serial = 1;
-  tpu_eager_entry *e = calloc(1, sizeof *e);
-  if (e != NULL) {
-    atomic_init(&e->refs, 1);
-    e->serial = atomic_fetch_add(&next_serial, 1);
-  }
-  int max_results = p->num_written + p->num_outputs + p->num_checks;
-  result_dst *results = malloc((size_t)(max_results ? max_results : 1) * sizeof *results);
-  tpu_hlo_value *values = malloc((size_t)(max_results ? max_results : 1) * sizeof *values);
+  tpu_eager_entry *e = NULL;
+  size_t max_results = (size_t)(p->num_written + p->num_outputs + p->num_checks);
+  result_dst *results = NULL;
+  tpu_hlo_value *values = NULL;
   char *text = NULL;
   tpu_status_t st = NULL;
-  if (e == NULL || results == NULL || values == NULL) {
-    st = tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
-    goto fail;
-  }
+  TPU_GOTO_IF_ERROR(st, tpu_alloc_zeroed(1, sizeof *e, (void **)&e), fail);
+  atomic_init(&e->refs, 1);
+  e->serial = atomic_fetch_add(&next_serial, 1);
+  TPU_GOTO_IF_ERROR(st, tpu_alloc(max_results * sizeof *results, (void **)&results), fail);
+  TPU_GOTO_IF_ERROR(st, tpu_alloc(max_results * sizeof *values, (void **)&values), fail);
   /* A failed check keeps every written storage as it was. */
   tpu_hlo_value all_ok = TPU_HLO_NONE;
   for (int i = 0; i < p->num_checks; i++)
@@ -789,13 +783,9 @@ tpu_status_t tpu_program_finish(tpu_program *p, tpu_eager_entry **out_entry) {
   e->params = p->params;
   p->params = NULL;
   p->num_params = p->cap_params = 0;
-  e->donate = calloc((size_t)(e->num_params ? e->num_params : 1), sizeof *e->donate);
+  TPU_GOTO_IF_ERROR(st, tpu_alloc_zeroed((size_t)e->num_params, sizeof *e->donate, (void **)&e->donate), fail);
   e->num_meta = p->num_outputs;
-  e->meta = malloc((size_t)(p->num_outputs ? p->num_outputs : 1) * sizeof *e->meta);
-  if (e->donate == NULL || e->meta == NULL) {
-    st = tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
-    goto fail;
-  }
+  TPU_GOTO_IF_ERROR(st, tpu_alloc((size_t)p->num_outputs * sizeof *e->meta, (void **)&e->meta), fail);
   if (p->num_outputs) memcpy(e->meta, p->out_meta, (size_t)p->num_outputs * sizeof *e->meta);
   for (int i = 0; i < e->num_params; i++) {
     e->donate[i] = e->params[i].donate;
@@ -812,11 +802,7 @@ tpu_status_t tpu_program_finish(tpu_program *p, tpu_eager_entry **out_entry) {
     TPU_GOTO_IF_ERROR(st, tpu_hlo_finish(b, values, n, &text), fail);
     tpu_compile_options_init(&e->options);
     e->options.max_rank = tpu_hlo_max_rank(b);
-    e->name = strdup(p->name);
-    if (e->name == NULL) {
-      st = tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
-      goto fail;
-    }
+    TPU_GOTO_IF_ERROR(st, tpu_strdup(p->name, &e->name), fail);
     e->options.name = e->name; /* names the program in profiler traces */
     if (p->lazy) {
       e->text = text; /* compiled when first run (fused eager records calls without running them) */
@@ -903,8 +889,8 @@ static tpu_status_t scalar_buffer(int device, tpu_dtype_t dtype, const void *byt
     return NULL;
   }
   pthread_mutex_unlock(&g_scalar_lock);
-  scalar_buf *sb = malloc(sizeof *sb);
-  if (sb == NULL) return tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+  scalar_buf *sb = NULL;
+  TPU_RETURN_IF_ERROR(tpu_alloc(sizeof *sb, (void **)&sb));
   atomic_init(&sb->refs, 2); /* the slot's and the caller's */
   tpu_status_t st = tpu_buffer_from_host(tpu_eager_runtime(), device, key, dtype, NULL, 0, &sb->buf);
   if (st != NULL) {
@@ -958,9 +944,9 @@ tpu_status_t tpu_eager_execute_raw(const tpu_eager_entry *e, const tpu_eager_cal
   TPU_RETURN_IF_ERROR(tpu_flatten_call(call, &f));
   tpu_buffer *args_small[32], *outs_small[32];
   scalar_buf *held_small[32]; /* table scalars this call reads, held until the launch */
-  tpu_buffer **args = e->num_params <= 32 ? args_small : malloc((size_t)e->num_params * sizeof *args);
-  tpu_buffer **outs = e->num_results <= 32 ? outs_small : malloc((size_t)e->num_results * sizeof *outs);
-  scalar_buf **held = e->num_params <= 32 ? held_small : malloc((size_t)e->num_params * sizeof *held);
+  tpu_buffer **args = e->num_params <= 32 ? args_small : tpu_alloc_or_null((size_t)e->num_params * sizeof *args);
+  tpu_buffer **outs = e->num_results <= 32 ? outs_small : tpu_alloc_or_null((size_t)e->num_results * sizeof *outs);
+  scalar_buf **held = e->num_params <= 32 ? held_small : tpu_alloc_or_null((size_t)e->num_params * sizeof *held);
   int num_held = 0;
   tpu_buffer *rng_small[8], **rngs = rng_small; /* one per random op of a fused program */
   int num_rngs = 0;
@@ -968,7 +954,7 @@ tpu_status_t tpu_eager_execute_raw(const tpu_eager_entry *e, const tpu_eager_cal
   tpu_buffer *lists_small[64], **lists = lists_small; /* Scalar[] operands */
   int num_lists = 0;
   tpu_status_t st = NULL;
-  if (e->num_params > 64) lists = malloc((size_t)e->num_params * sizeof *lists);
+  if (e->num_params > 64) lists = tpu_alloc_or_null((size_t)e->num_params * sizeof *lists);
   if (args == NULL || outs == NULL || held == NULL || lists == NULL) {
     st = tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
     goto done;
@@ -1009,13 +995,9 @@ tpu_status_t tpu_eager_execute_raw(const tpu_eager_entry *e, const tpu_eager_cal
         uint64_t state[2] = {splitmix64(seed ^ splitmix64(offset)), 0};
         int64_t two = 2;
         if (num_rngs == 8 && rngs == rng_small) {
-          rngs = malloc((size_t)e->num_params * sizeof *rngs);
-          if (rngs == NULL) {
-            rngs = rng_small;
-            st = tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
-            goto done;
-          }
-          memcpy(rngs, rng_small, sizeof rng_small);
+          tpu_buffer **grown = NULL;
+          TPU_GOTO_IF_ERROR(st, tpu_alloc((size_t)e->num_params * sizeof *rngs, (void **)&grown), done);
+          rngs = memcpy(grown, rng_small, sizeof rng_small);
         }
         TPU_GOTO_IF_ERROR(st, tpu_buffer_from_host(rt, call->device, state, TPU_U64, &two, 1, &rngs[num_rngs]), done);
         args[i] = rngs[num_rngs++];

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/alloc.h"
 #include "base/stats.h"
 #include "base/strbuf.h"
 #include "base/profile.h"
@@ -225,13 +226,11 @@ tpu_status_t tpu_runtime_check_fork(void) {
        : tpu_status_new(TPU_ERR_UNAVAILABLE, "%s: the PJRT plugin does not provide %s",    \
                         (what), #slot))
 
-static char *dup_n(const char *s, size_t n) {
-  char *r = malloc(n + 1);
-  if (r != NULL) {
-    memcpy(r, s, n);
-    r[n] = '\0';
-  }
-  return r;
+static tpu_status_t dup_n(const char *s, size_t n, char **out) {
+  TPU_RETURN_IF_ERROR(tpu_alloc(n + 1, (void **)out));
+  memcpy(*out, s, n);
+  (*out)[n] = '\0';
+  return NULL;
 }
 
 static void event_destroy(const PJRT_Api *api, PJRT_Event *ev) {
@@ -292,11 +291,11 @@ static tpu_status_t client_string(const PJRT_Api *api, PJRT_Client *client, bool
   tpu_status_t st = version ? CALL(api, PJRT_Client_PlatformVersion, &a, "reading the platform")
                             : CALL(api, PJRT_Client_PlatformName, &a, "reading the platform");
   if (st != NULL) return st;
-  *out = dup_n(a.value, a.value_size);
-  return *out ? NULL : tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+  return dup_n(a.value, a.value_size, out);
 }
 
-static char *device_kind(const PJRT_Api *api, PJRT_Device *dev) {
+/* The device's kind, "unknown" when the plugin cannot say. */
+static tpu_status_t device_kind(const PJRT_Api *api, PJRT_Device *dev, char **out) {
   PJRT_Device_GetDescription_Args g = {
       .struct_size = TPU_PJRT_SIZE(PJRT_Device_GetDescription_Args, device_description),
       .device = dev};
@@ -307,9 +306,9 @@ static char *device_kind(const PJRT_Api *api, PJRT_Device *dev) {
   if (st == NULL) st = CALL(api, PJRT_DeviceDescription_Kind, &k, "describing a device");
   if (st != NULL) {
     tpu_status_free(st);
-    return strdup("unknown");
+    return tpu_strdup("unknown", out);
   }
-  return dup_n(k.value, k.value_size);
+  return dup_n(k.value, k.value_size, out);
 }
 
 tpu_status_t tpu_runtime_create(const tpu_runtime_options *opts, tpu_runtime **out_rt) {
@@ -323,8 +322,8 @@ tpu_status_t tpu_runtime_create(const tpu_runtime_options *opts, tpu_runtime **o
   const PJRT_Api *api = NULL;
   TPU_RETURN_IF_ERROR(load_api(opts->plugin_path, &api));
 
-  tpu_runtime *rt = calloc(1, sizeof *rt);
-  if (rt == NULL) return tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+  tpu_runtime *rt = NULL;
+  TPU_RETURN_IF_ERROR(tpu_alloc_zeroed(1, sizeof *rt, (void **)&rt));
   rt->api = api;
   pthread_mutex_init(&rt->lock, NULL);
   tpu_status_t st = NULL;
@@ -387,13 +386,9 @@ tpu_status_t tpu_runtime_create(const tpu_runtime_options *opts, tpu_runtime **o
                               : TPU_MAX_DEVICES);
   for (int i = 0; i < rt->num_devices; i++) {
     rt->devices[i] = devs.addressable_devices[i];
-    rt->kinds[i] = device_kind(api, rt->devices[i]);
+    TPU_GOTO_IF_ERROR(st, device_kind(api, rt->devices[i], &rt->kinds[i]), fail);
   }
-  rt->plugin_path = strdup(opts->plugin_path);
-  if (rt->plugin_path == NULL) {
-    st = tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
-    goto fail;
-  }
+  TPU_GOTO_IF_ERROR(st, tpu_strdup(opts->plugin_path, &rt->plugin_path), fail);
   *out_rt = rt;
   return NULL;
 
@@ -541,8 +536,8 @@ tpu_status_t tpu_buffer_uninitialized(tpu_runtime *rt, int device, tpu_dtype_t d
     tpu_status_free(st);
   }
   uint64_t n = dense_bytes(dtype, dims, rank);
-  void *zeros = calloc(1, n ? (size_t)n : 1);
-  if (zeros == NULL) return tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+  void *zeros = NULL;
+  TPU_RETURN_IF_ERROR(tpu_alloc_zeroed(1, (size_t)n, &zeros));
   tpu_status_t st = tpu_buffer_from_host(rt, device, zeros, dtype, dims, rank, out_buf);
   free(zeros);
   return st;
@@ -597,12 +592,9 @@ void tpu_buffer_destroy(tpu_runtime *rt, tpu_buffer *buf) {
 
 static tpu_status_t wrap_loaded(tpu_runtime *rt, PJRT_LoadedExecutable *loaded,
                                 tpu_executable **out_exe) {
-  tpu_executable *exe = calloc(1, sizeof *exe);
+  tpu_executable *exe = NULL;
   tpu_status_t st = NULL;
-  if (exe == NULL) {
-    st = tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
-    goto fail;
-  }
+  TPU_GOTO_IF_ERROR(st, tpu_alloc_zeroed(1, sizeof *exe, (void **)&exe), fail);
   exe->exe = loaded;
   PJRT_LoadedExecutable_GetExecutable_Args g = {
       .struct_size = TPU_PJRT_SIZE(PJRT_LoadedExecutable_GetExecutable_Args, executable),
@@ -729,9 +721,8 @@ tpu_status_t tpu_executable_serialize(tpu_runtime *rt, const tpu_executable *exe
       .executable = g.executable};
   tpu_status_t st = CALL(rt->api, PJRT_Executable_Serialize, &s, "serializing a program");
   if (st == NULL) {
-    *out_bytes = malloc(s.serialized_bytes_size ? s.serialized_bytes_size : 1);
-    if (*out_bytes == NULL) st = tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
-    else {
+    st = tpu_alloc(s.serialized_bytes_size, (void **)out_bytes);
+    if (st == NULL) {
       memcpy(*out_bytes, s.serialized_bytes, s.serialized_bytes_size);
       *out_size = s.serialized_bytes_size;
     }
@@ -803,7 +794,7 @@ static void pending_push(tpu_runtime *rt, int device, PJRT_Event *ev) {
   }
   if (p->count == p->cap) {
     size_t cap = p->cap ? p->cap * 2 : 64;
-    PJRT_Event **ev2 = malloc(cap * sizeof *ev2);
+    PJRT_Event **ev2 = tpu_alloc_or_null(cap * sizeof *ev2);
     if (ev2 == NULL) {
       pthread_mutex_unlock(&rt->lock);
       note_async_error(rt, event_await(rt->api, ev, "a program failed"));
@@ -877,8 +868,9 @@ static void marker_on_ready(PJRT_Error *error, void *arg) {
 }
 
 tpu_marker *tpu_marker_record(tpu_runtime *rt, int device) {
-  tpu_marker *m = calloc(1, sizeof *m);
+  tpu_marker *m = tpu_alloc_or_null(sizeof *m);
   if (m == NULL) return NULL;
+  memset(m, 0, sizeof *m);
   pthread_mutex_init(&m->lock, NULL);
   pthread_cond_init(&m->reached, NULL);
   m->api = rt->api;
@@ -1007,7 +999,7 @@ static tpu_status_t traced_execute(tpu_runtime *rt, tpu_executable *exe, int dev
   PJRT_Event *done = *a->device_complete_events;
   if (done == NULL) return NULL;
   uint64_t span = tpu_profile_open(TPU_PROFILE_DEVICE, tpu_executable_name(exe), "", device, t0);
-  trace_wait *w = span != 0 && TPU_PJRT_HAS(rt->api, PJRT_Event_OnReady) ? malloc(sizeof *w) : NULL;
+  trace_wait *w = span != 0 && TPU_PJRT_HAS(rt->api, PJRT_Event_OnReady) ? tpu_alloc_or_null(sizeof *w) : NULL;
   if (w != NULL) {
     *w = (trace_wait){.api = rt->api, .span = span};
     PJRT_Event_OnReady_Args r = {.struct_size = TPU_PJRT_SIZE(PJRT_Event_OnReady_Args, user_arg),
@@ -1060,8 +1052,7 @@ tpu_status_t tpu_executable_execute(tpu_runtime *rt, tpu_executable *exe, int de
   size_t num_keep = 0;
   if (donate != NULL) {
     if (num_args > 32) {
-      keep = malloc(num_args * sizeof *keep);
-      if (keep == NULL) return tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+      TPU_RETURN_IF_ERROR(tpu_alloc(num_args * sizeof *keep, (void **)&keep));
     }
     for (size_t i = 0; i < num_args; i++)
       if (!donate[i]) keep[num_keep++] = (int64_t)i;
