@@ -303,6 +303,15 @@ void tpu_hlo_op(tpu_hlo_builder *b, const char *name, const tpu_hlo_value *opera
     out[i] = new_value(b, &result_types[i], ssa, num_results == 1 ? -1 : i);
 }
 
+/* The text of an attribute buffer, or NULL with the builder failed when
+ * building it ran out of memory (an op without its attributes would be a
+ * different, or invalid, program). */
+static const char *attr_text(tpu_hlo_builder *b, const tpu_strbuf *a) {
+  if (!a->failed) return a->data;
+  tpu_hlo_fail(b, TPU_ERR_OUT_OF_MEMORY, "out of host memory building an attribute");
+  return NULL;
+}
+
 static tpu_hlo_value op1(tpu_hlo_builder *b, const char *name, const tpu_hlo_value *operands, int n,
                          const char *attrs, const tpu_hlo_type *result) {
   tpu_hlo_value out;
@@ -317,7 +326,7 @@ static tpu_hlo_value op1_array(tpu_hlo_builder *b, const char *name, const tpu_h
   tpu_strbuf attrs = TPU_STRBUF_INIT;
   tpu_strbuf_printf(&attrs, "%s = ", key);
   put_i64_array(&attrs, v, count);
-  tpu_hlo_value out = op1(b, name, operands, n, attrs.data, &t);
+  tpu_hlo_value out = op1(b, name, operands, n, attr_text(b, &attrs), &t);
   tpu_strbuf_release(&attrs);
   return out;
 }
@@ -863,7 +872,7 @@ tpu_hlo_value tpu_hlo_slice(tpu_hlo_builder *b, tpu_hlo_value x, const int64_t *
   put_i64_array(&attrs, limit, tx->rank);
   tpu_strbuf_puts(&attrs, ", strides = ");
   put_i64_array(&attrs, stride ? stride : ones, tx->rank);
-  tpu_hlo_value out = op1(b, "stablehlo.slice", &x, 1, attrs.data, &t);
+  tpu_hlo_value out = op1(b, "stablehlo.slice", &x, 1, attr_text(b, &attrs), &t);
   tpu_strbuf_release(&attrs);
   return out;
 }
@@ -946,7 +955,7 @@ tpu_hlo_value tpu_hlo_pad(tpu_hlo_builder *b, tpu_hlo_value x, tpu_hlo_value pad
   put_i64_array(&attrs, high, tx->rank);
   tpu_strbuf_puts(&attrs, ", interior_padding = ");
   put_i64_array(&attrs, interior ? interior : zeros, tx->rank);
-  tpu_hlo_value out = op1(b, "stablehlo.pad", ops, 2, attrs.data, &t);
+  tpu_hlo_value out = op1(b, "stablehlo.pad", ops, 2, attr_text(b, &attrs), &t);
   tpu_strbuf_release(&attrs);
   return out;
 }
@@ -1018,7 +1027,7 @@ tpu_hlo_value tpu_hlo_dot_general(tpu_hlo_builder *b, tpu_hlo_value lhs, tpu_hlo
   }
   tpu_strbuf_printf(&attrs, ">, precision_config = [#stablehlo<precision %s>, #stablehlo<precision %s>]",
                     precision_name(precision), precision_name(precision));
-  tpu_hlo_value r = op1(b, "stablehlo.dot_general", ops, 2, attrs.data, &t);
+  tpu_hlo_value r = op1(b, "stablehlo.dot_general", ops, 2, attr_text(b, &attrs), &t);
   tpu_strbuf_release(&attrs);
   return r;
 }
@@ -1079,7 +1088,7 @@ tpu_hlo_value tpu_hlo_convolution(tpu_hlo_builder *b, tpu_hlo_value lhs, tpu_hlo
   put_i64_array(&attrs, c->rhs_dilation, c->spatial);
   tpu_strbuf_puts(&attrs, ", window_strides = ");
   put_i64_array(&attrs, c->stride, c->spatial);
-  tpu_hlo_value r = op1(b, "stablehlo.convolution", ops, 2, attrs.data, out);
+  tpu_hlo_value r = op1(b, "stablehlo.convolution", ops, 2, attr_text(b, &attrs), out);
   tpu_strbuf_release(&attrs);
   return r;
 }
@@ -1107,7 +1116,7 @@ void tpu_hlo_reduce(tpu_hlo_builder *b, const tpu_hlo_value *xs, const tpu_hlo_v
   tpu_strbuf attrs = TPU_STRBUF_INIT;
   tpu_strbuf_puts(&attrs, "dimensions = ");
   put_i64_array(&attrs, dims, num_dims);
-  tpu_hlo_op(b, "stablehlo.reduce", ops, 2 * n, body, 1, attrs.data, types, n, out);
+  tpu_hlo_op(b, "stablehlo.reduce", ops, 2 * n, body, 1, attr_text(b, &attrs), types, n, out);
   tpu_strbuf_release(&attrs);
 }
 
@@ -1173,7 +1182,7 @@ void tpu_hlo_reduce_window(tpu_hlo_builder *b, const tpu_hlo_value *xs, const tp
   }
   tpu_strbuf attrs = TPU_STRBUF_INIT;
   put_window_attrs(&attrs, w, rank, true);
-  tpu_hlo_op(b, "stablehlo.reduce_window", ops, 2 * n, body, 1, attrs.data, types, n, out);
+  tpu_hlo_op(b, "stablehlo.reduce_window", ops, 2 * n, body, 1, attr_text(b, &attrs), types, n, out);
   tpu_strbuf_release(&attrs);
 }
 
@@ -1192,7 +1201,7 @@ tpu_hlo_value tpu_hlo_select_and_scatter(tpu_hlo_builder *b, tpu_hlo_value opera
   tpu_strbuf attrs = TPU_STRBUF_INIT;
   put_window_attrs(&attrs, w, b->values[operand].type.rank, false);
   tpu_hlo_value out;
-  tpu_hlo_op(b, "stablehlo.select_and_scatter", ops, 3, regions, 2, attrs.data,
+  tpu_hlo_op(b, "stablehlo.select_and_scatter", ops, 3, regions, 2, attr_text(b, &attrs),
              &b->values[operand].type, 1, &out);
   tpu_strbuf_release(&attrs);
   return out;
@@ -1219,7 +1228,7 @@ tpu_hlo_value tpu_hlo_gather(tpu_hlo_builder *b, tpu_hlo_value operand, tpu_hlo_
   tpu_strbuf_printf(&attrs, ", index_vector_dim = %lld>, indices_are_sorted = false, slice_sizes = ",
                     (long long)d->index_vector_dim);
   put_i64_array(&attrs, slice_sizes, b->values[operand].type.rank);
-  tpu_hlo_value r = op1(b, "stablehlo.gather", ops, 2, attrs.data, out);
+  tpu_hlo_value r = op1(b, "stablehlo.gather", ops, 2, attr_text(b, &attrs), out);
   tpu_strbuf_release(&attrs);
   return r;
 }
@@ -1261,7 +1270,7 @@ tpu_hlo_value tpu_hlo_scatter(tpu_hlo_builder *b, tpu_hlo_value operand, tpu_hlo
   tpu_strbuf_printf(&attrs, ", index_vector_dim = %lld>, unique_indices = %s",
                     (long long)d->index_vector_dim, unique_indices ? "true" : "false");
   tpu_hlo_value out;
-  tpu_hlo_op(b, "stablehlo.scatter", ops, 3, &region, 1, attrs.data, &b->values[operand].type, 1,
+  tpu_hlo_op(b, "stablehlo.scatter", ops, 3, &region, 1, attr_text(b, &attrs), &b->values[operand].type, 1,
              &out);
   tpu_strbuf_release(&attrs);
   return out;

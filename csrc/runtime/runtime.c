@@ -151,6 +151,7 @@ static tpu_status_t cpu_compile_options(unsigned dropped, int num_replicas, tpu_
     put_bytes_field(&entry, 1, o->name, strlen(o->name));
     put_bytes_field(&entry, 2, value.data, value.len);
     put_bytes_field(out, 7, entry.data, entry.len);
+    if (value.failed || entry.failed) out->failed = true;
     tpu_strbuf_release(&value);
     tpu_strbuf_release(&entry);
   }
