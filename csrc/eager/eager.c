@@ -513,9 +513,19 @@ tpu_status_t tpu_eager_apply(tpu_program *p, const tpu_eager_call *call, int k, 
   }
   tpu_dtype_t common = k >= 0 && call->item_common_dtypes != NULL ? call->item_common_dtypes[k] : call->common_dtype;
   bool adds = false;
-  TPU_RETURN_IF_ERROR(tpu_program_apply(p, op->rule, op->name, num_args, args,
-                                        k < 0 ? tpu_program_fetch_call : fetch_item, k < 0 ? (void *)p : &iv,
-                                        common, call->precision, op->num_outputs, out_types, outputs, &adds));
+  tpu_program_apply_args apply = {
+      .rule = op->rule,
+      .op = op->name,
+      .num_args = num_args,
+      .args = args,
+      .fetch = k < 0 ? tpu_program_fetch_call : fetch_item,
+      .user = k < 0 ? (void *)p : &iv,
+      .common_dtype = common,
+      .precision = call->precision,
+      .num_outputs = op->num_outputs,
+      .out_types = out_types,
+  };
+  TPU_RETURN_IF_ERROR(tpu_program_apply(p, &apply, outputs, &adds));
   for (int r = 0; r < op->num_outputs; r++) {
     if (op->output_alias[r] >= 0) tpu_program_write(p, op->output_alias[r], k, outputs[r], true, adds);
     else if (out_arg < 0) tpu_program_output(p, base + r, outputs[r], &meta[base + r]);

@@ -531,26 +531,25 @@ void tpu_program_end_call(tpu_program *p) {
   }
 }
 
-tpu_status_t tpu_program_apply(tpu_program *p, const tpu_lower_rule *rule, const char *op, int num_args,
-                               const tpu_lower_arg *args, tpu_lower_fetch_fn fetch, void *user,
-                               tpu_dtype_t common_dtype, tpu_hlo_precision_t precision, int num_outputs,
-                               const tpu_hlo_type *out_types, tpu_hlo_value *out_values, bool *out_writes_add) {
+tpu_status_t tpu_program_apply(tpu_program *p, const tpu_program_apply_args *a, tpu_hlo_value *out_values,
+                               bool *out_writes_add) {
+  const char *op = a->op;
   tpu_lower_ctx c = {
       .b = p->b,
       .op = op,
-      .num_args = num_args,
-      .args = args,
-      .num_outputs = num_outputs,
-      .out_types = out_types,
+      .num_args = a->num_args,
+      .args = a->args,
+      .num_outputs = a->num_outputs,
+      .out_types = a->out_types,
       .outputs = out_values,
-      .common_dtype = common_dtype,
-      .precision = precision,
+      .common_dtype = a->common_dtype,
+      .precision = a->precision,
       .kernels = p->exporting ? 0u : tpu_eager_kernels(),
       .rng_state = TPU_HLO_NONE,
-      .fetch = fetch,
-      .user = user,
+      .fetch = a->fetch,
+      .user = a->user,
   };
-  if (rule->flags & TPU_RULE_RNG) {
+  if (a->rule->flags & TPU_RULE_RNG) {
     if (p->exporting)
       return tpu_status_new(TPU_ERR_NOT_IMPLEMENTED,
                             "%s: %s is random: an exported module has no random state (export the model in eval() "
@@ -558,7 +557,7 @@ tpu_status_t tpu_program_apply(tpu_program *p, const tpu_lower_rule *rule, const
                             p->name, op);
     c.rng_state = next_rng_state(p);
   }
-  TPU_RETURN_IF_ERROR(tpu_lower_run(rule, &c));
+  TPU_RETURN_IF_ERROR(tpu_lower_run(a->rule, &c));
   if (out_writes_add != NULL) *out_writes_add = c.writes_add;
   /* Checks that raise the same error share one flag: a graph of many
    * indexing ops waits for one result per kind of error. */

@@ -327,9 +327,9 @@ class GraphBuilder {
     std::vector<tpu_hlo_value> values(types.size(), TPU_HLO_NONE);
     tpu_dtype_t common_dtype = common.is_none() ? TPU_INVALID : dtype_of(common);
     std::string full = "aten::" + op;
-    TPU_CHECK(tpu_program_apply(program_, rule, full.c_str(), static_cast<int>(n), na.args.data(), NodeArgs::fetch,
-                                &na, common_dtype, matmul_precision(), static_cast<int>(types.size()), types.data(),
-                                values.data(), nullptr));
+    tpu_program_apply_args apply = {rule, full.c_str(), static_cast<int>(n), na.args.data(), NodeArgs::fetch, &na,
+                                    common_dtype, matmul_precision(), static_cast<int>(types.size()), types.data()};
+    TPU_CHECK(tpu_program_apply(program_, &apply, values.data(), nullptr));
     return std::vector<int>(values.begin(), values.end());
   }
 
