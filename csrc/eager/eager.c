@@ -162,9 +162,28 @@ static void build_key(tpu_strbuf *k, const tpu_eager_call *call, const flat_call
 
 /* --- the cache ---------------------------------------------------------------------- */
 
+/* The cache's own nodes: a key (held inline) and the entry it names. The
+ * cache holds one reference on each entry it keeps. */
+typedef struct cache_node {
+  struct cache_node *next; /* its bucket's chain, or the held or unheld list */
+  tpu_eager_entry *entry;
+  uint64_t hash;
+  size_t key_len;
+  char key[];
+} cache_node;
+
 static pthread_mutex_t g_cache_lock = PTHREAD_MUTEX_INITIALIZER;
-static tpu_eager_entry **g_buckets;
+static cache_node **g_buckets;
 static size_t g_num_buckets, g_num_entries;
+/* Out of the cache (cleared), with callers still holding their entries. */
+static cache_node *g_held;
+/* Out of the cache, nobody holds their entries any more, whose last launch
+ * may still run: freed by the next clear, after it waited for every launch. */
+static cache_node *g_unheld;
+
+static bool node_has_key(const cache_node *n, const char *key, size_t len, uint64_t h) {
+  return n->hash == h && n->key_len == len && memcmp(n->key, key, len) == 0;
+}
 
 /* Programs kept loaded. Each loaded executable maps a few memory regions and
  * Linux allows about 65k per process, so a process that keeps compiling new
@@ -231,9 +250,9 @@ tpu_eager_entry *tpu_eager_cache_find(const char *key, size_t len, uint64_t h) {
   tpu_eager_entry *found = NULL;
   pthread_mutex_lock(&g_cache_lock);
   if (g_num_buckets != 0)
-    for (tpu_eager_entry *e = g_buckets[h & (g_num_buckets - 1)]; e != NULL; e = *tpu_eager_entry_chain(e))
-      if (tpu_eager_entry_has_key(e, key, len, h)) {
-        found = e;
+    for (const cache_node *n = g_buckets[h & (g_num_buckets - 1)]; n != NULL; n = n->next)
+      if (node_has_key(n, key, len, h)) {
+        found = n->entry;
         tpu_eager_entry_retain(found);
         break;
       }
@@ -261,14 +280,14 @@ tpu_eager_entry *tpu_eager_lookup(const tpu_eager_call *call) {
 static tpu_eager_entry *insert_locked(tpu_eager_entry *e, const char *key, size_t len, uint64_t h) {
   if (g_num_entries + 1 > g_num_buckets) {
     size_t nb = g_num_buckets ? g_num_buckets * 2 : 256;
-    tpu_eager_entry **b = tpu_alloc_or_null(nb * sizeof *b);
+    cache_node **b = tpu_alloc_or_null(nb * sizeof *b);
     if (b != NULL) {
       memset(b, 0, nb * sizeof *b);
       for (size_t i = 0; i < g_num_buckets; i++)
-        for (tpu_eager_entry *x = g_buckets[i], *next; x != NULL; x = next) {
-          next = *tpu_eager_entry_chain(x);
-          *tpu_eager_entry_chain(x) = b[tpu_eager_entry_hash(x) & (nb - 1)];
-          b[tpu_eager_entry_hash(x) & (nb - 1)] = x;
+        for (cache_node *x = g_buckets[i], *next; x != NULL; x = next) {
+          next = x->next;
+          x->next = b[x->hash & (nb - 1)];
+          b[x->hash & (nb - 1)] = x;
         }
       free(g_buckets);
       g_buckets = b;
@@ -276,15 +295,18 @@ static tpu_eager_entry *insert_locked(tpu_eager_entry *e, const char *key, size_
     }
   }
   if (g_num_buckets == 0) return NULL;
-  tpu_eager_entry **head = &g_buckets[h & (g_num_buckets - 1)];
-  for (tpu_eager_entry *x = *head; x != NULL; x = *tpu_eager_entry_chain(x))
-    if (tpu_eager_entry_has_key(x, key, len, h)) return x;
-  char *owned = tpu_alloc_or_null(len);
-  if (owned == NULL) return NULL;
-  memcpy(owned, key, len);
-  tpu_eager_entry_set_key(e, owned, len, h);
-  *tpu_eager_entry_chain(e) = *head;
-  *head = e;
+  cache_node **head = &g_buckets[h & (g_num_buckets - 1)];
+  for (cache_node *x = *head; x != NULL; x = x->next)
+    if (node_has_key(x, key, len, h)) return x->entry;
+  cache_node *n = tpu_alloc_or_null(sizeof *n + len);
+  if (n == NULL) return NULL;
+  n->next = *head;
+  n->entry = e;
+  n->hash = h;
+  n->key_len = len;
+  memcpy(n->key, key, len);
+  tpu_eager_entry_set_hash(e, h);
+  *head = n;
   g_num_entries++;
   return e;
 }
@@ -296,46 +318,49 @@ size_t tpu_eager_cache_size(void) {
   return n;
 }
 
-/* Entries out of the cache that nobody holds any more, whose last launch may
- * still run: freed by the next clear, after it waited for every launch. */
-static tpu_eager_entry *g_unheld;
-
 void tpu_eager_entry_release(tpu_eager_entry *e) {
   if (e == NULL || !tpu_eager_entry_unref(e)) return;
-  /* The cache holds a reference while it keeps an entry: this one left it. */
+  /* The cache holds a reference while it keeps an entry: this one left it,
+   * and its node waits on the held list. */
   pthread_mutex_lock(&g_cache_lock);
-  *tpu_eager_entry_chain(e) = g_unheld;
-  g_unheld = e;
+  for (cache_node **link = &g_held; *link != NULL; link = &(*link)->next)
+    if ((*link)->entry == e) {
+      cache_node *n = *link;
+      *link = n->next;
+      n->next = g_unheld;
+      g_unheld = n;
+      break;
+    }
   pthread_mutex_unlock(&g_cache_lock);
 }
 
 tpu_status_t tpu_eager_cache_clear(void) {
-  tpu_eager_entry *dead = NULL;
+  cache_node *dead = NULL;
   pthread_mutex_lock(&g_cache_lock);
   for (size_t i = 0; i < g_num_buckets; i++) {
-    for (tpu_eager_entry *e = g_buckets[i], *next; e != NULL; e = next) {
-      next = *tpu_eager_entry_chain(e);
-      if (tpu_eager_entry_unref(e)) { /* else a caller holds it: freed after its release */
-        *tpu_eager_entry_chain(e) = dead;
-        dead = e;
-      }
+    for (cache_node *n = g_buckets[i], *next; n != NULL; n = next) {
+      next = n->next;
+      cache_node **list = tpu_eager_entry_unref(n->entry) ? &dead : &g_held; /* held: freed after its release */
+      n->next = *list;
+      *list = n;
     }
     g_buckets[i] = NULL;
   }
   g_num_entries = 0;
-  for (tpu_eager_entry *e = g_unheld, *next; e != NULL; e = next) {
-    next = *tpu_eager_entry_chain(e);
-    *tpu_eager_entry_chain(e) = dead;
-    dead = e;
+  for (cache_node *n = g_unheld, *next; n != NULL; n = next) {
+    next = n->next;
+    n->next = dead;
+    dead = n;
   }
   g_unheld = NULL;
   pthread_mutex_unlock(&g_cache_lock);
   /* Nobody holds these, so every launch of theirs was made before now:
    * wait for those before their executables go. */
   tpu_status_t st = tpu_runtime_synchronize(tpu_eager_runtime(), -1);
-  for (tpu_eager_entry *e = dead, *next; e != NULL; e = next) {
-    next = *tpu_eager_entry_chain(e);
-    tpu_eager_entry_free(e);
+  for (cache_node *n = dead, *next; n != NULL; n = next) {
+    next = n->next;
+    tpu_eager_entry_free(n->entry);
+    free(n);
   }
   return st;
 }

@@ -26,13 +26,12 @@ int tpu_flat_index(const flat_call *f, int arg, int item);
 bool tpu_ref_is_none(const tpu_tensor_ref *r);
 const char *tpu_eager_dump_dir(void);
 
-/* The eager cache's view of an entry. */
-tpu_eager_entry **tpu_eager_entry_chain(tpu_eager_entry *e);
 /* Entry references (an entry starts with one): unref says whether it was the last. */
 void tpu_eager_entry_retain(tpu_eager_entry *e);
 bool tpu_eager_entry_unref(tpu_eager_entry *e);
-void tpu_eager_entry_set_key(tpu_eager_entry *e, char *key, size_t len, uint64_t hash); /* takes |key| */
-bool tpu_eager_entry_has_key(const tpu_eager_entry *e, const char *key, size_t len, uint64_t hash);
+/* The hash of the key the cache keeps the entry under (fused eager's loop
+ * detection names calls by it); set by the cache. */
+void tpu_eager_entry_set_hash(tpu_eager_entry *e, uint64_t hash);
 uint64_t tpu_eager_entry_hash(const tpu_eager_entry *e);
 /* A number no other entry of the process has had (entries are freed and
  * their memory reused, so their addresses are no names). */

@@ -108,12 +108,9 @@ typedef struct result_dst {
 } result_dst;
 
 struct tpu_eager_entry {
-  struct tpu_eager_entry *next; /* the eager cache's chain (or its list of entries to free) */
-  atomic_int refs;              /* the cache's and each caller's between lookup and release */
-  uint64_t hash;
+  atomic_int refs; /* the cache's and each caller's between lookup and release */
+  uint64_t hash;   /* of the key the cache keeps it under */
   uint64_t serial; /* unique to this entry in the process (fused eager's keys name entries by it) */
-  char *key;
-  size_t key_len;
   tpu_executable *exe;
   int num_params;
   param_src *params;
@@ -157,7 +154,6 @@ void tpu_eager_entry_free(tpu_eager_entry *e) {
   free(e->name);
   free(e->text);
   free(e->item_common_dtypes);
-  free(e->key);
   free(e->params);
   free(e->donate);
   free(e->results);
@@ -184,24 +180,13 @@ bool tpu_eager_entry_set_dtypes(tpu_eager_entry *e, tpu_dtype_t common, const tp
 tpu_dtype_t tpu_eager_entry_common_dtype(const tpu_eager_entry *e) { return e->common_dtype; }
 const tpu_dtype_t *tpu_eager_entry_item_common_dtypes(const tpu_eager_entry *e) { return e->item_common_dtypes; }
 
-tpu_eager_entry **tpu_eager_entry_chain(tpu_eager_entry *e) { return &e->next; }
-
 void tpu_eager_entry_retain(tpu_eager_entry *e) { atomic_fetch_add_explicit(&e->refs, 1, memory_order_relaxed); }
 
 bool tpu_eager_entry_unref(tpu_eager_entry *e) {
   return atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel) == 1;
 }
 
-void tpu_eager_entry_set_key(tpu_eager_entry *e, char *key, size_t len, uint64_t hash) {
-  free(e->key);
-  e->key = key;
-  e->key_len = len;
-  e->hash = hash;
-}
-
-bool tpu_eager_entry_has_key(const tpu_eager_entry *e, const char *key, size_t len, uint64_t hash) {
-  return e->hash == hash && e->key_len == len && memcmp(e->key, key, len) == 0;
-}
+void tpu_eager_entry_set_hash(tpu_eager_entry *e, uint64_t hash) { e->hash = hash; }
 
 uint64_t tpu_eager_entry_hash(const tpu_eager_entry *e) { return e->hash; }
 uint64_t tpu_eager_entry_serial(const tpu_eager_entry *e) { return e->serial; }
