@@ -1,5 +1,7 @@
-/* Eager execution: op records, call keys and the in-memory cache of one-op
- * programs (see eager.h). Programs are built by program.c. */
+/* Eager execution (see eager.h): op records, call keys, the in-memory cache
+ * of one-op programs, the modes, and running an entry on a call's storages
+ * (tpu_eager_execute, with the table of runtime scalars). Programs are built
+ * by program.c, entries compiled by entry.c, fused traces kept by trace.c. */
 #include "eager/eager.h"
 
 #include <errno.h>
@@ -590,5 +592,212 @@ tpu_status_t tpu_eager_compile(const tpu_eager_call *call, const tpu_eager_out_m
 done:
   tpu_eager_entry_free(e);
   tpu_program_free(p);
+  return st;
+}
+
+/* --- runtime scalars ------------------------------------------------------------- */
+
+/* Python numbers repeat (alpha=1, x * 0.5): keep their device buffers in a
+ * small direct-mapped table. A slot's buffer is replaced when another number
+ * maps to it, possibly by another thread or by a second number of the same
+ * call before the launch that reads the first: so a table buffer is counted,
+ * held by its slot and by every call between its lookup and its launch, and
+ * destroyed by whichever lets go last (a launch, once enqueued, keeps its
+ * own reference). Buffers are immutable and never donated. */
+#define SCALAR_CACHE 256
+typedef struct scalar_buf {
+  tpu_buffer *buf;
+  atomic_int refs;
+} scalar_buf;
+typedef struct scalar_slot {
+  tpu_dtype_t dtype;
+  int device;
+  unsigned char bytes[16];
+  scalar_buf *held;
+} scalar_slot;
+static scalar_slot g_scalars[SCALAR_CACHE];
+static pthread_mutex_t g_scalar_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void scalar_release(scalar_buf *sb) {
+  if (sb == NULL || atomic_fetch_sub_explicit(&sb->refs, 1, memory_order_acq_rel) != 1) return;
+  tpu_buffer_destroy(tpu_eager_runtime(), sb->buf);
+  free(sb);
+}
+
+/* |*out| holds one reference, released with scalar_release. */
+static tpu_status_t scalar_buffer(int device, tpu_dtype_t dtype, const void *bytes, scalar_buf **out) {
+  *out = NULL;
+  size_t size = tpu_dtype_size(dtype);
+  unsigned char key[16] = {0};
+  memcpy(key, bytes, size);
+  uint64_t h = tpu_hash64(key, sizeof key, (uint64_t)dtype * 31 + (uint64_t)device);
+  scalar_slot *slot = &g_scalars[h % SCALAR_CACHE];
+  pthread_mutex_lock(&g_scalar_lock);
+  if (slot->held != NULL && slot->dtype == dtype && slot->device == device && memcmp(slot->bytes, key, 16) == 0) {
+    atomic_fetch_add_explicit(&slot->held->refs, 1, memory_order_relaxed);
+    *out = slot->held;
+    pthread_mutex_unlock(&g_scalar_lock);
+    return NULL;
+  }
+  pthread_mutex_unlock(&g_scalar_lock);
+  scalar_buf *sb = NULL;
+  TPU_RETURN_IF_ERROR(tpu_alloc(sizeof *sb, (void **)&sb));
+  atomic_init(&sb->refs, 2); /* the slot's and the caller's */
+  tpu_status_t st = tpu_buffer_from_host(tpu_eager_runtime(), device, key, dtype, NULL, 0, &sb->buf);
+  if (st != NULL) {
+    free(sb);
+    return st;
+  }
+  pthread_mutex_lock(&g_scalar_lock);
+  scalar_buf *old = slot->held;
+  slot->held = sb;
+  slot->dtype = dtype;
+  slot->device = device;
+  memcpy(slot->bytes, key, 16);
+  pthread_mutex_unlock(&g_scalar_lock);
+  scalar_release(old);
+  *out = sb;
+  return NULL;
+}
+
+static void scalar_bytes(const tpu_lower_arg *l, unsigned char out[16]) {
+  memset(out, 0, 16);
+  switch (l->dtype) {
+    case TPU_F64: memcpy(out, &l->f, 8); break;
+    case TPU_BOOL: out[0] = l->i != 0; break;
+    default: memcpy(out, &l->i, 8); break;
+  }
+}
+
+static uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+/* The error of check |i| of |e|, its message filled with |values|. */
+static tpu_status_t check_failure(const tpu_eager_entry *e, int i, const int64_t *values) {
+  if (e->check_num_values[i] == 0) return tpu_status_new(e->check_codes[i], "%s", e->check_messages[i]);
+  char text[512];
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+  /* the rules' static formats, of check_num_values[i] %lld */
+  snprintf(text, sizeof text, e->check_messages[i], (long long)values[0], (long long)values[1], (long long)values[2]);
+#pragma GCC diagnostic pop
+  return tpu_status_new(e->check_codes[i], "%s", text);
+}
+
+/* --- running ------------------------------------------------------------------------ */
+
+tpu_status_t tpu_eager_execute(const tpu_eager_entry *e, const tpu_eager_call *call,
+                               tpu_storage *const *new_outputs) {
+  if (__atomic_load_n(&tpu_trace_pending, __ATOMIC_ACQUIRE) > 0)
+    TPU_RETURN_IF_ERROR(tpu_trace_settle_call(call, TPU_CUT_GRAPH));
+  tpu_stats_add(TPU_STAT_OPS, 1);
+  return tpu_eager_execute_raw(e, call, new_outputs);
+}
+
+tpu_status_t tpu_eager_execute_raw(const tpu_eager_entry *e, const tpu_eager_call *call,
+                                   tpu_storage *const *new_outputs) {
+  TPU_RETURN_IF_ERROR(tpu_runtime_check_fork()); /* before the scalar cache's lock */
+  if (e->num_results == 0) return NULL;
+  tpu_runtime *rt = tpu_eager_runtime();
+  flat_call f;
+  TPU_RETURN_IF_ERROR(tpu_flatten_call(call, &f));
+  tpu_buffer *args_small[32], *outs_small[32];
+  scalar_buf *held_small[32]; /* table scalars this call reads, held until the launch */
+  tpu_buffer **args = e->num_params <= 32 ? args_small : tpu_alloc_or_null((size_t)e->num_params * sizeof *args);
+  tpu_buffer **outs = e->num_results <= 32 ? outs_small : tpu_alloc_or_null((size_t)e->num_results * sizeof *outs);
+  scalar_buf **held = e->num_params <= 32 ? held_small : tpu_alloc_or_null((size_t)e->num_params * sizeof *held);
+  int num_held = 0;
+  tpu_buffer *rng_small[8], **rngs = rng_small; /* one per random op of a fused program */
+  int num_rngs = 0;
+  tpu_executable *exe = NULL;
+  tpu_buffer *lists_small[64], **lists = lists_small; /* Scalar[] operands */
+  int num_lists = 0;
+  tpu_status_t st = NULL;
+  if (e->num_params > 64) lists = tpu_alloc_or_null((size_t)e->num_params * sizeof *lists);
+  if (args == NULL || outs == NULL || held == NULL || lists == NULL) {
+    st = tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+    goto done;
+  }
+  for (int i = 0; i < e->num_params; i++) {
+    const param_src *p = &e->params[i];
+    switch (p->kind) {
+      case SRC_STORAGE: {
+        tpu_storage *s = f.refs[p->ref].ref->storage;
+        if (s->buf == NULL) TPU_GOTO_IF_ERROR(st, tpu_storage_materialize(s, p->dtype), done);
+        args[i] = s->buf;
+        break;
+      }
+      case SRC_HOST_SCALAR:
+      case SRC_SCALAR: {
+        unsigned char bytes[16] = {0};
+        const void *value = bytes;
+        if (p->kind == SRC_HOST_SCALAR) value = f.refs[p->ref].ref->host_scalar;
+        else scalar_bytes(&call->args[p->arg].lower, bytes);
+        TPU_GOTO_IF_ERROR(st, scalar_buffer(call->device, p->dtype, value, &held[num_held]), done);
+        args[i] = held[num_held++]->buf;
+        break;
+      }
+      case SRC_SCALAR_LIST: { /* one upload per call: the numbers change (a step size) */
+        const tpu_lower_arg *l = &call->args[p->arg].lower;
+        int64_t n = l->n;
+        const void *data = l->dtype == TPU_F64 ? (const void *)l->floats : (const void *)l->ints;
+        TPU_GOTO_IF_ERROR(st, tpu_buffer_from_host(rt, call->device, data, l->dtype, &n, 1, &lists[num_lists]), done);
+        args[i] = lists[num_lists++];
+        break;
+      }
+      case SRC_RNG: {
+        uint64_t seed = call->rng_seed, offset = call->rng_offset;
+        if (call->rng_states != NULL) {
+          seed = call->rng_states[2 * p->rng_index];
+          offset = call->rng_states[2 * p->rng_index + 1];
+        }
+        uint64_t state[2] = {splitmix64(seed ^ splitmix64(offset)), 0};
+        int64_t two = 2;
+        if (num_rngs == 8 && rngs == rng_small) {
+          tpu_buffer **grown = NULL;
+          TPU_GOTO_IF_ERROR(st, tpu_alloc((size_t)e->num_params * sizeof *rngs, (void **)&grown), done);
+          rngs = memcpy(grown, rng_small, sizeof rng_small);
+        }
+        TPU_GOTO_IF_ERROR(st, tpu_buffer_from_host(rt, call->device, state, TPU_U64, &two, 1, &rngs[num_rngs]), done);
+        args[i] = rngs[num_rngs++];
+        break;
+      }
+    }
+  }
+  TPU_GOTO_IF_ERROR(st, tpu_eager_entry_executable(e, &exe), done);
+  TPU_GOTO_IF_ERROR(st, tpu_executable_execute(rt, exe, call->device, args, (size_t)e->num_params,
+                                                e->any_donation ? e->donate : NULL, e->track, outs),
+                    done);
+  int first_check = e->num_results - e->num_checks;
+  for (int i = 0; i < first_check; i++) {
+    const result_dst *r = &e->results[i];
+    tpu_storage *s = r->ref >= 0 ? f.refs[r->ref].ref->storage : new_outputs[r->output];
+    if (s == NULL) tpu_buffer_destroy(rt, outs[i]);
+    else tpu_storage_put(s, outs[i], &r->type);
+  }
+  /* Data-dependent checks wait for their flags (a sync, like PyTorch's CPU
+   * kernels that raise before returning). */
+  for (int i = 0; i < e->num_checks; i++) {
+    int64_t flag[1 + TPU_LOWER_CHECK_VALUES] = {1};
+    tpu_status_t cst = tpu_buffer_to_host(rt, outs[first_check + i], flag, sizeof flag);
+    tpu_buffer_destroy(rt, outs[first_check + i]);
+    if (st == NULL && cst != NULL) st = cst;
+    else tpu_status_free(cst);
+    if (st == NULL && !flag[0]) st = check_failure(e, i, flag + 1);
+  }
+done:
+  for (int i = 0; i < num_rngs; i++) tpu_buffer_destroy(rt, rngs[i]);
+  if (rngs != rng_small) free(rngs);
+  for (int i = 0; i < num_lists; i++) tpu_buffer_destroy(rt, lists[i]);
+  if (lists != lists_small) free(lists);
+  for (int i = 0; i < num_held; i++) scalar_release(held[i]);
+  if (held != held_small) free(held);
+  if (args != args_small) free(args);
+  if (outs != outs_small) free(outs);
+  tpu_flat_release(&f);
   return st;
 }
