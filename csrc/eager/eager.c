@@ -19,26 +19,28 @@
 #include "eager/internal.h"
 #include "eager/program.h"
 
-static tpu_runtime *g_rt;
-static unsigned g_kernels;
-static char *g_dump_dir;
+static tpu_eager_context g_context;
+static char *g_dump_dir; /* g_context.dump_dir, owned */
 static _Atomic uint32_t g_next_op_id = 1;
 
 void tpu_eager_init(tpu_runtime *rt, unsigned kernels) {
-  g_rt = rt;
-  g_kernels = kernels;
+  g_context.rt = rt;
+  g_context.kernels = kernels;
 }
-tpu_runtime *tpu_eager_runtime(void) { return g_rt; }
-unsigned tpu_eager_kernels(void) { return g_kernels; }
-const char *tpu_eager_dump_dir(void) { return g_dump_dir; }
+const tpu_eager_context *tpu_eager_context_get(void) { return &g_context; }
+tpu_runtime *tpu_eager_runtime(void) { return g_context.rt; }
+unsigned tpu_eager_kernels(void) { return g_context.kernels; }
 
 tpu_status_t tpu_eager_set_dump_dir(const char *dir) {
+  g_context.dump_dir = NULL;
   free(g_dump_dir);
   g_dump_dir = NULL;
   if (dir == NULL || *dir == '\0') return NULL;
   if (mkdir(dir, 0777) != 0 && errno != EEXIST)
     return tpu_status_new(TPU_ERR_RUNTIME, "cannot create TORCHTPU_DUMP_DIR '%s': %s", dir, strerror(errno));
-  return tpu_strdup(dir, &g_dump_dir);
+  TPU_RETURN_IF_ERROR(tpu_strdup(dir, &g_dump_dir));
+  g_context.dump_dir = g_dump_dir;
+  return NULL;
 }
 
 tpu_status_t tpu_eager_op_new(const char *name, const tpu_lower_rule *rule, int num_outputs, int num_returns,
@@ -358,7 +360,7 @@ tpu_status_t tpu_eager_cache_clear(void) {
   pthread_mutex_unlock(&g_cache_lock);
   /* Nobody holds these, so every launch of theirs was made before now:
    * wait for those before their executables go. */
-  tpu_status_t st = tpu_runtime_synchronize(tpu_eager_runtime(), -1);
+  tpu_status_t st = tpu_runtime_synchronize(g_context.rt, -1);
   for (cache_node *n = dead, *next; n != NULL; n = next) {
     next = n->next;
     tpu_eager_entry_free(n->entry);
@@ -419,7 +421,7 @@ tpu_status_t tpu_eager_run(tpu_eager_entry *e, const tpu_eager_call *call, tpu_s
     }
   }
   tpu_status_t st = tpu_eager_execute(e, call, new_outputs);
-  if (st == NULL && mode == TPU_EAGER_BLOCKING) st = tpu_runtime_synchronize(g_rt, call->device);
+  if (st == NULL && mode == TPU_EAGER_BLOCKING) st = tpu_runtime_synchronize(tpu_eager_entry_context(e)->rt, call->device);
   tpu_eager_entry_release(again);
   return st;
 }
@@ -567,7 +569,7 @@ tpu_status_t tpu_eager_compile(const tpu_eager_call *call, const tpu_eager_out_m
   TPU_RETURN_IF_ERROR(tpu_runtime_check_fork()); /* before building, and before the caches' locks */
   const tpu_eager_op *op = call->op;
   tpu_program *p = NULL;
-  TPU_RETURN_IF_ERROR(tpu_program_new(call, op->name, &p));
+  TPU_RETURN_IF_ERROR(tpu_program_new(&g_context, call, op->name, &p));
   /* Fused eager records calls and runs them inside larger programs: their
    * own is compiled only if it runs alone. */
   if (tpu_eager_current_mode() == TPU_EAGER_FUSED) tpu_program_set_lazy(p);
@@ -606,6 +608,7 @@ done:
  * own reference). Buffers are immutable and never donated. */
 #define SCALAR_CACHE 256
 typedef struct scalar_buf {
+  tpu_runtime *rt;
   tpu_buffer *buf;
   atomic_int refs;
 } scalar_buf;
@@ -620,12 +623,13 @@ static pthread_mutex_t g_scalar_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void scalar_release(scalar_buf *sb) {
   if (sb == NULL || atomic_fetch_sub_explicit(&sb->refs, 1, memory_order_acq_rel) != 1) return;
-  tpu_buffer_destroy(tpu_eager_runtime(), sb->buf);
+  tpu_buffer_destroy(sb->rt, sb->buf);
   free(sb);
 }
 
 /* |*out| holds one reference, released with scalar_release. */
-static tpu_status_t scalar_buffer(int device, tpu_dtype_t dtype, const void *bytes, scalar_buf **out) {
+static tpu_status_t scalar_buffer(tpu_runtime *rt, int device, tpu_dtype_t dtype, const void *bytes,
+                                  scalar_buf **out) {
   *out = NULL;
   size_t size = tpu_dtype_size(dtype);
   unsigned char key[16] = {0};
@@ -633,7 +637,8 @@ static tpu_status_t scalar_buffer(int device, tpu_dtype_t dtype, const void *byt
   uint64_t h = tpu_hash64(key, sizeof key, (uint64_t)dtype * 31 + (uint64_t)device);
   scalar_slot *slot = &g_scalars[h % SCALAR_CACHE];
   pthread_mutex_lock(&g_scalar_lock);
-  if (slot->held != NULL && slot->dtype == dtype && slot->device == device && memcmp(slot->bytes, key, 16) == 0) {
+  if (slot->held != NULL && slot->held->rt == rt && slot->dtype == dtype && slot->device == device &&
+      memcmp(slot->bytes, key, 16) == 0) {
     atomic_fetch_add_explicit(&slot->held->refs, 1, memory_order_relaxed);
     *out = slot->held;
     pthread_mutex_unlock(&g_scalar_lock);
@@ -643,7 +648,8 @@ static tpu_status_t scalar_buffer(int device, tpu_dtype_t dtype, const void *byt
   scalar_buf *sb = NULL;
   TPU_RETURN_IF_ERROR(tpu_alloc(sizeof *sb, (void **)&sb));
   atomic_init(&sb->refs, 2); /* the slot's and the caller's */
-  tpu_status_t st = tpu_buffer_from_host(tpu_eager_runtime(), device, key, dtype, NULL, 0, &sb->buf);
+  sb->rt = rt;
+  tpu_status_t st = tpu_buffer_from_host(rt, device, key, dtype, NULL, 0, &sb->buf);
   if (st != NULL) {
     free(sb);
     return st;
@@ -702,7 +708,7 @@ tpu_status_t tpu_eager_execute_raw(const tpu_eager_entry *e, const tpu_eager_cal
                                    tpu_storage *const *new_outputs) {
   TPU_RETURN_IF_ERROR(tpu_runtime_check_fork()); /* before the scalar cache's lock */
   if (e->num_results == 0) return NULL;
-  tpu_runtime *rt = tpu_eager_runtime();
+  tpu_runtime *rt = e->ctx->rt;
   flat_call f;
   TPU_RETURN_IF_ERROR(tpu_flatten_call(call, &f));
   tpu_buffer *args_small[32], *outs_small[32];
@@ -737,7 +743,7 @@ tpu_status_t tpu_eager_execute_raw(const tpu_eager_entry *e, const tpu_eager_cal
         const void *value = bytes;
         if (p->kind == SRC_HOST_SCALAR) value = f.refs[p->ref].ref->host_scalar;
         else scalar_bytes(&call->args[p->arg].lower, bytes);
-        TPU_GOTO_IF_ERROR(st, scalar_buffer(call->device, p->dtype, value, &held[num_held]), done);
+        TPU_GOTO_IF_ERROR(st, scalar_buffer(rt, call->device, p->dtype, value, &held[num_held]), done);
         args[i] = held[num_held++]->buf;
         break;
       }

@@ -88,7 +88,7 @@ tpu_status_t tpu_flatten_call(const tpu_eager_call *call, flat_call *f) {
 
 void tpu_eager_entry_free(tpu_eager_entry *e) {
   if (e == NULL) return;
-  tpu_executable_destroy(tpu_eager_runtime(), e->exe);
+  tpu_executable_destroy(e->ctx->rt, e->exe);
   free(e->name);
   free(e->text);
   free(e->item_common_dtypes);
@@ -127,6 +127,7 @@ bool tpu_eager_entry_unref(tpu_eager_entry *e) {
 void tpu_eager_entry_set_hash(tpu_eager_entry *e, uint64_t hash) { e->hash = hash; }
 
 uint64_t tpu_eager_entry_hash(const tpu_eager_entry *e) { return e->hash; }
+const tpu_eager_context *tpu_eager_entry_context(const tpu_eager_entry *e) { return e->ctx; }
 uint64_t tpu_eager_entry_serial(const tpu_eager_entry *e) { return e->serial; }
 
 bool tpu_eager_entry_uses_rng(const tpu_eager_entry *e) {
@@ -135,8 +136,8 @@ bool tpu_eager_entry_uses_rng(const tpu_eager_entry *e) {
   return false;
 }
 
-static void dump_program(const char *name, uint64_t hash, const char *text) {
-  const char *dir = tpu_eager_dump_dir();
+/* Writes |text| into |dir| (NULL: nowhere), named after the program. */
+static void dump_program(const char *dir, const char *name, uint64_t hash, const char *text) {
   if (dir == NULL) return;
   char path[4096];
   char safe[128];
@@ -151,11 +152,10 @@ static void dump_program(const char *name, uint64_t hash, const char *text) {
   }
 }
 
-
 tpu_status_t tpu_eager_entry_compile(tpu_eager_entry *e, const char *text) {
-  dump_program(e->name, tpu_hash64(text, strlen(text), 0), text);
+  dump_program(e->ctx->dump_dir, e->name, tpu_hash64(text, strlen(text), 0), text);
   bool loaded = false;
-  tpu_status_t st = tpu_compile_cached(tpu_eager_runtime(), text, strlen(text), &e->options, &e->exe, &loaded);
+  tpu_status_t st = tpu_compile_cached(e->ctx->rt, text, strlen(text), &e->options, &e->exe, &loaded);
   if (st != NULL) return tpu_status_annotate(st, "%s: compiling its program", e->name);
   tpu_stats_add(loaded ? TPU_STAT_CACHE_LOADS : TPU_STAT_CACHE_MISSES, 1);
   return NULL;

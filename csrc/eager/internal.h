@@ -26,7 +26,6 @@ tpu_status_t tpu_flatten_call(const tpu_eager_call *call, flat_call *f) TPU_MUST
 void tpu_flat_release(flat_call *f);
 int tpu_flat_index(const flat_call *f, int arg, int item);
 bool tpu_ref_is_none(const tpu_tensor_ref *r);
-const char *tpu_eager_dump_dir(void);
 
 /* Entry references (an entry starts with one): unref says whether it was the last. */
 void tpu_eager_entry_retain(tpu_eager_entry *e);
@@ -35,6 +34,7 @@ bool tpu_eager_entry_unref(tpu_eager_entry *e);
  * detection names calls by it); set by the cache. */
 void tpu_eager_entry_set_hash(tpu_eager_entry *e, uint64_t hash);
 uint64_t tpu_eager_entry_hash(const tpu_eager_entry *e);
+const tpu_eager_context *tpu_eager_entry_context(const tpu_eager_entry *e);
 /* A number no other entry of the process has had (entries are freed and
  * their memory reused, so their addresses are no names). */
 uint64_t tpu_eager_entry_serial(const tpu_eager_entry *e);
@@ -94,6 +94,7 @@ typedef struct result_dst {
 } result_dst;
 
 struct tpu_eager_entry {
+  const tpu_eager_context *ctx; /* what it was built for and runs on; outlives it */
   atomic_int refs; /* the cache's and each caller's between lookup and release */
   uint64_t hash;   /* of the key the cache keeps it under */
   uint64_t serial; /* unique to this entry in the process (fused eager's keys name entries by it) */

@@ -23,6 +23,7 @@ typedef struct seq_slot {
 } seq_slot;
 
 struct tpu_program {
+  const tpu_eager_context *ctx; /* NULL when exporting */
   const tpu_eager_call *call;
   char *name;
   flat_call flat;
@@ -82,10 +83,12 @@ void tpu_program_free(tpu_program *p) {
   free(p);
 }
 
-tpu_status_t tpu_program_new(const tpu_eager_call *call, const char *name, tpu_program **out_p) {
+tpu_status_t tpu_program_new(const tpu_eager_context *ctx, const tpu_eager_call *call, const char *name,
+                             tpu_program **out_p) {
   *out_p = NULL;
   tpu_program *p = NULL;
   TPU_RETURN_IF_ERROR(tpu_alloc_zeroed(1, sizeof *p, (void **)&p));
+  p->ctx = ctx;
   p->call = call;
   p->rng_param = TPU_HLO_NONE;
   tpu_status_t st = tpu_flatten_call(call, &p->flat);
@@ -251,7 +254,7 @@ static tpu_hlo_value next_rng_state(tpu_program *p) {
  * fused broadcast in another order: last bits differed. One boundary per
  * value of the storage. */
 static tpu_hlo_value boundary(tpu_program *p, tpu_hlo_value v) {
-  return p->exact ? tpu_lower_boundary(p->b, tpu_eager_kernels(), v) : v;
+  return p->exact ? tpu_lower_boundary(p->b, p->ctx->kernels, v) : v;
 }
 
 static tpu_hlo_value written_storage(tpu_program *p, int slot) {
@@ -291,7 +294,7 @@ void tpu_program_end_call(tpu_program *p) {
   for (int s = 0; s < p->flat.n; s++) {
     seq_slot *q = &p->seq[s];
     if (q->writer == me && (n > 0 || !q->donating) && p->slot_value[s] != TPU_HLO_NONE)
-      p->slot_value[s] = q->read = tpu_lower_boundary_keep(p->b, tpu_eager_kernels(), p->slot_value[s], p->keep, n);
+      p->slot_value[s] = q->read = tpu_lower_boundary_keep(p->b, p->ctx->kernels, p->slot_value[s], p->keep, n);
   }
 }
 
@@ -308,7 +311,7 @@ tpu_status_t tpu_program_apply(tpu_program *p, const tpu_program_apply_args *a, 
       .outputs = out_values,
       .common_dtype = a->common_dtype,
       .precision = a->precision,
-      .kernels = p->exporting ? 0u : tpu_eager_kernels(),
+      .kernels = p->exporting ? 0u : p->ctx->kernels,
       .rng_state = TPU_HLO_NONE,
       .fetch = a->fetch,
       .user = a->user,
@@ -459,6 +462,7 @@ void tpu_program_discard(tpu_program *p, int arg, int item) {
 
 tpu_status_t tpu_program_finish(tpu_program *p, tpu_eager_entry **out_entry) {
   *out_entry = NULL;
+  if (p->ctx == NULL) return tpu_status_new(TPU_ERR_RUNTIME, "%s: internal: an exported program is finished by tpu_program_export_finish", p->name);
   tpu_hlo_builder *b = p->b;
   static _Atomic uint64_t next_serial = 1;
   tpu_eager_entry *e = NULL;
@@ -468,6 +472,7 @@ tpu_status_t tpu_program_finish(tpu_program *p, tpu_eager_entry **out_entry) {
   char *text = NULL;
   tpu_status_t st = NULL;
   TPU_GOTO_IF_ERROR(st, tpu_alloc_zeroed(1, sizeof *e, (void **)&e), fail);
+  e->ctx = p->ctx;
   atomic_init(&e->refs, 1);
   e->serial = atomic_fetch_add(&next_serial, 1);
   TPU_GOTO_IF_ERROR(st, tpu_alloc(max_results * sizeof *results, (void **)&results), fail);
@@ -544,7 +549,7 @@ tpu_status_t tpu_program_finish(tpu_program *p, tpu_eager_entry **out_entry) {
   int64_t elements = 0;
   for (int i = 0; i < n; i++) elements += tpu_hlo_type_numel(tpu_hlo_type_of(b, values[i]));
   for (int i = 0; i < tpu_hlo_num_params(b); i++) elements += tpu_hlo_type_numel(tpu_hlo_param_type(b, i));
-  e->track = !tpu_runtime_runs_small_programs_inline(tpu_eager_runtime()) || elements > 256;
+  e->track = !tpu_runtime_runs_small_programs_inline(p->ctx->rt) || elements > 256;
   if (n > 0) {
     TPU_GOTO_IF_ERROR(st, tpu_hlo_finish(b, values, n, &text), fail);
     tpu_compile_options_init(&e->options);
@@ -576,7 +581,7 @@ tpu_status_t tpu_program_new_export(const char *name, tpu_program **out_p) {
   *out_p = NULL;
   /* The call must outlive the program: the program holds its own (empty). */
   static const tpu_eager_call empty = {.op = NULL, .num_args = 0, .args = NULL, .device = 0};
-  TPU_RETURN_IF_ERROR(tpu_program_new(&empty, name, out_p));
+  TPU_RETURN_IF_ERROR(tpu_program_new(NULL, &empty, name, out_p));
   (*out_p)->exporting = true;
   return NULL;
 }

@@ -24,9 +24,10 @@ extern "C" {
 
 typedef struct tpu_program tpu_program;
 
-/* A program over |call|'s arguments; |call| must outlive the program. |name|
- * names it in errors and dumps. */
-tpu_status_t tpu_program_new(const tpu_eager_call *call, const char *name,
+/* A program over |call|'s arguments for |ctx| (tpu_eager_context_get() for
+ * the process's); |call| and |ctx| must outlive the program, |ctx| its
+ * entries too. |name| names it in errors and dumps. */
+tpu_status_t tpu_program_new(const tpu_eager_context *ctx, const tpu_eager_call *call, const char *name,
                              tpu_program **out_p) TPU_MUST_USE;
 void tpu_program_free(tpu_program *p);
 tpu_hlo_builder *tpu_program_builder(tpu_program *p);

@@ -284,12 +284,13 @@ static tpu_eager_call rec_call(const rec *r) {
   return c;
 }
 
-/* Builds the program of the whole trace. */
+/* Builds the program of the whole trace, for the context its calls' entries
+ * were built for (one per process). */
 static tpu_status_t build(const tpu_eager_call *all, tpu_eager_entry **out) {
   char name[64];
   snprintf(name, sizeof name, "fused_%d_calls", g.n);
   tpu_program *p = NULL;
-  TPU_RETURN_IF_ERROR(tpu_program_new(all, name, &p));
+  TPU_RETURN_IF_ERROR(tpu_program_new(tpu_eager_entry_context(g.recs[0].entry), all, name, &p));
   tpu_program_set_fused(p, exact());
   tpu_status_t st = NULL;
   for (int i = 0; i < g.n && st == NULL; i++) {

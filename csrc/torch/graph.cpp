@@ -251,7 +251,7 @@ class GraphBuilder {
   GraphBuilder(const std::string& name, const Inputs& inputs, const std::vector<bool>& mutated)
       : name_(name), inputs_(tensors_of(inputs), mutated), mutated_(mutated) {
     runtime();
-    TPU_CHECK(tpu_program_new(&inputs_.call, name_.c_str(), &program_));
+    TPU_CHECK(tpu_program_new(tpu_eager_context_get(), &inputs_.call, name_.c_str(), &program_));
   }
   // An exporting builder (torchtpu.export_stablehlo): its inputs are
   // module parameters of the given (dtype, sizes), in order.
