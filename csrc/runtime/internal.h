@@ -50,13 +50,18 @@ struct tpu_executable {
  * prefixing |what|, and destroys it. */
 tpu_status_t tpu_runtime_from_pjrt(const PJRT_Api *api, PJRT_Error *err, const char *what) TPU_MUST_USE;
 
+/* tpu_runtime_from_pjrt with the common case, no error, inline. */
+static inline tpu_status_t tpu_runtime_pjrt_result(const PJRT_Api *api, PJRT_Error *err, const char *what) {
+  return err == NULL ? NULL : tpu_runtime_from_pjrt(api, err, what);
+}
+
 /* Calls |slot| with |args| when the plugin provides it (and this process may
  * call the plugin). */
-#define CALL(api, slot, args, what)                                                        \
-  (tpu_runtime_in_forked_child() ? tpu_runtime_check_fork()                                \
-   : TPU_PJRT_HAS(api, slot)                                                               \
-       ? tpu_runtime_from_pjrt((api), (api)->slot(args), (what))                                       \
-       : tpu_status_new(TPU_ERR_UNAVAILABLE, "%s: the PJRT plugin does not provide %s",    \
+#define CALL(api, slot, args, what)                                                     \
+  (tpu_runtime_in_forked_child() ? tpu_runtime_check_fork()                             \
+   : TPU_PJRT_HAS(api, slot)                                                            \
+       ? tpu_runtime_pjrt_result((api), (api)->slot(args), (what))                      \
+       : tpu_status_new(TPU_ERR_UNAVAILABLE, "%s: the PJRT plugin does not provide %s", \
                         (what), #slot))
 
 void tpu_runtime_event_destroy(const PJRT_Api *api, PJRT_Event *ev);
