@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
+
 enum { PINNED_ALIGN = 4096 };
 
 typedef struct block {
@@ -40,7 +42,7 @@ void *tpu_pinned_alloc(size_t nbytes) {
   pthread_mutex_lock(&g_lock);
   if (g_count == g_capacity) {
     size_t capacity = g_capacity ? 2 * g_capacity : 64;
-    block *grown = realloc(g_blocks, capacity * sizeof *grown);
+    block *grown = tpu_realloc_or_null(g_blocks, capacity * sizeof *grown);
     if (grown == NULL) {
       pthread_mutex_unlock(&g_lock);
       free(p);

@@ -11,6 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/alloc.h"
+
 /* About 230 bytes an event: a recording holds at most ~230 MB. */
 #define MAX_EVENTS (1u << 20)
 #define MAX_DEPTH 64
@@ -115,7 +117,7 @@ static uint64_t record(tpu_profile_kind_t kind, const char *name, const char *de
   if (!tpu_profile_enabled()) goto done;
   if (g_count == g_cap) {
     size_t cap = g_cap ? g_cap * 2 : 4096;
-    tpu_profile_event *grown = cap <= MAX_EVENTS ? realloc(g_events, cap * sizeof *grown) : NULL;
+    tpu_profile_event *grown = cap <= MAX_EVENTS ? tpu_realloc_or_null(g_events, cap * sizeof *grown) : NULL;
     if (grown == NULL) {
       g_dropped++;
       goto done;

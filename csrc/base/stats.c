@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
+
 static _Atomic uint64_t counters[TPU_STAT_COUNT_];
 
 static const char *const names[TPU_STAT_COUNT_] = {
@@ -57,14 +59,13 @@ uint64_t tpu_stats_op_bump(tpu_op_counter_kind_t kind, const char *name) {
   op_count *e = op_tables[kind];
   while (e != NULL && strcmp(e->name, name) != 0) e = e->next;
   if (e == NULL) {
-    e = calloc(1, sizeof *e);
-    if (e != NULL) e->name = strdup(name);
-    if (e != NULL && e->name != NULL) {
+    size_t n = strlen(name) + 1;
+    e = tpu_alloc_or_null(sizeof *e + n);
+    if (e != NULL) {
+      memset(e, 0, sizeof *e);
+      e->name = memcpy((char *)(e + 1), name, n);
       e->next = op_tables[kind];
       op_tables[kind] = e;
-    } else {
-      free(e);
-      e = NULL;
     }
   }
   if (e != NULL) result = ++e->count;
@@ -86,7 +87,6 @@ void tpu_stats_reset(void) {
     op_count *e = op_tables[k];
     while (e != NULL) {
       op_count *next = e->next;
-      free(e->name);
       free(e);
       e = next;
     }

@@ -1,4 +1,8 @@
-/* Status objects: a code and an owned message string. */
+/* Status objects: a code and an owned message string.
+ *
+ * Allocated with the C library directly, not tpu_alloc: a status reports a
+ * failed allocation, so an injected failure (base/alloc.h) must not be
+ * spent on the report. */
 #include "base/status.h"
 
 #include <stdarg.h>
@@ -41,6 +45,19 @@ tpu_status_t tpu_status_new(tpu_code_t code, const char *fmt, ...) {
   return st;
 }
 
+/* Replaces |st|'s message with |head| |sep| |tail|; keeps it when out of
+ * memory (the error itself matters more than its context). */
+static void set_message(struct tpu_status *st, const char *head, const char *sep, const char *tail) {
+  size_t a = strlen(head), s = strlen(sep), b = strlen(tail);
+  char *joined = malloc(a + s + b + 1);
+  if (joined == NULL) return;
+  memcpy(joined, head, a);
+  memcpy(joined + a, sep, s);
+  memcpy(joined + a + s, tail, b + 1);
+  free(st->message);
+  st->message = joined;
+}
+
 tpu_status_t tpu_status_annotate(tpu_status_t st, const char *fmt, ...) {
   if (st == NULL || st == &oom_status) return st;
   va_list ap;
@@ -48,17 +65,16 @@ tpu_status_t tpu_status_annotate(tpu_status_t st, const char *fmt, ...) {
   char *prefix = vformat(fmt, ap);
   va_end(ap);
   if (prefix == NULL) return st;
-  size_t a = strlen(prefix), b = strlen(st->message);
-  char *joined = malloc(a + 2 + b + 1);
-  if (joined != NULL) {
-    memcpy(joined, prefix, a);
-    memcpy(joined + a, ": ", 2);
-    memcpy(joined + a + 2, st->message, b + 1);
-    free(st->message);
-    st->message = joined;
-  }
+  set_message(st, prefix, ": ", st->message);
   free(prefix);
   return st;
+}
+
+tpu_status_t tpu_status_join(tpu_status_t first, tpu_status_t second) {
+  if (first == NULL) return second;
+  if (second != NULL && first != &oom_status) set_message(first, first->message, "; then: ", second->message);
+  tpu_status_free(second);
+  return first;
 }
 
 tpu_code_t tpu_status_code(tpu_status_t st) { return st == NULL ? TPU_OK : st->code; }

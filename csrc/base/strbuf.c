@@ -7,13 +7,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
+
 static bool reserve(tpu_strbuf *sb, size_t extra) {
   if (sb->failed) return false;
   size_t need = sb->len + extra + 1;
   if (need <= sb->cap) return true;
   size_t cap = sb->cap ? sb->cap : 256;
   while (cap < need) cap *= 2;
-  char *p = realloc(sb->data, cap);
+  char *p = tpu_realloc_or_null(sb->data, cap);
   if (p == NULL) {
     sb->failed = true;
     return false;
@@ -68,7 +70,7 @@ void tpu_strbuf_release(tpu_strbuf *sb) {
 
 char *tpu_strbuf_take(tpu_strbuf *sb) {
   char *p = sb->data;
-  if (p == NULL && !sb->failed) p = calloc(1, 1);
+  if (p == NULL && !sb->failed && (p = tpu_alloc_or_null(1)) != NULL) *p = '\0';
   sb->data = NULL;
   sb->len = sb->cap = 0;
   return p;
@@ -121,7 +123,7 @@ const char *tpu_str_intern(const char *s) {
   while (e != NULL && strcmp(e->text, s) != 0) e = e->next;
   if (e == NULL) {
     size_t n = strlen(s) + 1;
-    e = malloc(sizeof *e + n);
+    e = tpu_alloc_or_null(sizeof *e + n);
     if (e != NULL) {
       memcpy(e->text, s, n);
       e->next = intern_list;

@@ -1,5 +1,7 @@
-/* Eager execution: op records, call keys and the in-memory cache of one-op
- * programs (see eager.h). Programs are built by program.c. */
+/* Eager execution (see eager.h): op records, call keys, the in-memory cache
+ * of one-op programs, the modes, and running an entry on a call's storages
+ * (tpu_eager_execute, with the table of runtime scalars). Programs are built
+ * by program.c, entries compiled by entry.c, fused traces kept by trace.c. */
 #include "eager/eager.h"
 
 #include <errno.h>
@@ -10,33 +12,35 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/alloc.h"
 #include "base/stats.h"
 #include "base/strbuf.h"
 #include "base/profile.h"
 #include "eager/internal.h"
 #include "eager/program.h"
 
-static tpu_runtime *g_rt;
-static unsigned g_kernels;
-static char *g_dump_dir;
+static tpu_eager_context g_context;
+static char *g_dump_dir; /* g_context.dump_dir, owned */
 static _Atomic uint32_t g_next_op_id = 1;
 
 void tpu_eager_init(tpu_runtime *rt, unsigned kernels) {
-  g_rt = rt;
-  g_kernels = kernels;
+  g_context.rt = rt;
+  g_context.kernels = kernels;
 }
-tpu_runtime *tpu_eager_runtime(void) { return g_rt; }
-unsigned tpu_eager_kernels(void) { return g_kernels; }
-const char *tpu_eager_dump_dir(void) { return g_dump_dir; }
+const tpu_eager_context *tpu_eager_context_get(void) { return &g_context; }
+tpu_runtime *tpu_eager_runtime(void) { return g_context.rt; }
+unsigned tpu_eager_kernels(void) { return g_context.kernels; }
 
 tpu_status_t tpu_eager_set_dump_dir(const char *dir) {
+  g_context.dump_dir = NULL;
   free(g_dump_dir);
   g_dump_dir = NULL;
   if (dir == NULL || *dir == '\0') return NULL;
   if (mkdir(dir, 0777) != 0 && errno != EEXIST)
     return tpu_status_new(TPU_ERR_RUNTIME, "cannot create TORCHTPU_DUMP_DIR '%s': %s", dir, strerror(errno));
-  g_dump_dir = strdup(dir);
-  return g_dump_dir ? NULL : tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+  TPU_RETURN_IF_ERROR(tpu_strdup(dir, &g_dump_dir));
+  g_context.dump_dir = g_dump_dir;
+  return NULL;
 }
 
 tpu_status_t tpu_eager_op_new(const char *name, const tpu_lower_rule *rule, int num_outputs, int num_returns,
@@ -47,11 +51,15 @@ tpu_status_t tpu_eager_op_new(const char *name, const tpu_lower_rule *rule, int 
     return tpu_status_new(TPU_ERR_NOT_IMPLEMENTED, "%s has too many outputs", name);
   if (num_item_args > TPU_EAGER_MAX_ITEM_ARGS)
     return tpu_status_new(TPU_ERR_NOT_IMPLEMENTED, "%s has too many arguments", name);
-  tpu_eager_op *op = calloc(1, sizeof *op);
-  if (op == NULL || (op->name = strdup(name)) == NULL) {
+  tpu_eager_op *op = NULL;
+  TPU_RETURN_IF_ERROR(tpu_alloc_zeroed(1, sizeof *op, (void **)&op));
+  char *owned_name = NULL;
+  tpu_status_t st = tpu_strdup(name, &owned_name);
+  if (st != NULL) {
     free(op);
-    return tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+    return st;
   }
+  op->name = owned_name;
   op->rule = rule;
   op->num_outputs = num_outputs;
   op->num_returns = num_returns;
@@ -158,9 +166,28 @@ static void build_key(tpu_strbuf *k, const tpu_eager_call *call, const flat_call
 
 /* --- the cache ---------------------------------------------------------------------- */
 
+/* The cache's own nodes: a key (held inline) and the entry it names. The
+ * cache holds one reference on each entry it keeps. */
+typedef struct cache_node {
+  struct cache_node *next; /* its bucket's chain, or the held or unheld list */
+  tpu_eager_entry *entry;
+  uint64_t hash;
+  size_t key_len;
+  char key[];
+} cache_node;
+
 static pthread_mutex_t g_cache_lock = PTHREAD_MUTEX_INITIALIZER;
-static tpu_eager_entry **g_buckets;
+static cache_node **g_buckets;
 static size_t g_num_buckets, g_num_entries;
+/* Out of the cache (cleared), with callers still holding their entries. */
+static cache_node *g_held;
+/* Out of the cache, nobody holds their entries any more, whose last launch
+ * may still run: freed by the next clear, after it waited for every launch. */
+static cache_node *g_unheld;
+
+static bool node_has_key(const cache_node *n, const char *key, size_t len, uint64_t h) {
+  return n->hash == h && n->key_len == len && memcmp(n->key, key, len) == 0;
+}
 
 /* Programs kept loaded. Each loaded executable maps a few memory regions and
  * Linux allows about 65k per process, so a process that keeps compiling new
@@ -227,9 +254,9 @@ tpu_eager_entry *tpu_eager_cache_find(const char *key, size_t len, uint64_t h) {
   tpu_eager_entry *found = NULL;
   pthread_mutex_lock(&g_cache_lock);
   if (g_num_buckets != 0)
-    for (tpu_eager_entry *e = g_buckets[h & (g_num_buckets - 1)]; e != NULL; e = *tpu_eager_entry_chain(e))
-      if (tpu_eager_entry_has_key(e, key, len, h)) {
-        found = e;
+    for (const cache_node *n = g_buckets[h & (g_num_buckets - 1)]; n != NULL; n = n->next)
+      if (node_has_key(n, key, len, h)) {
+        found = n->entry;
         tpu_eager_entry_retain(found);
         break;
       }
@@ -257,13 +284,14 @@ tpu_eager_entry *tpu_eager_lookup(const tpu_eager_call *call) {
 static tpu_eager_entry *insert_locked(tpu_eager_entry *e, const char *key, size_t len, uint64_t h) {
   if (g_num_entries + 1 > g_num_buckets) {
     size_t nb = g_num_buckets ? g_num_buckets * 2 : 256;
-    tpu_eager_entry **b = calloc(nb, sizeof *b);
+    cache_node **b = tpu_alloc_or_null(nb * sizeof *b);
     if (b != NULL) {
+      memset(b, 0, nb * sizeof *b);
       for (size_t i = 0; i < g_num_buckets; i++)
-        for (tpu_eager_entry *x = g_buckets[i], *next; x != NULL; x = next) {
-          next = *tpu_eager_entry_chain(x);
-          *tpu_eager_entry_chain(x) = b[tpu_eager_entry_hash(x) & (nb - 1)];
-          b[tpu_eager_entry_hash(x) & (nb - 1)] = x;
+        for (cache_node *x = g_buckets[i], *next; x != NULL; x = next) {
+          next = x->next;
+          x->next = b[x->hash & (nb - 1)];
+          b[x->hash & (nb - 1)] = x;
         }
       free(g_buckets);
       g_buckets = b;
@@ -271,15 +299,18 @@ static tpu_eager_entry *insert_locked(tpu_eager_entry *e, const char *key, size_
     }
   }
   if (g_num_buckets == 0) return NULL;
-  tpu_eager_entry **head = &g_buckets[h & (g_num_buckets - 1)];
-  for (tpu_eager_entry *x = *head; x != NULL; x = *tpu_eager_entry_chain(x))
-    if (tpu_eager_entry_has_key(x, key, len, h)) return x;
-  char *owned = malloc(len ? len : 1);
-  if (owned == NULL) return NULL;
-  memcpy(owned, key, len);
-  tpu_eager_entry_set_key(e, owned, len, h);
-  *tpu_eager_entry_chain(e) = *head;
-  *head = e;
+  cache_node **head = &g_buckets[h & (g_num_buckets - 1)];
+  for (cache_node *x = *head; x != NULL; x = x->next)
+    if (node_has_key(x, key, len, h)) return x->entry;
+  cache_node *n = tpu_alloc_or_null(sizeof *n + len);
+  if (n == NULL) return NULL;
+  n->next = *head;
+  n->entry = e;
+  n->hash = h;
+  n->key_len = len;
+  memcpy(n->key, key, len);
+  tpu_eager_entry_set_hash(e, h);
+  *head = n;
   g_num_entries++;
   return e;
 }
@@ -291,46 +322,49 @@ size_t tpu_eager_cache_size(void) {
   return n;
 }
 
-/* Entries out of the cache that nobody holds any more, whose last launch may
- * still run: freed by the next clear, after it waited for every launch. */
-static tpu_eager_entry *g_unheld;
-
 void tpu_eager_entry_release(tpu_eager_entry *e) {
   if (e == NULL || !tpu_eager_entry_unref(e)) return;
-  /* The cache holds a reference while it keeps an entry: this one left it. */
+  /* The cache holds a reference while it keeps an entry: this one left it,
+   * and its node waits on the held list. */
   pthread_mutex_lock(&g_cache_lock);
-  *tpu_eager_entry_chain(e) = g_unheld;
-  g_unheld = e;
+  for (cache_node **link = &g_held; *link != NULL; link = &(*link)->next)
+    if ((*link)->entry == e) {
+      cache_node *n = *link;
+      *link = n->next;
+      n->next = g_unheld;
+      g_unheld = n;
+      break;
+    }
   pthread_mutex_unlock(&g_cache_lock);
 }
 
 tpu_status_t tpu_eager_cache_clear(void) {
-  tpu_eager_entry *dead = NULL;
+  cache_node *dead = NULL;
   pthread_mutex_lock(&g_cache_lock);
   for (size_t i = 0; i < g_num_buckets; i++) {
-    for (tpu_eager_entry *e = g_buckets[i], *next; e != NULL; e = next) {
-      next = *tpu_eager_entry_chain(e);
-      if (tpu_eager_entry_unref(e)) { /* else a caller holds it: freed after its release */
-        *tpu_eager_entry_chain(e) = dead;
-        dead = e;
-      }
+    for (cache_node *n = g_buckets[i], *next; n != NULL; n = next) {
+      next = n->next;
+      cache_node **list = tpu_eager_entry_unref(n->entry) ? &dead : &g_held; /* held: freed after its release */
+      n->next = *list;
+      *list = n;
     }
     g_buckets[i] = NULL;
   }
   g_num_entries = 0;
-  for (tpu_eager_entry *e = g_unheld, *next; e != NULL; e = next) {
-    next = *tpu_eager_entry_chain(e);
-    *tpu_eager_entry_chain(e) = dead;
-    dead = e;
+  for (cache_node *n = g_unheld, *next; n != NULL; n = next) {
+    next = n->next;
+    n->next = dead;
+    dead = n;
   }
   g_unheld = NULL;
   pthread_mutex_unlock(&g_cache_lock);
   /* Nobody holds these, so every launch of theirs was made before now:
    * wait for those before their executables go. */
-  tpu_status_t st = tpu_runtime_synchronize(tpu_eager_runtime(), -1);
-  for (tpu_eager_entry *e = dead, *next; e != NULL; e = next) {
-    next = *tpu_eager_entry_chain(e);
-    tpu_eager_entry_free(e);
+  tpu_status_t st = tpu_runtime_synchronize(g_context.rt, -1);
+  for (cache_node *n = dead, *next; n != NULL; n = next) {
+    next = n->next;
+    tpu_eager_entry_free(n->entry);
+    free(n);
   }
   return st;
 }
@@ -387,7 +421,7 @@ tpu_status_t tpu_eager_run(tpu_eager_entry *e, const tpu_eager_call *call, tpu_s
     }
   }
   tpu_status_t st = tpu_eager_execute(e, call, new_outputs);
-  if (st == NULL && mode == TPU_EAGER_BLOCKING) st = tpu_runtime_synchronize(g_rt, call->device);
+  if (st == NULL && mode == TPU_EAGER_BLOCKING) st = tpu_runtime_synchronize(tpu_eager_entry_context(e)->rt, call->device);
   tpu_eager_entry_release(again);
   return st;
 }
@@ -410,9 +444,11 @@ bool tpu_eager_items_overlap(const tpu_eager_call *call) {
   }
   /* Per slot (indexed by its first ref): written at all, and seen at more
    * than one item index. */
-  bool *written = calloc((size_t)(f.n ? f.n : 1), sizeof *written);
-  bool *mixed = calloc((size_t)(f.n ? f.n : 1), sizeof *mixed);
-  bool overlap = written == NULL || mixed == NULL;
+  bool *written = NULL, *mixed = NULL;
+  tpu_status_t st_w = tpu_alloc_zeroed((size_t)f.n, sizeof *written, (void **)&written);
+  tpu_status_t st_m = tpu_alloc_zeroed((size_t)f.n, sizeof *mixed, (void **)&mixed);
+  bool overlap = written == NULL || mixed == NULL; /* out of memory: the safe path */
+  tpu_status_free(tpu_status_join(st_w, st_m));
   for (int i = 0; i < f.n && !overlap; i++) {
     int s = f.refs[i].slot;
     if (s < 0) continue;
@@ -506,9 +542,19 @@ tpu_status_t tpu_eager_apply(tpu_program *p, const tpu_eager_call *call, int k, 
   }
   tpu_dtype_t common = k >= 0 && call->item_common_dtypes != NULL ? call->item_common_dtypes[k] : call->common_dtype;
   bool adds = false;
-  TPU_RETURN_IF_ERROR(tpu_program_apply(p, op->rule, op->name, num_args, args,
-                                        k < 0 ? tpu_program_fetch_call : fetch_item, k < 0 ? (void *)p : &iv,
-                                        common, call->precision, op->num_outputs, out_types, outputs, &adds));
+  tpu_program_apply_args apply = {
+      .rule = op->rule,
+      .op = op->name,
+      .num_args = num_args,
+      .args = args,
+      .fetch = k < 0 ? tpu_program_fetch_call : fetch_item,
+      .user = k < 0 ? (void *)p : &iv,
+      .common_dtype = common,
+      .precision = call->precision,
+      .num_outputs = op->num_outputs,
+      .out_types = out_types,
+  };
+  TPU_RETURN_IF_ERROR(tpu_program_apply(p, &apply, outputs, &adds));
   for (int r = 0; r < op->num_outputs; r++) {
     if (op->output_alias[r] >= 0) tpu_program_write(p, op->output_alias[r], k, outputs[r], true, adds);
     else if (out_arg < 0) tpu_program_output(p, base + r, outputs[r], &meta[base + r]);
@@ -523,7 +569,7 @@ tpu_status_t tpu_eager_compile(const tpu_eager_call *call, const tpu_eager_out_m
   TPU_RETURN_IF_ERROR(tpu_runtime_check_fork()); /* before building, and before the caches' locks */
   const tpu_eager_op *op = call->op;
   tpu_program *p = NULL;
-  TPU_RETURN_IF_ERROR(tpu_program_new(call, op->name, &p));
+  TPU_RETURN_IF_ERROR(tpu_program_new(&g_context, call, op->name, &p));
   /* Fused eager records calls and runs them inside larger programs: their
    * own is compiled only if it runs alone. */
   if (tpu_eager_current_mode() == TPU_EAGER_FUSED) tpu_program_set_lazy(p);
@@ -548,5 +594,216 @@ tpu_status_t tpu_eager_compile(const tpu_eager_call *call, const tpu_eager_out_m
 done:
   tpu_eager_entry_free(e);
   tpu_program_free(p);
+  return st;
+}
+
+/* --- runtime scalars ------------------------------------------------------------- */
+
+/* Python numbers repeat (alpha=1, x * 0.5): keep their device buffers in a
+ * small direct-mapped table. A slot's buffer is replaced when another number
+ * maps to it, possibly by another thread or by a second number of the same
+ * call before the launch that reads the first: so a table buffer is counted,
+ * held by its slot and by every call between its lookup and its launch, and
+ * destroyed by whichever lets go last (a launch, once enqueued, keeps its
+ * own reference). Buffers are immutable and never donated. */
+#define SCALAR_CACHE 256
+typedef struct scalar_buf {
+  tpu_runtime *rt;
+  tpu_buffer *buf;
+  atomic_int refs;
+} scalar_buf;
+typedef struct scalar_slot {
+  tpu_dtype_t dtype;
+  int device;
+  unsigned char bytes[16];
+  scalar_buf *held;
+} scalar_slot;
+static scalar_slot g_scalars[SCALAR_CACHE];
+static pthread_mutex_t g_scalar_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void scalar_release(scalar_buf *sb) {
+  if (sb == NULL || atomic_fetch_sub_explicit(&sb->refs, 1, memory_order_acq_rel) != 1) return;
+  tpu_buffer_destroy(sb->rt, sb->buf);
+  free(sb);
+}
+
+/* |*out| holds one reference, released with scalar_release. */
+static tpu_status_t scalar_buffer(tpu_runtime *rt, int device, tpu_dtype_t dtype, const void *bytes,
+                                  scalar_buf **out) {
+  *out = NULL;
+  size_t size = tpu_dtype_size(dtype);
+  unsigned char key[16] = {0};
+  memcpy(key, bytes, size);
+  uint64_t h = tpu_hash64(key, sizeof key, (uint64_t)dtype * 31 + (uint64_t)device);
+  scalar_slot *slot = &g_scalars[h % SCALAR_CACHE];
+  pthread_mutex_lock(&g_scalar_lock);
+  if (slot->held != NULL && slot->held->rt == rt && slot->dtype == dtype && slot->device == device &&
+      memcmp(slot->bytes, key, 16) == 0) {
+    atomic_fetch_add_explicit(&slot->held->refs, 1, memory_order_relaxed);
+    *out = slot->held;
+    pthread_mutex_unlock(&g_scalar_lock);
+    return NULL;
+  }
+  pthread_mutex_unlock(&g_scalar_lock);
+  scalar_buf *sb = NULL;
+  TPU_RETURN_IF_ERROR(tpu_alloc(sizeof *sb, (void **)&sb));
+  atomic_init(&sb->refs, 2); /* the slot's and the caller's */
+  sb->rt = rt;
+  tpu_status_t st = tpu_buffer_from_host(rt, device, key, dtype, NULL, 0, &sb->buf);
+  if (st != NULL) {
+    free(sb);
+    return st;
+  }
+  pthread_mutex_lock(&g_scalar_lock);
+  scalar_buf *old = slot->held;
+  slot->held = sb;
+  slot->dtype = dtype;
+  slot->device = device;
+  memcpy(slot->bytes, key, 16);
+  pthread_mutex_unlock(&g_scalar_lock);
+  scalar_release(old);
+  *out = sb;
+  return NULL;
+}
+
+static void scalar_bytes(const tpu_lower_arg *l, unsigned char out[16]) {
+  memset(out, 0, 16);
+  switch (l->dtype) {
+    case TPU_F64: memcpy(out, &l->f, 8); break;
+    case TPU_BOOL: out[0] = l->i != 0; break;
+    default: memcpy(out, &l->i, 8); break;
+  }
+}
+
+static uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+/* The error of check |i| of |e|, its message filled with |values|. */
+static tpu_status_t check_failure(const tpu_eager_entry *e, int i, const int64_t *values) {
+  if (e->check_num_values[i] == 0) return tpu_status_new(e->check_codes[i], "%s", e->check_messages[i]);
+  char text[512];
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+  /* the rules' static formats, of check_num_values[i] %lld */
+  snprintf(text, sizeof text, e->check_messages[i], (long long)values[0], (long long)values[1], (long long)values[2]);
+#pragma GCC diagnostic pop
+  return tpu_status_new(e->check_codes[i], "%s", text);
+}
+
+/* --- running ------------------------------------------------------------------------ */
+
+tpu_status_t tpu_eager_execute(const tpu_eager_entry *e, const tpu_eager_call *call,
+                               tpu_storage *const *new_outputs) {
+  if (__atomic_load_n(&tpu_trace_pending, __ATOMIC_ACQUIRE) > 0)
+    TPU_RETURN_IF_ERROR(tpu_trace_settle_call(call, TPU_CUT_GRAPH));
+  tpu_stats_add(TPU_STAT_OPS, 1);
+  return tpu_eager_execute_raw(e, call, new_outputs);
+}
+
+tpu_status_t tpu_eager_execute_raw(const tpu_eager_entry *e, const tpu_eager_call *call,
+                                   tpu_storage *const *new_outputs) {
+  TPU_RETURN_IF_ERROR(tpu_runtime_check_fork()); /* before the scalar cache's lock */
+  if (e->num_results == 0) return NULL;
+  tpu_runtime *rt = e->ctx->rt;
+  flat_call f;
+  TPU_RETURN_IF_ERROR(tpu_flatten_call(call, &f));
+  tpu_buffer *args_small[32], *outs_small[32];
+  scalar_buf *held_small[32]; /* table scalars this call reads, held until the launch */
+  tpu_buffer **args = e->num_params <= 32 ? args_small : tpu_alloc_or_null((size_t)e->num_params * sizeof *args);
+  tpu_buffer **outs = e->num_results <= 32 ? outs_small : tpu_alloc_or_null((size_t)e->num_results * sizeof *outs);
+  scalar_buf **held = e->num_params <= 32 ? held_small : tpu_alloc_or_null((size_t)e->num_params * sizeof *held);
+  int num_held = 0;
+  tpu_buffer *rng_small[8], **rngs = rng_small; /* one per random op of a fused program */
+  int num_rngs = 0;
+  tpu_executable *exe = NULL;
+  tpu_buffer *lists_small[64], **lists = lists_small; /* Scalar[] operands */
+  int num_lists = 0;
+  tpu_status_t st = NULL;
+  if (e->num_params > 64) lists = tpu_alloc_or_null((size_t)e->num_params * sizeof *lists);
+  if (args == NULL || outs == NULL || held == NULL || lists == NULL) {
+    st = tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+    goto done;
+  }
+  for (int i = 0; i < e->num_params; i++) {
+    const param_src *p = &e->params[i];
+    switch (p->kind) {
+      case SRC_STORAGE: {
+        tpu_storage *s = f.refs[p->ref].ref->storage;
+        if (s->buf == NULL) TPU_GOTO_IF_ERROR(st, tpu_storage_materialize(s, p->dtype), done);
+        args[i] = s->buf;
+        break;
+      }
+      case SRC_HOST_SCALAR:
+      case SRC_SCALAR: {
+        unsigned char bytes[16] = {0};
+        const void *value = bytes;
+        if (p->kind == SRC_HOST_SCALAR) value = f.refs[p->ref].ref->host_scalar;
+        else scalar_bytes(&call->args[p->arg].lower, bytes);
+        TPU_GOTO_IF_ERROR(st, scalar_buffer(rt, call->device, p->dtype, value, &held[num_held]), done);
+        args[i] = held[num_held++]->buf;
+        break;
+      }
+      case SRC_SCALAR_LIST: { /* one upload per call: the numbers change (a step size) */
+        const tpu_lower_arg *l = &call->args[p->arg].lower;
+        int64_t n = l->n;
+        const void *data = l->dtype == TPU_F64 ? (const void *)l->floats : (const void *)l->ints;
+        TPU_GOTO_IF_ERROR(st, tpu_buffer_from_host(rt, call->device, data, l->dtype, &n, 1, &lists[num_lists]), done);
+        args[i] = lists[num_lists++];
+        break;
+      }
+      case SRC_RNG: {
+        uint64_t seed = call->rng_seed, offset = call->rng_offset;
+        if (call->rng_states != NULL) {
+          seed = call->rng_states[2 * p->rng_index];
+          offset = call->rng_states[2 * p->rng_index + 1];
+        }
+        uint64_t state[2] = {splitmix64(seed ^ splitmix64(offset)), 0};
+        int64_t two = 2;
+        if (num_rngs == 8 && rngs == rng_small) {
+          tpu_buffer **grown = NULL;
+          TPU_GOTO_IF_ERROR(st, tpu_alloc((size_t)e->num_params * sizeof *rngs, (void **)&grown), done);
+          rngs = memcpy(grown, rng_small, sizeof rng_small);
+        }
+        TPU_GOTO_IF_ERROR(st, tpu_buffer_from_host(rt, call->device, state, TPU_U64, &two, 1, &rngs[num_rngs]), done);
+        args[i] = rngs[num_rngs++];
+        break;
+      }
+    }
+  }
+  TPU_GOTO_IF_ERROR(st, tpu_eager_entry_executable(e, &exe), done);
+  TPU_GOTO_IF_ERROR(st, tpu_executable_execute(rt, exe, call->device, args, (size_t)e->num_params,
+                                                e->any_donation ? e->donate : NULL, e->track, outs),
+                    done);
+  int first_check = e->num_results - e->num_checks;
+  for (int i = 0; i < first_check; i++) {
+    const result_dst *r = &e->results[i];
+    tpu_storage *s = r->ref >= 0 ? f.refs[r->ref].ref->storage : new_outputs[r->output];
+    if (s == NULL) tpu_buffer_destroy(rt, outs[i]);
+    else tpu_storage_put(s, outs[i], &r->type);
+  }
+  /* Data-dependent checks wait for their flags (a sync, like PyTorch's CPU
+   * kernels that raise before returning). */
+  for (int i = 0; i < e->num_checks; i++) {
+    int64_t flag[1 + TPU_LOWER_CHECK_VALUES] = {1};
+    tpu_status_t cst = tpu_buffer_to_host(rt, outs[first_check + i], flag, sizeof flag);
+    tpu_buffer_destroy(rt, outs[first_check + i]);
+    if (st == NULL && cst != NULL) st = cst;
+    else tpu_status_free(cst);
+    if (st == NULL && !flag[0]) st = check_failure(e, i, flag + 1);
+  }
+done:
+  for (int i = 0; i < num_rngs; i++) tpu_buffer_destroy(rt, rngs[i]);
+  if (rngs != rng_small) free(rngs);
+  for (int i = 0; i < num_lists; i++) tpu_buffer_destroy(rt, lists[i]);
+  if (lists != lists_small) free(lists);
+  for (int i = 0; i < num_held; i++) scalar_release(held[i]);
+  if (held != held_small) free(held);
+  if (args != args_small) free(args);
+  if (outs != outs_small) free(outs);
+  tpu_flat_release(&f);
   return st;
 }

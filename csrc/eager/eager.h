@@ -131,13 +131,25 @@ typedef struct tpu_eager_out_meta {
 
 typedef struct tpu_eager_entry tpu_eager_entry;
 
-/* Sets the runtime programs run on and the hand-written kernels
- * (TPU_KERNEL_* bits, registered with it) they may call; call once before
- * anything else. */
+/* What programs are built for and run on, passed to every program
+ * (tpu_program_new) and kept by the entries it makes: the runtime, the
+ * hand-written kernels (TPU_KERNEL_* bits, registered with it) rules may
+ * call, and the folder each compiled program's StableHLO is written into
+ * (NULL: none). */
+typedef struct tpu_eager_context {
+  tpu_runtime *rt;
+  unsigned kernels;
+  const char *dump_dir;
+} tpu_eager_context;
+
+/* Sets the process's context, the one eager calls (tpu_eager_compile), the
+ * cache and storages use; call once before anything else. */
 void tpu_eager_init(tpu_runtime *rt, unsigned kernels);
-tpu_runtime *tpu_eager_runtime(void);
-unsigned tpu_eager_kernels(void);
-/* Directory to write each compiled program's StableHLO into (NULL: off). */
+/* The process's context, valid as long as the process. */
+const tpu_eager_context *tpu_eager_context_get(void);
+tpu_runtime *tpu_eager_runtime(void); /* its runtime */
+unsigned tpu_eager_kernels(void);     /* its kernels */
+/* The process context's dump folder (NULL or "": off). */
 tpu_status_t tpu_eager_set_dump_dir(const char *dir) TPU_MUST_USE;
 
 /* How many times |call|'s rule runs: the length of its first tensor list for

@@ -2,6 +2,8 @@
 #ifndef TPU_EAGER_INTERNAL_H_
 #define TPU_EAGER_INTERNAL_H_
 
+#include <stdatomic.h>
+
 #include "base/strbuf.h"
 #include "eager/eager.h"
 #include "eager/program.h"
@@ -20,20 +22,19 @@ typedef struct flat_call {
   ref_slot small[32];
 } flat_call;
 
-tpu_status_t tpu_flatten_call(const tpu_eager_call *call, flat_call *f);
+tpu_status_t tpu_flatten_call(const tpu_eager_call *call, flat_call *f) TPU_MUST_USE;
 void tpu_flat_release(flat_call *f);
 int tpu_flat_index(const flat_call *f, int arg, int item);
 bool tpu_ref_is_none(const tpu_tensor_ref *r);
-const char *tpu_eager_dump_dir(void);
 
-/* The eager cache's view of an entry. */
-tpu_eager_entry **tpu_eager_entry_chain(tpu_eager_entry *e);
 /* Entry references (an entry starts with one): unref says whether it was the last. */
 void tpu_eager_entry_retain(tpu_eager_entry *e);
 bool tpu_eager_entry_unref(tpu_eager_entry *e);
-void tpu_eager_entry_set_key(tpu_eager_entry *e, char *key, size_t len, uint64_t hash); /* takes |key| */
-bool tpu_eager_entry_has_key(const tpu_eager_entry *e, const char *key, size_t len, uint64_t hash);
+/* The hash of the key the cache keeps the entry under (fused eager's loop
+ * detection names calls by it); set by the cache. */
+void tpu_eager_entry_set_hash(tpu_eager_entry *e, uint64_t hash);
 uint64_t tpu_eager_entry_hash(const tpu_eager_entry *e);
+const tpu_eager_context *tpu_eager_entry_context(const tpu_eager_entry *e);
 /* A number no other entry of the process has had (entries are freed and
  * their memory reused, so their addresses are no names). */
 uint64_t tpu_eager_entry_serial(const tpu_eager_entry *e);
@@ -68,5 +69,64 @@ tpu_status_t tpu_trace_settle_call(const tpu_eager_call *call, tpu_cut_reason wh
 bool tpu_trace_call_touches(const tpu_eager_call *call);
 tpu_status_t tpu_trace_record(tpu_eager_entry *e, const tpu_eager_call *call,
                               tpu_storage *const *new_outputs) TPU_MUST_USE;
+
+/* --- entries: a compiled program and how to run it (entry.c) --- */
+
+/* Distinct runtime checks one program may carry (checks raising the same
+ * error share one). */
+#define MAX_CHECKS_PER_PROGRAM 16
+
+typedef enum { SRC_STORAGE, SRC_HOST_SCALAR, SRC_SCALAR, SRC_SCALAR_LIST, SRC_RNG } src_kind;
+
+typedef struct param_src {
+  src_kind kind;
+  int ref;       /* flat ref index (STORAGE: the slot; HOST_SCALAR) */
+  int arg;       /* SCALAR, SCALAR_LIST */
+  int rng_index; /* RNG: which random op of the program */
+  tpu_dtype_t dtype;
+  bool donate;
+} param_src;
+
+typedef struct result_dst {
+  int ref;    /* >= 0: the storage of this flat ref gets the result */
+  int output; /* >= 0: the new output's storage gets it */
+  tpu_hlo_type type;
+} result_dst;
+
+struct tpu_eager_entry {
+  const tpu_eager_context *ctx; /* what it was built for and runs on; outlives it */
+  atomic_int refs; /* the cache's and each caller's between lookup and release */
+  uint64_t hash;   /* of the key the cache keeps it under */
+  uint64_t serial; /* unique to this entry in the process (fused eager's keys name entries by it) */
+  tpu_executable *exe;
+  int num_params;
+  param_src *params;
+  bool *donate; /* per param, as execute wants it */
+  bool any_donation;
+  int num_results;
+  result_dst *results;
+  int num_meta;
+  tpu_eager_out_meta *meta; /* per output index */
+  bool track; /* ask for completion tracking (see tpu_executable_execute) */
+  char *name;
+  char *text; /* a lazy entry's program until it is compiled */
+  /* a one-op entry's call's promoted dtypes (a lookup's call has none: they
+   * are computed on a miss), for fused eager's programs */
+  tpu_dtype_t common_dtype;
+  tpu_dtype_t *item_common_dtypes;
+  tpu_compile_options options;
+  /* Runtime checks: the last |num_checks| results, each s64[1 +
+   * TPU_LOWER_CHECK_VALUES]: the flag, then the values its message reports. */
+  int num_checks;
+  tpu_code_t check_codes[MAX_CHECKS_PER_PROGRAM];
+  const char *check_messages[MAX_CHECKS_PER_PROGRAM];
+  int check_num_values[MAX_CHECKS_PER_PROGRAM];
+};
+
+/* Compiles |text| into |e| (or loads it from the disk cache), writing it to
+ * the dump folder first when one is set. */
+tpu_status_t tpu_eager_entry_compile(tpu_eager_entry *e, const char *text) TPU_MUST_USE;
+/* |e|'s executable; a lazy entry's is compiled by the first caller. */
+tpu_status_t tpu_eager_entry_executable(const tpu_eager_entry *e, tpu_executable **out_exe) TPU_MUST_USE;
 
 #endif /* TPU_EAGER_INTERNAL_H_ */

@@ -24,9 +24,10 @@ extern "C" {
 
 typedef struct tpu_program tpu_program;
 
-/* A program over |call|'s arguments; |call| must outlive the program. |name|
- * names it in errors and dumps. */
-tpu_status_t tpu_program_new(const tpu_eager_call *call, const char *name,
+/* A program over |call|'s arguments for |ctx| (tpu_eager_context_get() for
+ * the process's); |call| and |ctx| must outlive the program, |ctx| its
+ * entries too. |name| names it in errors and dumps. */
+tpu_status_t tpu_program_new(const tpu_eager_context *ctx, const tpu_eager_call *call, const char *name,
                              tpu_program **out_p) TPU_MUST_USE;
 void tpu_program_free(tpu_program *p);
 tpu_hlo_builder *tpu_program_builder(tpu_program *p);
@@ -40,16 +41,26 @@ tpu_hlo_value tpu_program_scalar(tpu_program *p, int arg);
  * number's own type (the list is one runtime operand). */
 tpu_hlo_value tpu_program_scalar_item(tpu_program *p, int arg, int item);
 
-/* Applies |rule| (named |op| in errors): |args| in schema order, tensors
- * fetched through |fetch| with |user| as the context's user pointer;
- * |out_types| from the meta functions. Random rules get a state of their
- * own. Runtime checks the rule adds guard the whole program.
- * |*out_writes_add| (may be NULL) tells whether the values it computes for
- * written arguments add to them (tpu_lower_ctx.writes_add). */
-tpu_status_t tpu_program_apply(tpu_program *p, const tpu_lower_rule *rule, const char *op, int num_args,
-                               const tpu_lower_arg *args, tpu_lower_fetch_fn fetch, void *user,
-                               tpu_dtype_t common_dtype, tpu_hlo_precision_t precision, int num_outputs,
-                               const tpu_hlo_type *out_types, tpu_hlo_value *out_values,
+/* One application of a rule: what tpu_program_apply lowers. Pointers are
+ * borrowed for the call. */
+typedef struct tpu_program_apply_args {
+  const tpu_lower_rule *rule;
+  const char *op; /* names the op in errors */
+  int num_args;
+  const tpu_lower_arg *args; /* in schema order */
+  tpu_lower_fetch_fn fetch;  /* reads tensor arguments */
+  void *user;                /* the context's user pointer, for |fetch| */
+  tpu_dtype_t common_dtype;
+  tpu_hlo_precision_t precision;
+  int num_outputs;
+  const tpu_hlo_type *out_types; /* from the meta functions */
+} tpu_program_apply_args;
+
+/* Applies |a->rule|, its |a->num_outputs| results in |out_values|. Random
+ * rules get a state of their own. Runtime checks the rule adds guard the
+ * whole program. |*out_writes_add| (may be NULL) tells whether the values
+ * it computes for written arguments add to them (tpu_lower_ctx.writes_add). */
+tpu_status_t tpu_program_apply(tpu_program *p, const tpu_program_apply_args *a, tpu_hlo_value *out_values,
                                bool *out_writes_add) TPU_MUST_USE;
 /* A fetch function reading the program's own call arguments (eager). */
 tpu_hlo_value tpu_program_fetch_call(tpu_lower_ctx *c, int arg, int item);

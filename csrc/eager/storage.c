@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "eager/internal.h"
 
 /* Per-device statistics of live storages, as PyTorch's allocators keep
@@ -42,8 +43,9 @@ static pthread_mutex_t g_live_lock = PTHREAD_MUTEX_INITIALIZER;
 static tpu_storage *g_live_head, *g_live_tail;
 
 tpu_storage *tpu_storage_new(int device, int64_t nbytes) {
-  tpu_storage *s = calloc(1, sizeof *s);
+  tpu_storage *s = tpu_alloc_or_null(sizeof *s);
   if (s != NULL) {
+    memset(s, 0, sizeof *s);
     s->nbytes = nbytes;
     s->device = device;
     count(device, nbytes, 1);

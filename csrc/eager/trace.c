@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "base/profile.h"
 #include "base/stats.h"
 #include "base/strbuf.h"
@@ -146,7 +147,7 @@ static void *arena_alloc(size_t n) {
   n = (n + 15) & ~(size_t)15;
   if (g.arena == NULL || g.arena->cap - g.arena->used < n) {
     size_t cap = n > (256u << 10) ? n : (256u << 10);
-    block *b = malloc(sizeof *b + cap);
+    block *b = tpu_alloc_or_null(sizeof *b + cap);
     if (b == NULL) return NULL;
     b->next = g.arena;
     b->used = 0;
@@ -181,7 +182,7 @@ static bool grow(void **p, int *cap, int need, size_t elem) {
   if (need <= *cap) return true;
   int c = *cap ? *cap : 64;
   while (c < need) c *= 2;
-  void *np = realloc(*p, (size_t)c * elem);
+  void *np = tpu_realloc_or_null(*p, (size_t)c * elem);
   if (np == NULL) return false;
   *p = np;
   *cap = c;
@@ -283,12 +284,13 @@ static tpu_eager_call rec_call(const rec *r) {
   return c;
 }
 
-/* Builds the program of the whole trace. */
+/* Builds the program of the whole trace, for the context its calls' entries
+ * were built for (one per process). */
 static tpu_status_t build(const tpu_eager_call *all, tpu_eager_entry **out) {
   char name[64];
   snprintf(name, sizeof name, "fused_%d_calls", g.n);
   tpu_program *p = NULL;
-  TPU_RETURN_IF_ERROR(tpu_program_new(all, name, &p));
+  TPU_RETURN_IF_ERROR(tpu_program_new(tpu_eager_entry_context(g.recs[0].entry), all, name, &p));
   tpu_program_set_fused(p, exact());
   tpu_status_t st = NULL;
   for (int i = 0; i < g.n && st == NULL; i++) {
@@ -334,7 +336,7 @@ static tpu_status_t replay(void) {
   for (int i = 0; i < g.n; i++) {
     const rec *r = &g.recs[i];
     tpu_eager_call c = rec_call(r);
-    tpu_storage *outs_small[16], **outs = r->num_outs <= 16 ? outs_small : malloc((size_t)r->num_outs * sizeof *outs);
+    tpu_storage *outs_small[16], **outs = r->num_outs <= 16 ? outs_small : tpu_alloc_or_null((size_t)r->num_outs * sizeof *outs);
     if (outs == NULL) {
       if (first == NULL) first = tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
       continue;

@@ -81,6 +81,15 @@ static inline void put_i64_list(tpu_strbuf *sb, const int64_t *v, int n) {
   tpu_strbuf_puts(sb, "]");
 }
 
+/* The text of an attribute buffer, or NULL with the builder failed when
+ * building it ran out of memory (an op without its attributes would be a
+ * different, or invalid, program). */
+static inline const char *attr_text(tpu_hlo_builder *b, const tpu_strbuf *a) {
+  if (!a->failed) return a->data;
+  tpu_hlo_fail(b, TPU_ERR_OUT_OF_MEMORY, "out of host memory building an attribute");
+  return NULL;
+}
+
 static inline tpu_hlo_value op1(tpu_hlo_builder *b, const char *name, const tpu_hlo_value *operands, int n,
                                 const char *attrs, const tpu_hlo_type *result) {
   tpu_hlo_value out;
@@ -95,7 +104,7 @@ static inline tpu_hlo_value op1_array(tpu_hlo_builder *b, const char *name, cons
   tpu_strbuf attrs = TPU_STRBUF_INIT;
   tpu_strbuf_printf(&attrs, "%s = ", key);
   put_i64_array(&attrs, v, count);
-  tpu_hlo_value out = op1(b, name, operands, n, attrs.data, &t);
+  tpu_hlo_value out = op1(b, name, operands, n, attr_text(b, &attrs), &t);
   tpu_strbuf_release(&attrs);
   return out;
 }

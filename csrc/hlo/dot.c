@@ -49,7 +49,7 @@ tpu_hlo_value tpu_hlo_dot_general(tpu_hlo_builder *b, tpu_hlo_value lhs, tpu_hlo
   }
   tpu_strbuf_printf(&attrs, ">, precision_config = [#stablehlo<precision %s>, #stablehlo<precision %s>]",
                     precision_name(precision), precision_name(precision));
-  tpu_hlo_value r = op1(b, "stablehlo.dot_general", ops, 2, attrs.data, &t);
+  tpu_hlo_value r = op1(b, "stablehlo.dot_general", ops, 2, attr_text(b, &attrs), &t);
   tpu_strbuf_release(&attrs);
   return r;
 }
@@ -110,7 +110,7 @@ tpu_hlo_value tpu_hlo_convolution(tpu_hlo_builder *b, tpu_hlo_value lhs, tpu_hlo
   put_i64_array(&attrs, c->rhs_dilation, c->spatial);
   tpu_strbuf_puts(&attrs, ", window_strides = ");
   put_i64_array(&attrs, c->stride, c->spatial);
-  tpu_hlo_value r = op1(b, "stablehlo.convolution", ops, 2, attrs.data, out);
+  tpu_hlo_value r = op1(b, "stablehlo.convolution", ops, 2, attr_text(b, &attrs), out);
   tpu_strbuf_release(&attrs);
   return r;
 }

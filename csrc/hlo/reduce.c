@@ -25,7 +25,7 @@ void tpu_hlo_reduce(tpu_hlo_builder *b, const tpu_hlo_value *xs, const tpu_hlo_v
   tpu_strbuf attrs = TPU_STRBUF_INIT;
   tpu_strbuf_puts(&attrs, "dimensions = ");
   put_i64_array(&attrs, dims, num_dims);
-  tpu_hlo_op(b, "stablehlo.reduce", ops, 2 * n, body, 1, attrs.data, types, n, out);
+  tpu_hlo_op(b, "stablehlo.reduce", ops, 2 * n, body, 1, attr_text(b, &attrs), types, n, out);
   tpu_strbuf_release(&attrs);
 }
 
@@ -91,7 +91,7 @@ void tpu_hlo_reduce_window(tpu_hlo_builder *b, const tpu_hlo_value *xs, const tp
   }
   tpu_strbuf attrs = TPU_STRBUF_INIT;
   put_window_attrs(&attrs, w, rank, true);
-  tpu_hlo_op(b, "stablehlo.reduce_window", ops, 2 * n, body, 1, attrs.data, types, n, out);
+  tpu_hlo_op(b, "stablehlo.reduce_window", ops, 2 * n, body, 1, attr_text(b, &attrs), types, n, out);
   tpu_strbuf_release(&attrs);
 }
 
@@ -110,7 +110,7 @@ tpu_hlo_value tpu_hlo_select_and_scatter(tpu_hlo_builder *b, tpu_hlo_value opera
   tpu_strbuf attrs = TPU_STRBUF_INIT;
   put_window_attrs(&attrs, w, b->values[operand].type.rank, false);
   tpu_hlo_value out;
-  tpu_hlo_op(b, "stablehlo.select_and_scatter", ops, 3, regions, 2, attrs.data,
+  tpu_hlo_op(b, "stablehlo.select_and_scatter", ops, 3, regions, 2, attr_text(b, &attrs),
              &b->values[operand].type, 1, &out);
   tpu_strbuf_release(&attrs);
   return out;
@@ -137,7 +137,7 @@ tpu_hlo_value tpu_hlo_gather(tpu_hlo_builder *b, tpu_hlo_value operand, tpu_hlo_
   tpu_strbuf_printf(&attrs, ", index_vector_dim = %lld>, indices_are_sorted = false, slice_sizes = ",
                     (long long)d->index_vector_dim);
   put_i64_array(&attrs, slice_sizes, b->values[operand].type.rank);
-  tpu_hlo_value r = op1(b, "stablehlo.gather", ops, 2, attrs.data, out);
+  tpu_hlo_value r = op1(b, "stablehlo.gather", ops, 2, attr_text(b, &attrs), out);
   tpu_strbuf_release(&attrs);
   return r;
 }
@@ -179,7 +179,7 @@ tpu_hlo_value tpu_hlo_scatter(tpu_hlo_builder *b, tpu_hlo_value operand, tpu_hlo
   tpu_strbuf_printf(&attrs, ", index_vector_dim = %lld>, unique_indices = %s",
                     (long long)d->index_vector_dim, unique_indices ? "true" : "false");
   tpu_hlo_value out;
-  tpu_hlo_op(b, "stablehlo.scatter", ops, 3, &region, 1, attrs.data, &b->values[operand].type, 1,
+  tpu_hlo_op(b, "stablehlo.scatter", ops, 3, &region, 1, attr_text(b, &attrs), &b->values[operand].type, 1,
              &out);
   tpu_strbuf_release(&attrs);
   return out;

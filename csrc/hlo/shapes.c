@@ -102,7 +102,7 @@ tpu_hlo_value tpu_hlo_slice(tpu_hlo_builder *b, tpu_hlo_value x, const int64_t *
   put_i64_array(&attrs, limit, tx->rank);
   tpu_strbuf_puts(&attrs, ", strides = ");
   put_i64_array(&attrs, stride ? stride : ones, tx->rank);
-  tpu_hlo_value out = op1(b, "stablehlo.slice", &x, 1, attrs.data, &t);
+  tpu_hlo_value out = op1(b, "stablehlo.slice", &x, 1, attr_text(b, &attrs), &t);
   tpu_strbuf_release(&attrs);
   return out;
 }
@@ -185,7 +185,7 @@ tpu_hlo_value tpu_hlo_pad(tpu_hlo_builder *b, tpu_hlo_value x, tpu_hlo_value pad
   put_i64_array(&attrs, high, tx->rank);
   tpu_strbuf_puts(&attrs, ", interior_padding = ");
   put_i64_array(&attrs, interior ? interior : zeros, tx->rank);
-  tpu_hlo_value out = op1(b, "stablehlo.pad", ops, 2, attrs.data, &t);
+  tpu_hlo_value out = op1(b, "stablehlo.pad", ops, 2, attr_text(b, &attrs), &t);
   tpu_strbuf_release(&attrs);
   return out;
 }

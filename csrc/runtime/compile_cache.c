@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <utime.h>
 
+#include "base/alloc.h"
 #include "base/progress.h"
 #include "base/stats.h"
 #include "base/strbuf.h"
@@ -99,9 +100,13 @@ static char *read_entry(const char *path, size_t *out_size) {
   struct stat sb;
   bool ok = fstat(fileno(f), &sb) == 0 && fread(&h, sizeof h, 1, f) == 1 &&
             memcmp(h.magic, kMagic, sizeof kMagic) == 0 &&
-            (uint64_t)sb.st_size == sizeof h + h.payload_size && h.payload_size > 0 &&
-            (payload = malloc(h.payload_size)) != NULL && fread(payload, 1, h.payload_size, f) == h.payload_size &&
-            tpu_hash64(payload, h.payload_size, 0) == h.checksum;
+            (uint64_t)sb.st_size == sizeof h + h.payload_size && h.payload_size > 0;
+  if (ok && (payload = tpu_alloc_or_null(h.payload_size)) == NULL) {
+    fclose(f); /* out of memory: a miss, the entry stays */
+    return NULL;
+  }
+  ok = ok && fread(payload, 1, h.payload_size, f) == h.payload_size &&
+       tpu_hash64(payload, h.payload_size, 0) == h.checksum;
   fclose(f);
   if (!ok) {
     free(payload);
@@ -143,7 +148,7 @@ static void scan_locked(bool evict) {
     total += sb.st_size;
     if (n == cap) {
       cap = cap ? 2 * cap : 64;
-      file_age *nf = realloc(files, cap * sizeof *nf);
+      file_age *nf = tpu_realloc_or_null(files, cap * sizeof *nf);
       if (nf == NULL) break;
       files = nf;
     }

@@ -251,7 +251,7 @@ class GraphBuilder {
   GraphBuilder(const std::string& name, const Inputs& inputs, const std::vector<bool>& mutated)
       : name_(name), inputs_(tensors_of(inputs), mutated), mutated_(mutated) {
     runtime();
-    TPU_CHECK(tpu_program_new(&inputs_.call, name_.c_str(), &program_));
+    TPU_CHECK(tpu_program_new(tpu_eager_context_get(), &inputs_.call, name_.c_str(), &program_));
   }
   // An exporting builder (torchtpu.export_stablehlo): its inputs are
   // module parameters of the given (dtype, sizes), in order.
@@ -327,9 +327,9 @@ class GraphBuilder {
     std::vector<tpu_hlo_value> values(types.size(), TPU_HLO_NONE);
     tpu_dtype_t common_dtype = common.is_none() ? TPU_INVALID : dtype_of(common);
     std::string full = "aten::" + op;
-    TPU_CHECK(tpu_program_apply(program_, rule, full.c_str(), static_cast<int>(n), na.args.data(), NodeArgs::fetch,
-                                &na, common_dtype, matmul_precision(), static_cast<int>(types.size()), types.data(),
-                                values.data(), nullptr));
+    tpu_program_apply_args apply = {rule, full.c_str(), static_cast<int>(n), na.args.data(), NodeArgs::fetch, &na,
+                                    common_dtype, matmul_precision(), static_cast<int>(types.size()), types.data()};
+    TPU_CHECK(tpu_program_apply(program_, &apply, values.data(), nullptr));
     return std::vector<int>(values.begin(), values.end());
   }
 
