@@ -757,3 +757,17 @@ def test_default_backend_compiles_tpu_graphs_with_tpu():
     gm = torch.fx.symbolic_trace(lambda a: a.relu())
     chosen = tpu_compile.inductor_or_tpu(lambda g, inputs: "inductor", gm, [torch.ones(2)])
     assert chosen == "inductor"
+
+
+def test_a_graph_program_on_a_storage_without_a_buffer_serves_one_with_it():
+    """A graph's inputs are keyed by eager's key builder: a program built on
+    an input whose storage has no buffer yet reads it as the buffer its key
+    names, and runs right on the next input, which has that buffer."""
+    def f(a):
+        return a.view(torch.int32) + 1, a * 2
+
+    g = torch.compile(f, backend="tpu")
+    g(torch.empty(4, device="tpu"))  # contents unspecified: only the program counts
+    x = torch.full((4,), 1.5)
+    for got, want in zip(g(x.to("tpu")), f(x)):
+        assert torch.equal(got.cpu(), want)

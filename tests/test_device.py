@@ -351,3 +351,25 @@ def test_exit_after_a_backward_does_not_abort():
         for run in runs:
             _, err = run.communicate(timeout=120)
             assert run.returncode == 0, err.decode()[-500:]
+
+
+def test_a_storage_without_a_buffer_keys_as_the_buffer_its_program_gives_it():
+    """One key builder (eager.c) for eager calls and compiled graphs: a
+    storage without a buffer yet keys as the 1-D buffer of its first
+    tensor's dtype that its program reads it as, however the program's first
+    read views it. Here fill_ reads its value through an int32 view of the
+    float32 self before anything else, and the program built on a storage
+    without a buffer serves the next call, whose storage has that buffer."""
+    torchtpu.reset_stats()
+    for step in range(2):
+        x = torch.empty(4, device="tpu") if step == 0 else torch.full((4,), 1.5, device="tpu")
+        x.fill_(x.view(torch.int32)[1])
+    assert torchtpu.stats()["cache_hits"] >= 1
+    want = torch.full((4,), 1.5)
+    want.fill_(want.view(torch.int32)[1])
+    assert torch.equal(x.cpu(), want)
+    sig = torchtpu._C._graph_signature
+    fresh = torch.empty(4, device="tpu")
+    assert sig([fresh]) == sig([torch.zeros(4, device="tpu")])
+    assert sig([fresh]) != sig([torch.zeros(2, 2, device="tpu").view(4)])  # another buffer layout
+    assert sig([fresh]) != sig([torch.empty(4, dtype=torch.int32, device="tpu")])

@@ -162,6 +162,19 @@ def _foreach_item(target):
     return _FOREACH_ITEMS[target]
 
 
+_PROMOTES = {}
+
+
+def _promoting_args(target):
+    """Per schema argument of |target|, whether it takes part in type
+    promotion: the eager kernel's own answer (dispatch.cpp's describe_args),
+    so that eager and graphs exclude the same arguments."""
+    if target not in _PROMOTES:
+        schema = target._schema
+        _PROMOTES[target] = _C._promoting_args(schema.name, schema.overload_name)
+    return _PROMOTES[target]
+
+
 # foreach overload -> the per-tensor overloads that take one element's args
 _FOREACH_KINDS = {"List": ("Tensor", "default"), "Tensor": ("Tensor", "default"), "Scalar": ("Scalar", "default"),
                   "ScalarList": ("Scalar", "default"), "ScalarAndTensor": ("Scalar", "default"),
@@ -298,13 +311,12 @@ class _Program:
                 offset = node.args[3] if len(node.args) > 3 else node.kwargs.get("storage_offset")
                 if offset is None:
                     offset = node.args[0].meta["val"].storage_offset()
-                env[node] = b.apply("as_strided", [("t", storage), ("il", [int(v) for v in node.args[1]]),
-                                                   ("il", [int(v) for v in node.args[2]]), ("i", int(offset))],
+                env[node] = b.apply("as_strided", [storage, [int(v) for v in node.args[1]],
+                                                   [int(v) for v in node.args[2]], int(offset)],
                                     _meta_specs(node.meta["val"]), None)[0]
             elif node in writes:  # an input mutation: the value goes back into the input's storage
                 dst = node.args[0]
-                value = b.apply("copy", [("t", env[dst]), ("t", env[node.args[1]])], _meta_specs(dst.meta["val"]),
-                                None)[0]
+                value = b.apply("copy", [env[dst], env[node.args[1]]], _meta_specs(dst.meta["val"]), None)[0]
                 i = writes[node]
                 if on_device[i]:
                     # The input's old buffer becomes the new one unless the
@@ -378,11 +390,10 @@ class _Program:
             parts, places, total = [], [], 0
             for i, value, val in items:
                 n = val.numel()
-                parts.append(b.apply("view", [("t", value), ("il", [n])], [(dtype, [n])], None)[0])
+                parts.append(b.apply("view", [value, [n]], [(dtype, [n])], None)[0])
                 places.append((i, total, n))
                 total += n
-            flat = parts[0] if len(parts) == 1 else b.apply("cat", [("tl", parts), ("i", 0)], [(dtype, [total])],
-                                                            None)[0]
+            flat = parts[0] if len(parts) == 1 else b.apply("cat", [parts, 0], [(dtype, [total])], None)[0]
             k = first + len(packed)
             b.output(k, flat, dtype, [total], [1])
             packed.append((k, places))
@@ -409,17 +420,17 @@ class _Program:
         schema = target._schema
         args = []
         promote = []
-        for v, arg in zip(values, schema.arguments):
+        for v, arg, promotes in zip(values, schema.arguments, _promoting_args(target)):
             if v is _DEFAULT:
                 v = arg.default_value if arg.has_default_value() else None
-            args.append(_encode(v, arg.type, env))
-            if (arg.alias_info is None or not arg.alias_info.is_write) and arg.name not in ("alpha", "value"):
+            args.append(_value(v, env))
+            if promotes:
                 promote.append(v)
         base = schema.name.split("::", 1)[1]
-        alias = _ALIASES.get(f"{base}.{schema.overload_name}" if schema.overload_name else base)
-        if alias is not None and alias[1] is not None:
-            del args[alias[1]]
-        vals = b.apply(rule_name(target), args, _meta_specs(val), _common_dtype(promote))
+        op = f"{base}.{schema.overload_name}" if schema.overload_name else base
+        alias = _ALIASES.get(op)
+        drop = alias[1] if alias is not None and alias[1] is not None else -1
+        vals = b.apply(rule_name(target), args, _meta_specs(val), _common_dtype(promote), op=op, drop=drop)
         if isinstance(val, (list, tuple)):
             return vals
         return vals[0] if vals else None  # an op without results: a runtime check
@@ -489,13 +500,13 @@ def _storage_of(b, x, env, owners):
     order = sorted(range(bval.dim()), key=lambda d: (-int(bval.stride(d)), d))
     value = env[base]
     if order != list(range(bval.dim())):
-        value = b.apply("permute", [("t", value), ("il", order)],
+        value = b.apply("permute", [value, order],
                         [(bval.dtype, [int(bval.shape[d]) for d in order])], None)[0]
     n = bval.numel()
-    value = b.apply("view", [("t", value), ("il", [n])], [(bval.dtype, [n])], None)[0]
+    value = b.apply("view", [value, [n]], [(bval.dtype, [n])], None)[0]
     start = int(bval.storage_offset())
     if start or size != start + n:
-        value = b.apply("constant_pad_nd", [("t", value), ("il", [start, size - start - n]), ("scalar", 0)],
+        value = b.apply("constant_pad_nd", [value, [start, size - start - n], 0],
                         [(bval.dtype, [size])], None)[0]
     return value
 
@@ -534,38 +545,19 @@ def _concrete(v):
     return v
 
 
-def _encode(v, ty, env):
-    """One node argument as GraphBuilder.apply takes it."""
-    if v is None:
-        return ("none",)
-    kind = str(ty)
+def _value(v, env):
+    """One node argument as GraphBuilder.apply takes it: a tensor's program
+    value (a list of them), or the argument's Python value (numbers, lists,
+    dtypes, strings); the op's schema says what each one is (describe.h)."""
     if isinstance(v, torch.fx.Node):
         if isinstance(v.meta.get("val"), torch.Tensor):
-            return ("t", env[v])
+            return env[v]
         v = env.get(v, v.meta.get("val"))
     if isinstance(v, (list, tuple)):
-        if "Tensor" in kind:
-            return ("tl", [None if x is None else env[x] for x in v])
-        items = [int(_concrete(x)) if "int" in kind or "SymInt" in kind else _concrete(x) for x in v]
-        if "bool" in kind:
-            return ("bl", [bool(x) for x in items])
-        if "float" in kind:
-            return ("fl", [float(x) for x in items])
-        return ("il", [int(x) for x in items])
-    if isinstance(v, torch.dtype):
-        return ("dtype", v)
-    if isinstance(v, str):
-        return ("s", v)
-    if "number" in kind or ("Tensor" in kind and isinstance(v, (bool, int, float))):
-        # A Python number, also where the schema says Tensor (a wrapped number)
-        return ("scalar", v.item() if isinstance(v, torch.Tensor) else v)
-    if isinstance(v, bool):
-        return ("b", v)
-    if isinstance(v, (int, torch.SymInt)):
-        return ("i", int(v))
-    if isinstance(v, (float, torch.SymFloat)):
-        return ("f", float(v))
-    return ("other",)
+        return [_value(x, env) for x in v]
+    if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return {torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}[type(v)](v)
+    return v
 
 
 def _common_dtype(values):

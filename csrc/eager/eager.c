@@ -73,6 +73,11 @@ tpu_status_t tpu_eager_op_new(const char *name, const tpu_lower_rule *rule, int 
 
 /* --- keys ------------------------------------------------------------------------ */
 
+tpu_hlo_type tpu_flat_slot_type(const flat_call *f, int slot) {
+  const tpu_tensor_ref *first = f->refs[slot].ref;
+  return tpu_storage_type(first->storage, first->view.dtype);
+}
+
 static void key_ref(tpu_strbuf *k, const ref_slot *r, const tpu_eager_arg *arg, const flat_call *f) {
   const tpu_tensor_ref *t = r->ref;
   if (tpu_ref_is_none(t)) {
@@ -86,11 +91,15 @@ static void key_ref(tpu_strbuf *k, const ref_slot *r, const tpu_eager_arg *arg, 
   if (t->host_scalar != NULL) head[0] = -2;
   tpu_strbuf_append(k, head, sizeof head);
   tpu_strbuf_append(k, v->sizes, (size_t)v->rank * sizeof(int64_t));
-  if (t->storage == NULL) return;
+  /* Strides even without a storage: the outputs' layout (kept with the
+   * program) may follow an empty input's. */
   tpu_strbuf_append(k, v->strides, (size_t)v->rank * sizeof(int64_t));
-  /* The storage's size and buffer type (as the first reader fixes it). */
+  if (t->storage == NULL) return;
+  /* The storage's size and buffer type: a storage without a buffer yet,
+   * the type the program gives it (tpu_flat_slot_type), so that it keys
+   * as a storage that has a buffer of that type. */
   const tpu_storage *s = t->storage;
-  tpu_hlo_type st = tpu_storage_type(s, f->refs[r->slot].ref->view.dtype);
+  tpu_hlo_type st = tpu_flat_slot_type(f, r->slot);
   int64_t tail[4] = {v->offset, s->nbytes, st.dtype, st.rank};
   tpu_strbuf_append(k, tail, sizeof tail);
   tpu_strbuf_append(k, st.dims, (size_t)st.rank * sizeof(int64_t));
@@ -98,11 +107,12 @@ static void key_ref(tpu_strbuf *k, const ref_slot *r, const tpu_eager_arg *arg, 
 
 /* Everything a program depends on: op, precision, per argument its kind and
  * signature or constant value. Python numbers add only their type unless
- * the rule folds them into the program. */
+ * the rule folds them into the program. A call without an op (a compiled
+ * graph's inputs) keys its arguments alone. */
 static void build_key(tpu_strbuf *k, const tpu_eager_call *call, const flat_call *f) {
-  const unsigned flags = call->op->rule->flags;
+  const unsigned flags = call->op != NULL ? call->op->rule->flags : 0;
   const int num_args = call->num_args;
-  int64_t head[3] = {call->op->id, call->precision, num_args};
+  int64_t head[3] = {call->op != NULL ? (int64_t)call->op->id : 0, call->precision, num_args};
   tpu_strbuf_append(k, head, sizeof head);
   int fi = 0;
   for (int a = 0; a < num_args; a++) {
@@ -248,6 +258,18 @@ static bool key_of(const tpu_eager_call *call, uint64_t *out_hash) {
   tpu_flat_release(&f);
   *out_hash = tpu_hash64(t_key.data, t_key.len, 0);
   return !t_key.failed;
+}
+
+tpu_status_t tpu_eager_call_key(const tpu_eager_call *call, char **out, size_t *len) {
+  *out = NULL;
+  *len = 0;
+  uint64_t h;
+  if (!key_of(call, &h)) return tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+  *out = malloc(t_key.len ? t_key.len : 1);
+  if (*out == NULL) return tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+  memcpy(*out, t_key.data, t_key.len);
+  *len = t_key.len;
+  return NULL;
 }
 
 tpu_eager_entry *tpu_eager_cache_find(const char *key, size_t len, uint64_t h) {

@@ -167,6 +167,12 @@ tpu_status_t tpu_eager_prepare(const tpu_eager_call *call) TPU_MUST_USE;
  * reference until tpu_eager_entry_release: the cache may drop the entry
  * meanwhile (another thread reaching its cap), not free it. */
 tpu_eager_entry *tpu_eager_lookup(const tpu_eager_call *call);
+/* The key lookup uses for |call| (malloc'd into |*out|, |*len| bytes): its
+ * op, precision and per argument its kind and signature. A call without an
+ * op (a compiled graph's inputs, graph.cpp) keys its arguments alone: the
+ * one description of what a program over them depends on. Settles nothing
+ * (tpu_eager_prepare first). */
+tpu_status_t tpu_eager_call_key(const tpu_eager_call *call, char **out, size_t *len) TPU_MUST_USE;
 /* Builds, compiles and caches the program for |call|; |meta| has one entry
  * per output (items times outputs for a per-item op; entries of outputs that
  * write arguments are ignored). |*out_entry| is a reference, as lookup's. */

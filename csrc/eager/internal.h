@@ -23,6 +23,11 @@ typedef struct flat_call {
 } flat_call;
 
 tpu_status_t tpu_flatten_call(const tpu_eager_call *call, flat_call *f) TPU_MUST_USE;
+/* The buffer type of slot |slot|'s storage as a program over |f| reads it:
+ * its buffer's, or before it has one, the one its first ref (the slot's
+ * own) gives it. Programs (program.c) and keys (eager.c) both take it from
+ * here, so that a key says what its program reads. */
+tpu_hlo_type tpu_flat_slot_type(const flat_call *f, int slot);
 void tpu_flat_release(flat_call *f);
 int tpu_flat_index(const flat_call *f, int arg, int item);
 bool tpu_ref_is_none(const tpu_tensor_ref *r);

@@ -139,9 +139,9 @@ static tpu_hlo_value add_param(tpu_program *p, const tpu_hlo_type *t, param_src 
 static tpu_hlo_value written_storage(tpu_program *p, int slot);
 static tpu_hlo_value boundary(tpu_program *p, tpu_hlo_value v);
 
-static tpu_hlo_value slot_storage(tpu_program *p, int slot, tpu_dtype_t reader) {
+static tpu_hlo_value slot_storage(tpu_program *p, int slot) {
   if (p->slot_param[slot] != TPU_HLO_NONE) return p->slot_param[slot];
-  tpu_hlo_type t = tpu_storage_type(p->flat.refs[slot].ref->storage, reader);
+  tpu_hlo_type t = tpu_flat_slot_type(&p->flat, slot); /* as the key says */
   p->slot_param_index[slot] = p->num_params;
   param_src src = {.kind = SRC_STORAGE, .ref = slot, .dtype = t.dtype};
   p->slot_param[slot] = add_param(p, &t, src);
@@ -207,7 +207,7 @@ tpu_hlo_value tpu_program_tensor(tpu_program *p, int arg, int item) {
      * program of several calls, as the calls before this one left it. */
     int slot = p->flat.refs[fi].slot;
     tpu_hlo_value storage = p->sequential && p->slot_written[slot] ? written_storage(p, slot)
-                                                                    : slot_storage(p, slot, r->view.dtype);
+                                                                    : slot_storage(p, slot);
     v = tpu_hlo_view_read(p->b, storage, &r->view);
     v = apply_view_bits(p->b, r, v);
   }
@@ -363,7 +363,7 @@ void tpu_program_write(tpu_program *p, int arg, int item, tpu_hlo_value value, b
    * calls left it: read as any call reads it. */
   if (cur != TPU_HLO_NONE && p->sequential && p->seq[slot].writer != p->arg_base + 1) cur = written_storage(p, slot);
   if (cur == TPU_HLO_NONE && !tpu_view_is_whole(&ref->view, ref->storage->nbytes))
-    cur = slot_storage(p, slot, ref->view.dtype);
+    cur = slot_storage(p, slot);
   tpu_hlo_value nv;
   if (cur == TPU_HLO_NONE) { /* the whole storage, unread: the value is the storage */
     nv = value;
@@ -487,9 +487,8 @@ tpu_status_t tpu_program_finish(tpu_program *p, tpu_eager_entry **out_entry) {
     if (p->seq[slot].discard) continue;
     tpu_hlo_value nv = dense_storage(b, p->slot_value[slot]);
     if (all_ok != TPU_HLO_NONE) {
-      const tpu_tensor_ref *ref = p->flat.refs[slot].ref;
       const tpu_hlo_type *t = tpu_hlo_type_of(b, nv);
-      tpu_hlo_value old = tpu_hlo_storage_as(b, slot_storage(p, slot, ref->view.dtype), t->dtype);
+      tpu_hlo_value old = tpu_hlo_storage_as(b, slot_storage(p, slot), t->dtype);
       nv = tpu_hlo_select(b, all_ok, nv, tpu_hlo_reshape(b, old, t->rank, t->dims));
     }
     results[n] = (result_dst){.ref = slot, .output = -1, .type = *tpu_hlo_type_of(b, nv)};

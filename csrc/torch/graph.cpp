@@ -1,15 +1,21 @@
 // torch.compile's path into C: a GraphBuilder turns an FX graph into one
 // program by applying, node after node, the same C rules eager uses
 // (eager/program.h); a GraphProgram runs it on the graph's input tensors.
-// The Python backend (torchtpu/compile.py) walks the graph; this file only
-// translates its node arguments.
+// The Python backend (torchtpu/compile.py) walks the graph and passes each
+// node's argument values; this file describes them for the rule by the op's
+// schema, as the eager kernel describes its calls (describe.h).
+#include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/extension.h>
 
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
+#include "torch/call.h"
+#include "torch/describe.h"
 #include "torch/dispatch.h"
+#include "torch/kernel.h"
 #include "torch/generator.h"
 #include "torch/tpu_torch.h"
 
@@ -71,53 +77,108 @@ struct InputCall {
     call.num_args = static_cast<int>(args.size());
     call.args = args.data();
     call.device = device < 0 ? current_device() : device;
+    call.precision = matmul_precision();  // keyed: the graph's matmuls are built with it
   }
 };
 
-// Decoded arguments of one node, and the fetch function reading them.
-struct NodeArgs {
-  std::vector<tpu_lower_arg> args;
-  std::vector<tpu_hlo_value> values;                    // per argument (tensors)
-  std::vector<std::vector<tpu_hlo_value>> list_values;  // per argument (tensor lists)
-  std::vector<std::vector<int64_t>> ints;
-  std::vector<std::vector<double>> floats;
-  std::vector<std::unique_ptr<bool[]>> bools;
-  std::vector<std::string> strings;
-  std::vector<std::vector<tpu_dtype_t>> item_dtypes;
-  std::vector<std::vector<int>> item_ranks;
-  std::vector<std::vector<const int64_t*>> item_sizes;
-  std::vector<std::vector<int64_t>> sizes;  // per tensor argument
-
-  static tpu_hlo_value fetch(tpu_lower_ctx* c, int arg, int item) {
-    auto* self = static_cast<NodeArgs*>(c->user);
-    if (item < 0) return self->values[arg];
-    return self->list_values[arg][item];
-  }
+// A value of the program being built, as Python holds it: what
+// GraphBuilder.input and .apply return and its other methods take.
+struct GraphValue {
+  tpu_hlo_value v;
 };
+
+py::object wrap(tpu_hlo_value v) { return v == TPU_HLO_NONE ? py::none() : py::cast(GraphValue{v}); }
 
 tpu_dtype_t dtype_of(py::handle h) {
   return to_tpu(reinterpret_cast<THPDtype*>(h.ptr())->scalar_type);
 }
 
-// An argument from Python: (kind, payload) as compile.py encodes it.
-void decode(tpu_hlo_builder* b, const py::tuple& spec, size_t i, NodeArgs& na) {
+// The arguments of an op ("add.Tensor"): each one's kind and type.
+struct OpArgs {
+  std::vector<ArgType> kinds;
+  std::vector<c10::TypePtr> types;
+};
+
+const OpArgs& op_args(const std::string& op) {
+  static std::unordered_map<std::string, OpArgs> cache;
+  auto it = cache.find(op);
+  if (it != cache.end()) return it->second;
+  auto dot = op.find('.');
+  auto handle = c10::Dispatcher::singleton().findSchema(
+      {"aten::" + op.substr(0, dot), dot == std::string::npos ? "" : op.substr(dot + 1)});
+  TORCH_CHECK(handle.has_value(), "no operator aten::", op);
+  OpArgs args;
+  for (const c10::Argument& a : handle->schema().arguments()) {
+    args.kinds.push_back(classify(a));
+    args.types.push_back(a.real_type());
+  }
+  return cache.emplace(op, std::move(args)).first->second;
+}
+
+// The arguments of one node described for its rule (describe.h), and the
+// fetch function reading its tensors.
+struct NodeArgs {
+  std::vector<tpu_lower_arg> args;
+  std::vector<c10::IValue> ivalues;                     // per argument: what a string points into
+  std::vector<tpu_hlo_value> values;                    // per argument (tensors)
+  std::vector<std::vector<tpu_hlo_value>> list_values;  // per argument (tensor lists)
+  std::vector<std::vector<tpu_dtype_t>> item_dtypes;
+  std::vector<std::vector<int>> item_ranks;
+  std::vector<std::vector<const int64_t*>> item_sizes;
+  std::vector<std::vector<int64_t>> sizes;  // per tensor argument
+  ArgLists lists;
+  std::vector<int> source;  // per argument the rule sees: the described one
+
+  explicit NodeArgs(size_t n)
+      : args(n), ivalues(n), values(n, TPU_HLO_NONE), list_values(n), item_dtypes(n), item_ranks(n),
+        item_sizes(n), sizes(n) {
+    lists.reset(n);
+  }
+
+  static tpu_hlo_value fetch(tpu_lower_ctx* c, int arg, int item) {
+    auto* self = static_cast<NodeArgs*>(c->user);
+    arg = self->source[arg];
+    if (item < 0) return self->values[arg];
+    return self->list_values[arg][item];
+  }
+};
+
+// A Python number (bool, int, float) as an IValue; None if |h| is none.
+std::optional<c10::IValue> number(py::handle h) {
+  if (py::isinstance<py::bool_>(h)) return c10::IValue(h.cast<bool>());
+  if (py::isinstance<py::int_>(h)) return c10::IValue(h.cast<int64_t>());
+  if (py::isinstance<py::float_>(h)) return c10::IValue(h.cast<double>());
+  return std::nullopt;
+}
+
+// Argument |i| of kind |kind| from the value compile.py passes: a
+// GraphValue (a tensor), a list of them and None (a tensor list), a Python
+// number where the schema says Tensor (a wrapped number: a constant), or the
+// argument's own Python value.
+void describe_arg(tpu_hlo_builder* b, py::handle h, size_t i, ArgType kind, const c10::TypePtr& type,
+                  unsigned rule_flags, NodeArgs& na) {
   tpu_lower_arg& l = na.args[i];
   l = tpu_lower_arg{};
-  std::string kind = spec[0].cast<std::string>();
-  if (kind == "none") {
+  if (h.is_none()) {
     l.kind = TPU_ARG_NONE;
-  } else if (kind == "t") {
-    tpu_hlo_value v = spec[1].cast<int>();
-    const tpu_hlo_type* t = tpu_hlo_type_of(b, v);
-    l.kind = TPU_ARG_TENSOR;
-    l.dtype = t->dtype;
-    l.rank = t->rank;
-    na.sizes[i].assign(t->dims, t->dims + t->rank);
-    l.sizes = na.sizes[i].data();
-    na.values[i] = v;
-  } else if (kind == "tl") {
+  } else if (kind == ArgType::kTensor) {
+    if (py::isinstance<GraphValue>(h)) {
+      tpu_hlo_value v = h.cast<GraphValue>().v;
+      const tpu_hlo_type* t = tpu_hlo_type_of(b, v);
+      l.kind = TPU_ARG_TENSOR;
+      l.dtype = t->dtype;
+      l.rank = t->rank;
+      na.sizes[i].assign(t->dims, t->dims + t->rank);
+      l.sizes = na.sizes[i].data();
+      na.values[i] = v;
+    } else if (auto n = number(h)) {
+      describe_scalar(*n, l, /*constant=*/true);
+    } else {
+      l.kind = TPU_ARG_OTHER;
+    }
+  } else if (kind == ArgType::kTensorList) {
     l.kind = TPU_ARG_TENSOR_LIST;
-    for (py::handle item : spec[1].cast<py::list>()) {
+    for (py::handle item : h.cast<py::list>()) {
       if (item.is_none()) {
         na.list_values[i].push_back(TPU_HLO_NONE);
         na.item_dtypes[i].push_back(TPU_INVALID);
@@ -125,7 +186,7 @@ void decode(tpu_hlo_builder* b, const py::tuple& spec, size_t i, NodeArgs& na) {
         na.item_sizes[i].push_back(nullptr);
         continue;
       }
-      tpu_hlo_value v = item.cast<int>();
+      tpu_hlo_value v = item.cast<GraphValue>().v;
       const tpu_hlo_type* t = tpu_hlo_type_of(b, v);
       na.list_values[i].push_back(v);
       na.item_dtypes[i].push_back(t->dtype);
@@ -136,58 +197,15 @@ void decode(tpu_hlo_builder* b, const py::tuple& spec, size_t i, NodeArgs& na) {
     l.item_dtypes = na.item_dtypes[i].data();
     l.item_ranks = na.item_ranks[i].data();
     l.item_sizes = na.item_sizes[i].data();
-  } else if (kind == "scalar") {  // a Python number: a constant of the graph
-    py::object v = spec[1];
-    l.kind = TPU_ARG_SCALAR;
-    l.is_const = true;
-    if (py::isinstance<py::bool_>(v)) {
-      l.dtype = TPU_BOOL;
-      l.i = v.cast<bool>();
-      l.f = static_cast<double>(l.i);
-    } else if (py::isinstance<py::int_>(v)) {
-      l.dtype = TPU_S64;
-      l.i = v.cast<int64_t>();
-      l.f = static_cast<double>(l.i);
-    } else {
-      l.dtype = TPU_F64;
-      l.f = v.cast<double>();
-      l.i = static_cast<int64_t>(l.f);
-    }
-  } else if (kind == "i") {
-    l.kind = TPU_ARG_INT;
-    l.i = spec[1].cast<int64_t>();
-  } else if (kind == "il") {
-    l.kind = TPU_ARG_INT_LIST;
-    na.ints[i] = spec[1].cast<std::vector<int64_t>>();
-    l.n = static_cast<int>(na.ints[i].size());
-    l.ints = na.ints[i].data();
-  } else if (kind == "f") {
-    l.kind = TPU_ARG_FLOAT;
-    l.f = spec[1].cast<double>();
-  } else if (kind == "fl") {
-    l.kind = TPU_ARG_FLOAT_LIST;
-    na.floats[i] = spec[1].cast<std::vector<double>>();
-    l.n = static_cast<int>(na.floats[i].size());
-    l.floats = na.floats[i].data();
-  } else if (kind == "b") {
-    l.kind = TPU_ARG_BOOL;
-    l.b = spec[1].cast<bool>();
-  } else if (kind == "bl") {
-    l.kind = TPU_ARG_BOOL_LIST;
-    auto v = spec[1].cast<std::vector<bool>>();
-    na.bools[i].reset(new bool[v.size() + 1]);
-    for (size_t k = 0; k < v.size(); k++) na.bools[i][k] = v[k];
-    l.n = static_cast<int>(v.size());
-    l.bools = na.bools[i].get();
-  } else if (kind == "s") {
-    l.kind = TPU_ARG_STRING;
-    na.strings[i] = spec[1].cast<std::string>();
-    l.s = na.strings[i].c_str();
-  } else if (kind == "dtype") {
-    l.kind = TPU_ARG_DTYPE;
-    l.dtype = dtype_of(spec[1]);
   } else {
-    l.kind = TPU_ARG_OTHER;
+    try {
+      na.ivalues[i] = torch::jit::toIValue(h, type);
+    } catch (const std::exception&) {
+      l.kind = TPU_ARG_OTHER;  // not a value of its type: no rule reads it
+      return;
+    }
+    c10::DeviceIndex device = -1;
+    describe_value(kind, na.ivalues[i], i, rule_flags, Describe::kGraph, l, na.lists, &device);
   }
 }
 
@@ -213,27 +231,12 @@ class GraphProgram {
   // outputs by index (None where the graph output is not a new tensor).
   py::list run(const Inputs& inputs, int num_outputs) {
     InputCall ic(tensors_of(inputs), mutated_);
-    std::vector<at::Tensor> outs(num_outputs);
-    std::vector<tpu_storage*> storages(num_outputs, nullptr);
+    std::vector<at::Tensor> outs;
     {
       py::gil_scoped_release release;
       c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, ic.call.device));
-      if (tpu_eager_entry_uses_rng(entry_)) {
-        at::Generator gen = default_generator(ic.call.device);
-        std::lock_guard<std::mutex> lock(gen.mutex());
-        auto seed_offset = gen.get<TpuGenerator>()->next(1);
-        ic.call.rng_seed = seed_offset.first;
-        ic.call.rng_offset = seed_offset.second;
-      }
-      for (int i = 0; i < num_outputs; i++) {
-        const tpu_eager_out_meta* m = tpu_eager_entry_meta(entry_, i);
-        if (m->dtype == TPU_INVALID) continue;
-        outs[i] = at::detail::empty_strided_generic(
-            at::IntArrayRef(m->sizes, m->rank), at::IntArrayRef(m->strides, m->rank), allocator(),
-            c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), to_torch(m->dtype));
-        storages[i] = storage_of(outs[i]);
-      }
-      TPU_CHECK(tpu_eager_execute(entry_, &ic.call, storages.data()));
+      outs = run_entry(entry_, ic.call, num_outputs, tpu_eager_entry_uses_rng(entry_), at::Generator(),
+                       [](int) { return false; }, RunMode::kExecute);
     }
     py::list result;
     for (auto& t : outs) result.append(t.defined() ? py::cast(t) : py::none());
@@ -269,22 +272,22 @@ class GraphBuilder {
   }
   ~GraphBuilder() { tpu_program_free(program_); }
 
-  int input(int i) {
+  py::object input(int i) {
     if (exporting()) {
       TORCH_CHECK(i >= 0 && i < static_cast<int>(export_params_.size()), "no exported input ", i);
-      return export_params_[i];
+      return wrap(export_params_[i]);
     }
-    return tpu_program_tensor(program_, i, -1);
+    return wrap(tpu_program_tensor(program_, i, -1));
   }
 
   // An exporting builder's module text returning |values| (each converted
   // to its dtype), and how many kinds of runtime checks it leaves out.
-  py::tuple export_text(const std::vector<int>& values, const py::list& dtypes) {
+  py::tuple export_text(const std::vector<GraphValue>& values, const py::list& dtypes) {
     TORCH_CHECK(exporting(), "export_text: not an exporting builder");
     tpu_hlo_builder* b = tpu_program_builder(program_);
     std::vector<tpu_hlo_value> results;
     for (size_t i = 0; i < values.size(); i++)
-      results.push_back(tpu_hlo_convert(b, values[i], dtype_of(dtypes[i])));
+      results.push_back(tpu_hlo_convert(b, values[i].v, dtype_of(dtypes[i])));
     char* text = nullptr;
     int checks = 0;
     TPU_CHECK(tpu_program_export_finish(program_, results.data(), static_cast<int>(results.size()), &text, &checks));
@@ -293,26 +296,28 @@ class GraphBuilder {
     return py::make_tuple(out, checks);
   }
 
-  // Applies the rule of |op| ("add.Tensor"); |outs| are (dtype, sizes) per
-  // output, or None for an output nobody uses and the rule need not make.
-  std::vector<int> apply(const std::string& op, const py::list& args, const py::list& outs, py::object common) {
-    const tpu_lower_rule* rule = tpu_lower_find(op.c_str());
-    TORCH_CHECK(rule != nullptr, "torchtpu has no lowering for ", op);
+  // Applies rule |rule| ("add.Tensor") to |values|, the arguments of op
+  // |op| (the rule's own when empty) as describe_arg takes them, less
+  // argument |drop| (>= 0: one the rule does not take). |outs| are (dtype,
+  // sizes) per output, or None for an output nobody uses and the rule need
+  // not make. Returns the outputs' values (None where not made).
+  py::list apply(const std::string& rule_name, const py::list& values, const py::list& outs, py::object common,
+                 const std::string& op, int drop) {
+    const tpu_lower_rule* rule = tpu_lower_find(rule_name.c_str());
+    TORCH_CHECK(rule != nullptr, "torchtpu has no lowering for ", rule_name);
     tpu_hlo_builder* b = tpu_program_builder(program_);
-    size_t n = args.size();
-    NodeArgs na;
-    na.args.resize(n);
-    na.values.assign(n, TPU_HLO_NONE);
-    na.list_values.resize(n);
-    na.ints.resize(n);
-    na.floats.resize(n);
-    na.bools.resize(n);
-    na.strings.resize(n);
-    na.item_dtypes.resize(n);
-    na.item_ranks.resize(n);
-    na.item_sizes.resize(n);
-    na.sizes.resize(n);
-    for (size_t i = 0; i < n; i++) decode(b, args[i].cast<py::tuple>(), i, na);
+    const OpArgs& schema = op_args(op.empty() ? rule_name : op);
+    size_t n = values.size();
+    TORCH_CHECK(n <= schema.kinds.size(), op, ": ", n, " arguments for a schema of ", schema.kinds.size());
+    NodeArgs na(n);
+    for (size_t i = 0; i < n; i++) describe_arg(b, values[i], i, schema.kinds[i], schema.types[i], rule->flags, na);
+    for (size_t i = 0; i < n; i++) patch_lists(na.lists, i, na.args[i]);
+    std::vector<tpu_lower_arg> args;
+    for (size_t i = 0; i < n; i++) {
+      if (static_cast<int>(i) == drop) continue;
+      na.source.push_back(static_cast<int>(i));
+      args.push_back(na.args[i]);
+    }
     std::vector<tpu_hlo_type> types;
     for (py::handle o : outs) {
       if (o.is_none()) {
@@ -324,23 +329,26 @@ class GraphBuilder {
       check_rank(static_cast<int64_t>(sizes.size()));
       types.push_back(tpu_hlo_make_type(dtype_of(spec[0]), static_cast<int>(sizes.size()), sizes.data()));
     }
-    std::vector<tpu_hlo_value> values(types.size(), TPU_HLO_NONE);
+    std::vector<tpu_hlo_value> results(types.size(), TPU_HLO_NONE);
     tpu_dtype_t common_dtype = common.is_none() ? TPU_INVALID : dtype_of(common);
-    std::string full = "aten::" + op;
-    tpu_program_apply_args apply = {rule, full.c_str(), static_cast<int>(n), na.args.data(), NodeArgs::fetch, &na,
-                                    common_dtype, matmul_precision(), static_cast<int>(types.size()), types.data()};
-    TPU_CHECK(tpu_program_apply(program_, &apply, values.data(), nullptr));
-    return std::vector<int>(values.begin(), values.end());
+    std::string full = "aten::" + rule_name;
+    tpu_program_apply_args apply = {rule, full.c_str(), static_cast<int>(args.size()), args.data(), NodeArgs::fetch,
+                                    &na, common_dtype, matmul_precision(), static_cast<int>(types.size()),
+                                    types.data()};
+    TPU_CHECK(tpu_program_apply(program_, &apply, results.data(), nullptr));
+    py::list out;
+    for (tpu_hlo_value v : results) out.append(wrap(v));
+    return out;
   }
 
   // The value of a graph input read with another geometry (as_strided on an
   // input views its storage, not its contiguous value).
-  void write(int i, int value, bool donate) { tpu_program_write(program_, i, -1, value, donate, false); }
+  void write(int i, GraphValue value, bool donate) { tpu_program_write(program_, i, -1, value.v, donate, false); }
 
-  void output(int index, int value, py::object dtype, const std::vector<int64_t>& sizes,
+  void output(int index, GraphValue value, py::object dtype, const std::vector<int64_t>& sizes,
               const std::vector<int64_t>& strides) {
     tpu_eager_out_meta m = out_meta(dtype_of(dtype), sizes, strides);
-    tpu_program_output(program_, index, value, &m);
+    tpu_program_output(program_, index, value.v, &m);
   }
 
   std::unique_ptr<GraphProgram> finish() {
@@ -353,14 +361,6 @@ class GraphBuilder {
     return std::make_unique<GraphProgram>(entry, mutated_, name_);
   }
 
-  static tpu_hlo_precision_t matmul_precision() {
-    switch (at::globalContext().float32MatmulPrecision()) {
-      case at::Float32MatmulPrecision::HIGHEST: return TPU_HLO_PRECISION_HIGHEST;
-      case at::Float32MatmulPrecision::HIGH: return TPU_HLO_PRECISION_HIGH;
-      default: return TPU_HLO_PRECISION_DEFAULT;
-    }
-  }
-
  private:
   std::string name_;
   InputCall inputs_;
@@ -371,45 +371,13 @@ class GraphBuilder {
   bool exporting_flag_ = false;
 };
 
-// What a compiled graph program depends on beyond the graph: every input's
-// dtype, sizes, strides, offset, storage size and buffer type, and which inputs
-// share a storage. Equal signatures can run the same program.
+// What a compiled graph program depends on beyond the graph: its inputs
+// keyed as one call's arguments by the eager key builder (dtype, sizes,
+// strides, offset, storage size and buffer type, shared storages), and the
+// matmul precision. Equal signatures can run the same program.
 py::bytes signature(const Inputs& inputs) {
-  std::vector<int64_t> sig;
-  std::vector<const void*> storages;
-  for (const at::Tensor& t : tensors_of(inputs)) {
-    if (!t.defined()) {
-      sig.push_back(-1);
-      continue;
-    }
-    sig.push_back(static_cast<int64_t>(t.scalar_type()));
-    sig.push_back(t.dim());
-    for (int64_t s : t.sizes()) sig.push_back(s);
-    if (t.device().type() != c10::DeviceType::PrivateUse1) {
-      sig.push_back(-2);
-      continue;
-    }
-    for (int64_t s : t.strides()) sig.push_back(s);
-    sig.push_back(t.storage_offset());
-    sig.push_back(static_cast<int64_t>(t.is_conj()) | (static_cast<int64_t>(t.is_neg()) << 1));
-    const void* impl = t.storage().unsafeGetStorageImpl();
-    int64_t shared = -1;
-    for (size_t k = 0; k < storages.size(); k++)
-      if (storages[k] == impl) shared = static_cast<int64_t>(k);
-    storages.push_back(impl);
-    sig.push_back(shared);
-    tpu_storage* s = storage_of(t);
-    TPU_CHECK(tpu_storage_settle(s, TPU_CUT_GRAPH));  // the buffer's type is part of the signature
-    sig.push_back(s == nullptr ? 0 : s->nbytes);
-    if (s == nullptr || s->buf == nullptr) {
-      sig.push_back(-1);
-      continue;
-    }
-    sig.push_back(s->type.dtype);
-    sig.push_back(s->type.rank);
-    sig.insert(sig.end(), s->type.dims, s->type.dims + s->type.rank);
-  }
-  return py::bytes(reinterpret_cast<const char*>(sig.data()), sig.size() * sizeof(int64_t));
+  InputCall ic(tensors_of(inputs), {});
+  return py::bytes(call_key(ic.call));
 }
 
 // A StableHLO module compiled by the plugin and run on host tensors, as any
@@ -484,16 +452,25 @@ void bind_graph(py::module& m) {
   m.def("_export_builder", [](const std::string& name, const py::list& input_types) {
     return std::make_unique<GraphBuilder>(name, input_types);
   });
+  py::class_<GraphValue>(m, "GraphValue");
   py::class_<GraphProgram>(m, "GraphProgram").def("run", &GraphProgram::run);
   py::class_<GraphBuilder>(m, "GraphBuilder")
       .def(py::init<const std::string&, const Inputs&, const std::vector<bool>&>())
       .def("input", &GraphBuilder::input)
-      .def("apply", &GraphBuilder::apply)
+      .def("apply", &GraphBuilder::apply, py::arg("rule"), py::arg("values"), py::arg("outs"), py::arg("common"),
+           py::arg("op") = "", py::arg("drop") = -1)
       .def("write", &GraphBuilder::write)
       .def("output", &GraphBuilder::output)
       .def("finish", &GraphBuilder::finish)
       .def("export_text", &GraphBuilder::export_text);
   m.def("_graph_signature", &signature);
+  m.def("_promoting_args", [](const std::string& name, const std::string& overload) {
+    auto handle = c10::Dispatcher::singleton().findSchema({name, overload});
+    TORCH_CHECK(handle.has_value(), "no operator ", name, ".", overload);
+    OpInfo info;
+    describe_args(handle->schema(), info);
+    return info.promotes;
+  });
   m.def("_has_rule", [](const std::string& op) { return tpu_lower_find(op.c_str()) != nullptr; });
   m.def("_foreach_item", [](const std::string& name, const std::string& overload) -> py::object {
     auto item = foreach_item(c10::OperatorName(name, overload));
