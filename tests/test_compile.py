@@ -771,3 +771,24 @@ def test_a_graph_program_on_a_storage_without_a_buffer_serves_one_with_it():
     x = torch.full((4,), 1.5)
     for got, want in zip(g(x.to("tpu")), f(x)):
         assert torch.equal(got.cpu(), want)
+
+
+def test_reshape_that_copies_returns_no_view():
+    """reshape of an expanded tensor copies (_unsafe_view): eager's result is
+    no view, and a compiled function's was an as_strided view, which a later
+    in-place op refused ("Output 0 of AsStrided is a view ... returns
+    multiple views"; fuzz seed 7)."""
+    def block(p):
+        a = p.expand([3, 8, 4])
+        return a, a.reshape([4, 8, 3])
+
+    got = []
+    for dev, backend in (("cpu", "aot_eager"), ("tpu", "tpu")):
+        torch.manual_seed(0)
+        p = torch.randn(8, 4).to(dev).requires_grad_()
+        a, b = torch.compile(block, backend=backend)(p)
+        assert b._base is None
+        torch._foreach_mul_([b], 0.75)
+        b.sum().backward()
+        got.append((b.detach().cpu(), p.grad.cpu()))
+    torch.testing.assert_close(got[1], got[0])

@@ -523,6 +523,11 @@ def _alias_bases(gm, results, written, index, inputs):
         val = out.meta.get("val") if isinstance(out, torch.fx.Node) else None
         if not isinstance(val, torch.Tensor) or val.device.type != "tpu" or out in index or out in bases:
             continue
+        # _unsafe_view (reshape's result where it must copy) is no view in
+        # eager: as a view it could not be written in place (a view a
+        # compiled function returns refuses it).
+        if out.op == "call_function" and out.target is torch.ops.aten._unsafe_view.default:
+            continue
         base = owner.get(val.untyped_storage()._cdata)
         if base is None or base is out or base.meta["val"].dtype != val.dtype:
             continue
