@@ -71,6 +71,10 @@ void throw_status(tpu_status_t st, const char* context) {
   }
 }
 
+void check_admitted(bool admitted, const char* kernel, c10::ScalarType t) {
+  if (!admitted) throw_status(tpu_lower_not_implemented(kernel, to_tpu(t)));
+}
+
 tpu_runtime* runtime() {
   std::lock_guard<std::mutex> lock(g_runtime_mutex);
   if (g_runtime != nullptr) {

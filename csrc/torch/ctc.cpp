@@ -11,6 +11,8 @@
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
+#include "torch/tpu_torch.h"
+
 namespace torchtpu {
 namespace {
 
@@ -40,8 +42,7 @@ Pair loss(const at::Tensor& log_probs, const at::Tensor& targets, at::IntArrayRe
           const at::Tensor& il_t, const at::Tensor& tl_t, int64_t blank, bool zero_infinity) {
   // The CPU kernel's checks, in its order.
   at::ScalarType t = log_probs.scalar_type();
-  TORCH_CHECK_NOT_IMPLEMENTED(t == at::kFloat || t == at::kDouble, "\"ctc_loss_cpu\" not implemented for '",
-                              c10::toString(t), "'");
+  check_admitted(t == at::kFloat || t == at::kDouble, "ctc_loss_cpu", t);
   TORCH_CHECK(log_probs.numel() > 0, "log_probs tensor must not be empty");
   auto sized = at::_ctc_loss(on_meta(log_probs), on_meta(targets), il, tl, blank, zero_infinity);
   static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("torchtpu::ctc_loss", "").typed<LossFn>();

@@ -3,6 +3,47 @@
 
 namespace torchtpu {
 
+namespace {
+
+[[noreturn]] void device_mismatch(const at::Tensor& t, c10::DeviceIndex device) {
+  TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, tpu:",
+              static_cast<int>(device), " and ", t.device(), "!");
+}
+
+}  // namespace
+
+void describe_tensor(const at::Tensor& t, c10::DeviceIndex& device, tpu_tensor_ref& r) {
+  if (!t.defined()) {
+    r = tpu_tensor_ref{};
+    r.view.dtype = TPU_INVALID;
+    return;
+  }
+  if (t.device().type() == c10::DeviceType::PrivateUse1) {
+    if (device < 0) device = t.device().index();
+    else if (t.device().index() != device) device_mismatch(t, device);
+    fill_tensor_ref(t, r);
+    return;
+  }
+  if (t.device().is_cpu() && t.dim() == 0) {
+    r = tpu_tensor_ref{};
+    r.view.dtype = to_tpu(t.scalar_type());
+    TORCH_CHECK(r.view.dtype != TPU_INVALID, "tpu does not support dtype ", t.scalar_type());
+    r.host_scalar = t.const_data_ptr();
+    r.wrapped_number = t.unsafeGetTensorImpl()->is_wrapped_number();
+    return;
+  }
+  device_mismatch(t, device < 0 ? 0 : device);
+}
+
+void describe_tensor_arg(const tpu_tensor_ref& r, tpu_lower_arg& l) {
+  l.kind = r.view.dtype == TPU_INVALID ? TPU_ARG_NONE : TPU_ARG_TENSOR;
+  l.dtype = r.view.dtype;
+  l.wrapped_number = r.wrapped_number;
+  l.rank = r.view.rank;
+  l.sizes = r.view.sizes;
+  l.strides = r.view.strides;
+}
+
 ArgType classify(const c10::Argument& arg) {
   const c10::TypePtr& t = arg.real_type();
   c10::TypePtr base = t;

@@ -40,6 +40,14 @@ struct ArgLists {
 // TPU_RULE_RUNTIME_FLOATS), or a graph's program, whose numbers are constants.
 enum class Describe { kEager, kGraph };
 
+// Describes tensor |t| into |r|: a tpu tensor as its storage box and view,
+// a 0-dim CPU tensor as a host scalar, an undefined one as TPU_INVALID. The
+// tpu tensors of one call share a device (|device|: -1 until the first);
+// any other tensor raises PyTorch's device-mismatch error.
+void describe_tensor(const at::Tensor& t, c10::DeviceIndex& device, tpu_tensor_ref& r);
+// A described tensor |r| as a rule's argument (pointing into |r|).
+void describe_tensor_arg(const tpu_tensor_ref& r, tpu_lower_arg& l);
+
 // A Python number as a rule's scalar (|constant|: its value is known).
 void describe_scalar(const c10::IValue& v, tpu_lower_arg& l, bool constant);
 

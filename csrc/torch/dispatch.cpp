@@ -46,36 +46,6 @@ struct CallScratch {
   ArgLists lists;  // the other lists; a tensor list's span is its first item in |refs|
 };
 
-[[noreturn]] void device_mismatch(const at::Tensor& t, c10::DeviceIndex device) {
-  TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, tpu:",
-              static_cast<int>(device), " and ", t.device(), "!");
-}
-
-// Describes tensor |t| for C into |r|. CPU tensors are allowed only as 0-dim
-// scalars.
-void describe(const at::Tensor& t, c10::DeviceIndex& device, tpu_tensor_ref& r) {
-  if (!t.defined()) {
-    r = tpu_tensor_ref{};
-    r.view.dtype = TPU_INVALID;
-    return;
-  }
-  if (t.device().type() == c10::DeviceType::PrivateUse1) {
-    if (device < 0) device = t.device().index();
-    else if (t.device().index() != device) device_mismatch(t, device);
-    fill_tensor_ref(t, r);
-    return;
-  }
-  if (t.device().is_cpu() && t.dim() == 0) {
-    r = tpu_tensor_ref{};
-    r.view.dtype = to_tpu(t.scalar_type());
-    TORCH_CHECK(r.view.dtype != TPU_INVALID, "tpu does not support dtype ", t.scalar_type());
-    r.host_scalar = t.const_data_ptr();
-    r.wrapped_number = t.unsafeGetTensorImpl()->is_wrapped_number();
-    return;
-  }
-  device_mismatch(t, device < 0 ? 0 : device);
-}
-
 }  // namespace
 
 
@@ -101,11 +71,8 @@ void describe_call(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs, CallScrat
     switch (schema_args[i]) {
       case ArgType::kTensor: {
         const at::Tensor& t = v.toTensor();
-        describe(t, device, a.tensor);
-        l.kind = a.tensor.view.dtype == TPU_INVALID ? TPU_ARG_NONE : TPU_ARG_TENSOR;
-        l.dtype = a.tensor.view.dtype;
-        l.wrapped_number = a.tensor.wrapped_number;
-        l.rank = a.tensor.view.rank;
+        describe_tensor(t, device, a.tensor);
+        describe_tensor_arg(a.tensor, l);
         break;
       }
       case ArgType::kTensorList: {
@@ -115,10 +82,10 @@ void describe_call(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs, CallScrat
         sc.refs.resize_for_overwrite(begin + v.toListRef().size());
         size_t k = begin;
         if (v.isTensorList()) {
-          for (const at::Tensor& t : v.toTensorList()) describe(t, device, sc.refs[k++]);
+          for (const at::Tensor& t : v.toTensorList()) describe_tensor(t, device, sc.refs[k++]);
         } else {
           for (const c10::IValue& item : v.toListRef())
-            describe(item.isNone() ? at::Tensor() : item.toTensor(), device, sc.refs[k++]);
+            describe_tensor(item.isNone() ? at::Tensor() : item.toTensor(), device, sc.refs[k++]);
         }
         l.n = static_cast<int>(sc.refs.size() - begin);
         break;
@@ -142,8 +109,6 @@ void describe_call(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs, CallScrat
     tpu_lower_arg& l = a.lower;
     switch (l.kind) {
       case TPU_ARG_TENSOR:
-        l.sizes = a.tensor.view.sizes;
-        l.strides = a.tensor.view.strides;
         break;
       case TPU_ARG_TENSOR_LIST:
         a.items = sc.refs.data() + sc.lists.spans[i].begin;

@@ -53,25 +53,10 @@ struct InputCall {
       a = tpu_eager_arg{};
       a.mutated = i < mutated.size() && mutated[i];
       const at::Tensor& t = inputs[i];
-      if (!t.defined()) {
-        a.lower.kind = TPU_ARG_NONE;
-        continue;
-      }
-      TORCH_CHECK(t.device().type() == c10::DeviceType::PrivateUse1 || (t.device().is_cpu() && t.dim() == 0),
-                  "a compiled tpu graph got an input on ", t.device());
-      if (t.device().is_cpu()) {
-        a.tensor.view.dtype = to_tpu(t.scalar_type());
-        a.tensor.host_scalar = t.const_data_ptr();
-      } else {
-        if (device < 0) device = t.device().index();
-        a.tensor = tensor_ref(t);
-        TORCH_CHECK(a.tensor.storage != nullptr || t.numel() == 0,
-                    "a compiled tpu graph got an input without data (a fake tensor?)");
-      }
-      a.lower.kind = TPU_ARG_TENSOR;
-      a.lower.dtype = a.tensor.view.dtype;
-      a.lower.rank = a.tensor.view.rank;
-      a.lower.sizes = a.tensor.view.sizes;
+      describe_tensor(t, device, a.tensor);
+      describe_tensor_arg(a.tensor, a.lower);
+      TORCH_CHECK(a.tensor.storage != nullptr || a.tensor.host_scalar != nullptr || t.numel() == 0 || !t.defined(),
+                  "a compiled tpu graph got an input without data (a fake tensor?)");
     }
     call.op = nullptr;
     call.num_args = static_cast<int>(args.size());

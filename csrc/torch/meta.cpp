@@ -8,6 +8,8 @@
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
+#include "torch/tpu_torch.h"
+
 namespace {
 
 // The layout of PyTorch's CPU convolutions (mkldnn's and the slow kernels):
@@ -73,8 +75,8 @@ at::Tensor fractional_max_pool3d_backward_meta(const at::Tensor& grad_output, co
 std::tuple<at::Tensor, at::Tensor> geqrf_meta(const at::Tensor& self) {
   TORCH_CHECK(self.dim() >= 2, "torch.geqrf: input must have at least 2 dimensions.");
   at::ScalarType t = self.scalar_type();
-  TORCH_CHECK_NOT_IMPLEMENTED(t == at::kFloat || t == at::kDouble || t == at::kComplexFloat || t == at::kComplexDouble,
-                              "\"geqrf_cpu\" not implemented for '", c10::toString(t), "'");
+  torchtpu::check_admitted(t == at::kFloat || t == at::kDouble || t == at::kComplexFloat || t == at::kComplexDouble, "geqrf_cpu",
+                 t);
   int64_t m = self.size(-2), n = self.size(-1);
   std::vector<int64_t> strides(self.dim());
   for (int64_t i = self.dim() - 3, stride = m * n; i >= 0; i--) {

@@ -245,8 +245,7 @@ at::Tensor histogramdd_from_bin_tensors(const at::Tensor& self, at::TensorList b
 // smallest, which PyTorch checks), at least minlength. Float weights count in
 // float, others in double, as PyTorch's CPU kernel.
 at::Tensor bincount_impl(const at::Tensor& self, const std::optional<at::Tensor>& weights, int64_t minlength) {
-  TORCH_CHECK_NOT_IMPLEMENTED(at::isIntegralType(self.scalar_type(), /*includeBool=*/true),
-                              "\"bincount_cpu\" not implemented for '", self.scalar_type(), "'");
+  check_admitted(at::isIntegralType(self.scalar_type(), /*includeBool=*/true), "bincount_cpu", self.scalar_type());
   TORCH_CHECK(minlength >= 0, "minlength should be >= 0");
   TORCH_CHECK(self.dim() == 1, "bincount only supports 1-d non-negative integral inputs.");
   if (self.numel() == 0) return at::zeros({minlength}, self.options().dtype(at::kLong));
@@ -266,8 +265,8 @@ at::Tensor bincount_impl(const at::Tensor& self, const std::optional<at::Tensor>
 // then a mark at each cumulative sum, summed up, numbers the runs.
 at::Tensor repeat_interleave_impl(const at::Tensor& repeats, std::optional<c10::SymInt> output_size) {
   TORCH_CHECK(repeats.dim() == 1, "repeat_interleave only accept 1D vector as repeat");
-  TORCH_CHECK_NOT_IMPLEMENTED(repeats.scalar_type() == at::kLong || repeats.scalar_type() == at::kInt,
-                              "\"repeat_interleave_cpu\" not implemented for '", repeats.scalar_type(), "'");
+  check_admitted(repeats.scalar_type() == at::kLong || repeats.scalar_type() == at::kInt, "repeat_interleave_cpu",
+                 repeats.scalar_type());
   int64_t n = repeats.numel(), total = 0;
   if (n > 0) {
     at::Tensor stats = at::stack({repeats.sum(), repeats.min().to(at::kLong)}).cpu();

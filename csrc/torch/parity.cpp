@@ -240,8 +240,7 @@ void check_linalg_eig(const c10::OperatorHandle& handle, const std::vector<bool>
   at::ScalarType t = a.scalar_type();
   TORCH_CHECK(at::isFloatingType(t) || at::isComplexType(t), "Unknown Complex ScalarType for ", t);
   bool square = a.dim() >= 2 && a.size(-1) == a.size(-2);
-  TORCH_CHECK_NOT_IMPLEMENTED(!square || !(t == at::kHalf || t == at::kBFloat16 || t == at::kComplexHalf),
-                              "\"linalg_eig_out_cpu\" not implemented for '", c10::toString(t), "'");
+  check_admitted(!square || !(t == at::kHalf || t == at::kBFloat16), "linalg_eig_out_cpu", t);
 }
 
 // The checks by op name (the overload's base name).

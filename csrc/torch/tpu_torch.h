@@ -26,6 +26,11 @@ void throw_status(tpu_status_t st, const char* context = nullptr);
     if (tpu_check_st_ != nullptr) ::torchtpu::throw_status(tpu_check_st_); \
   } while (0)
 
+// Refuses dtype |t| where the CPU kernel |kernel| does (|admitted| false),
+// with the message C rules give (tpu_lower_not_implemented): for the C++
+// composites, which have no rule to declare what they admit.
+void check_admitted(bool admitted, const char* kernel, c10::ScalarType t);
+
 // Chooses the plugin (torchtpu._C._configure). A non-empty |error| is what
 // every use of the device will raise (no plugin found).
 // |cache_dir| ("" = off) holds the persistent compile cache; |kernels|
