@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything torchtpu needs on a fresh machine (compiler toolchain,
 # the PyTorch CPU wheel, XLA's CPU PJRT plugin, test tools, Hugging Face
-# transformers for the tests that build its models from configs) and builds
+# transformers, accelerate and peft for the tests that build models from
+# configs and train them through those libraries) and builds
 # the extension in place. Safe to run again: it only installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +23,6 @@ fi
 if ! TORCH_DEVICE_BACKEND_AUTOLOAD=0 $PY -c 'import torch, sys; v = tuple(map(int, torch.__version__.split("+")[0].split(".")[:2])); sys.exit(not (2, 11) <= v <= (2, 15))' 2>/dev/null; then
   $PY -m pip install -q torch==2.13.0
 fi
-$PY -m pip install -q xla-cpu-pjrt numpy pytest expecttest transformers==5.24.0
+$PY -m pip install -q xla-cpu-pjrt numpy pytest expecttest transformers==5.24.0 accelerate==1.16.0 peft==0.21.2
 # --no-build-isolation: build against the torch installed above.
 $PY -m pip install -q --no-build-isolation -e .
