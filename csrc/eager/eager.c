@@ -28,8 +28,6 @@ void tpu_eager_init(tpu_runtime *rt, unsigned kernels) {
   g_context.kernels = kernels;
 }
 const tpu_eager_context *tpu_eager_context_get(void) { return &g_context; }
-tpu_runtime *tpu_eager_runtime(void) { return g_context.rt; }
-unsigned tpu_eager_kernels(void) { return g_context.kernels; }
 
 tpu_status_t tpu_eager_set_dump_dir(const char *dir) {
   g_context.dump_dir = NULL;

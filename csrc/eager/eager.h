@@ -40,7 +40,10 @@ extern "C" {
  * reads and rewrites a whole tensor therefore sees one shape on both sides,
  * and XLA updates the donated buffer in place instead of copying it around
  * a reshape. */
+struct tpu_eager_context;
+
 typedef struct tpu_storage {
+  const struct tpu_eager_context *ctx; /* whose runtime |buf| belongs to */
   tpu_buffer *buf; /* NULL until first used */
   tpu_hlo_type type; /* |buf|'s element type and dims */
   int64_t nbytes;
@@ -142,13 +145,11 @@ typedef struct tpu_eager_context {
   const char *dump_dir;
 } tpu_eager_context;
 
-/* Sets the process's context, the one eager calls (tpu_eager_compile), the
- * cache and storages use; call once before anything else. */
+/* Sets the process's context, the one eager calls (tpu_eager_compile) and
+ * the cache use and storages are made for; call once before anything else. */
 void tpu_eager_init(tpu_runtime *rt, unsigned kernels);
 /* The process's context, valid as long as the process. */
 const tpu_eager_context *tpu_eager_context_get(void);
-tpu_runtime *tpu_eager_runtime(void); /* its runtime */
-unsigned tpu_eager_kernels(void);     /* its kernels */
 /* The process context's dump folder (NULL or "": off). */
 tpu_status_t tpu_eager_set_dump_dir(const char *dir) TPU_MUST_USE;
 
@@ -242,7 +243,8 @@ void tpu_eager_fused_last_failure(char *out, size_t cap);
 void tpu_eager_set_fused_loop_detection(bool on);
 
 /* --- storages ---------------------------------------------------------------- */
-tpu_storage *tpu_storage_new(int device, int64_t nbytes);
+/* A storage of |nbytes| on |device| of |ctx|'s runtime (NULL: out of memory). */
+tpu_storage *tpu_storage_new(const struct tpu_eager_context *ctx, int device, int64_t nbytes);
 void tpu_storage_free(tpu_storage *s);
 /* The statistics of |device|'s live storages, as PyTorch's allocators report
  * them (torch.accelerator.memory_stats: the tensors' own memory, not XLA's

@@ -42,10 +42,11 @@ static void count(int device, int64_t nbytes, int sign) {
 static pthread_mutex_t g_live_lock = PTHREAD_MUTEX_INITIALIZER;
 static tpu_storage *g_live_head, *g_live_tail;
 
-tpu_storage *tpu_storage_new(int device, int64_t nbytes) {
+tpu_storage *tpu_storage_new(const tpu_eager_context *ctx, int device, int64_t nbytes) {
   tpu_storage *s = tpu_alloc_or_null(sizeof *s);
   if (s != NULL) {
     memset(s, 0, sizeof *s);
+    s->ctx = ctx;
     s->nbytes = nbytes;
     s->device = device;
     count(device, nbytes, 1);
@@ -67,7 +68,7 @@ void tpu_storage_each_live(int device, void (*fn)(void *ctx, const tpu_storage *
 }
 
 void tpu_storage_destroy(tpu_storage *s) {
-  tpu_buffer_destroy(tpu_eager_runtime(), s->buf);
+  tpu_buffer_destroy(s->ctx->rt, s->buf);
   free(s);
 }
 
@@ -125,7 +126,7 @@ void tpu_storage_put(tpu_storage *s, tpu_buffer *buf, const tpu_hlo_type *type) 
   tpu_buffer *old = s->buf;
   s->buf = buf;
   s->type = *type;
-  if (old != NULL && old != buf) tpu_buffer_destroy(tpu_eager_runtime(), old);
+  if (old != NULL && old != buf) tpu_buffer_destroy(s->ctx->rt, old);
 }
 
 tpu_hlo_type tpu_storage_type(const tpu_storage *s, tpu_dtype_t reader) {
@@ -145,7 +146,7 @@ tpu_status_t tpu_storage_materialize(tpu_storage *s, tpu_dtype_t dtype) {
   if (s->buf != NULL) return NULL;
   tpu_hlo_type t = tpu_storage_type(s, dtype);
   tpu_buffer *buf = NULL;
-  TPU_RETURN_IF_ERROR(tpu_buffer_uninitialized(tpu_eager_runtime(), s->device, dtype, t.dims, t.rank, &buf));
+  TPU_RETURN_IF_ERROR(tpu_buffer_uninitialized(s->ctx->rt, s->device, dtype, t.dims, t.rank, &buf));
   tpu_storage_put(s, buf, &t);
   return NULL;
 }
@@ -153,7 +154,7 @@ tpu_status_t tpu_storage_materialize(tpu_storage *s, tpu_dtype_t dtype) {
 tpu_status_t tpu_storage_copy_prefix(tpu_storage *dst, const tpu_storage *src) {
   TPU_RETURN_IF_ERROR(tpu_storage_settle((tpu_storage *)src, TPU_CUT_OTHER));
   if (src->buf == NULL || dst->nbytes == 0) return NULL;
-  tpu_runtime *rt = tpu_eager_runtime();
+  tpu_runtime *rt = dst->ctx->rt;
   tpu_hlo_builder *b = NULL;
   TPU_RETURN_IF_ERROR(tpu_hlo_builder_create(&b));
   size_t es = tpu_dtype_size(src->type.dtype);

@@ -46,7 +46,7 @@ struct TpuAllocator final : public c10::DeviceAllocator {
     c10::DeviceIndex device = current_device();
     c10::Device dev(c10::DeviceType::PrivateUse1, device);
     if (nbytes == 0) return c10::DataPtr(nullptr, nullptr, &delete_box, dev);
-    tpu_storage* box = tpu_storage_new(device, static_cast<int64_t>(nbytes));
+    tpu_storage* box = tpu_storage_new(tpu_eager_context_get(), device, static_cast<int64_t>(nbytes));
     TORCH_CHECK_WITH(OutOfMemoryError, box != nullptr, "tpu: out of host memory");
     if (c10::memoryProfilingEnabled()) report_memory(box, static_cast<int64_t>(nbytes), device);
     return c10::DataPtr(box, box, &delete_box, dev);

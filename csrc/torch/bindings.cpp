@@ -38,7 +38,7 @@ py::dict info() {
   for (int i = 0; i < tpu_runtime_device_count(rt); i++) devices.append(tpu_runtime_device_kind(rt, i));
   d["devices"] = devices;
   char kernels[256];  // the hand-written kernels programs call
-  tpu_kernels_describe(tpu_eager_kernels(), kernels, sizeof kernels);
+  tpu_kernels_describe(tpu_eager_context_get()->kernels, kernels, sizeof kernels);
   d["kernels"] = kernels;
   return d;
 }
