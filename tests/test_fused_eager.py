@@ -78,6 +78,23 @@ class TestBitIdentical:
         for got, want in zip(in_mode("fused", f), in_mode("strict", f)):
             assert_same(got, want)
 
+    def test_sibling_reductions_of_an_unwritten_storage(self):
+        """Two calls summing one storage no call writes (fuzz seed 8049): read
+        through one parameter, XLA merged them into one multi-output fusion
+        that summed in another order (the whole sum's last bit). Each call
+        reads such a storage through a parameter of its own."""
+        g = torch.Generator().manual_seed(783999559)
+        x = torch.randn(31, 8, generator=g, dtype=torch.float64).float().to("tpu")
+
+        def f():
+            total = x.sum()
+            rows = torch.empty(0, device="tpu")
+            torch.sum(x.expand(31, 8), -1, keepdim=True, out=rows)
+            return [total.cpu(), rows.cpu(), x.sum(0).cpu(), x.mean().cpu()]
+
+        for got, want in zip(in_mode("fused", f), in_mode("strict", f)):
+            assert_same(got, want)
+
     def test_result_layout_as_strict(self):
         """A softplus of a transposed view recorded beside an unrelated upload:
         XLA gave the call's result a transposed layout (and a copy) in the

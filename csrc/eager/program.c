@@ -31,6 +31,9 @@ struct tpu_program {
   tpu_hlo_value *fetched;    /* per flat ref */
   tpu_hlo_value *slot_param; /* per flat ref (used at slot indices) */
   int *slot_param_index;
+  int *slot_param_call;      /* the call that made slot_param (arg_base + 1), in a fused program */
+  int *slot_num_params;
+  bool *slot_mutated;        /* some call of the program writes it (fused programs) */
   tpu_hlo_value *slot_value; /* current storage value after writes */
   bool *slot_written;
   bool *slot_kept;           /* written, but the old buffer is not donated */
@@ -70,6 +73,9 @@ void tpu_program_free(tpu_program *p) {
   free(p->fetched);
   free(p->slot_param);
   free(p->slot_param_index);
+  free(p->slot_param_call);
+  free(p->slot_num_params);
+  free(p->slot_mutated);
   free(p->slot_value);
   free(p->slot_written);
   free(p->slot_kept);
@@ -101,6 +107,9 @@ tpu_status_t tpu_program_new(const tpu_eager_context *ctx, const tpu_eager_call 
   TPU_GOTO_IF_ERROR(st, tpu_alloc(n * sizeof *p->fetched, (void **)&p->fetched), fail);
   TPU_GOTO_IF_ERROR(st, tpu_alloc(n * sizeof *p->slot_param, (void **)&p->slot_param), fail);
   TPU_GOTO_IF_ERROR(st, tpu_alloc(n * sizeof *p->slot_param_index, (void **)&p->slot_param_index), fail);
+  TPU_GOTO_IF_ERROR(st, tpu_alloc_zeroed(n, sizeof *p->slot_param_call, (void **)&p->slot_param_call), fail);
+  TPU_GOTO_IF_ERROR(st, tpu_alloc_zeroed(n, sizeof *p->slot_num_params, (void **)&p->slot_num_params), fail);
+  TPU_GOTO_IF_ERROR(st, tpu_alloc_zeroed(n, sizeof *p->slot_mutated, (void **)&p->slot_mutated), fail);
   TPU_GOTO_IF_ERROR(st, tpu_alloc(n * sizeof *p->slot_value, (void **)&p->slot_value), fail);
   TPU_GOTO_IF_ERROR(st, tpu_alloc_zeroed(n, sizeof *p->slot_written, (void **)&p->slot_written), fail);
   TPU_GOTO_IF_ERROR(st, tpu_alloc_zeroed(n, sizeof *p->slot_kept, (void **)&p->slot_kept), fail);
@@ -139,14 +148,38 @@ static tpu_hlo_value add_param(tpu_program *p, const tpu_hlo_type *t, param_src 
 static tpu_hlo_value written_storage(tpu_program *p, int slot);
 static tpu_hlo_value boundary(tpu_program *p, tpu_hlo_value v);
 
-static tpu_hlo_value slot_storage(tpu_program *p, int slot) {
-  if (p->slot_param[slot] != TPU_HLO_NONE) return p->slot_param[slot];
+static tpu_hlo_value new_storage_param(tpu_program *p, int slot) {
   tpu_hlo_type t = tpu_flat_slot_type(&p->flat, slot); /* as the key says */
   p->slot_param_index[slot] = p->num_params;
+  p->slot_param_call[slot] = p->arg_base + 1;
+  p->slot_num_params[slot]++;
   param_src src = {.kind = SRC_STORAGE, .ref = slot, .dtype = t.dtype};
   p->slot_param[slot] = add_param(p, &t, src);
   if (p->slot_value[slot] == TPU_HLO_NONE) p->slot_value[slot] = p->slot_param[slot];
   return p->slot_param[slot];
+}
+
+static tpu_hlo_value slot_storage(tpu_program *p, int slot) {
+  if (p->slot_param[slot] != TPU_HLO_NONE) return p->slot_param[slot];
+  return new_storage_param(p, slot);
+}
+
+/* The storage of |slot| as a call of a fused program reads it before any
+ * call wrote it: in an exact fused program, a storage no call of the
+ * program writes is a parameter of its own per call that reads it, bound
+ * to the same buffer, as each call's strict program has its own. XLA
+ * cannot tell them equal, so it neither merges one call's work on the
+ * storage with another's (common subexpressions: three losses' gather
+ * indices from one target, computed once outside their fusions, after which
+ * LLVM vectorized each loss's sum in another order) nor fuses their
+ * reductions of it into one. A storage the program writes keeps one
+ * parameter, whose buffer a write may donate (a donated buffer cannot be a
+ * second argument of the same launch). */
+static tpu_hlo_value read_storage(tpu_program *p, int slot) {
+  if (p->sequential && p->exact && !p->slot_mutated[slot] && p->slot_param[slot] != TPU_HLO_NONE &&
+      p->slot_param_call[slot] != p->arg_base + 1)
+    return new_storage_param(p, slot);
+  return slot_storage(p, slot);
 }
 
 tpu_hlo_value tpu_program_scalar(tpu_program *p, int arg) {
@@ -207,7 +240,7 @@ tpu_hlo_value tpu_program_tensor(tpu_program *p, int arg, int item) {
      * program of several calls, as the calls before this one left it. */
     int slot = p->flat.refs[fi].slot;
     tpu_hlo_value storage = p->sequential && p->slot_written[slot] ? written_storage(p, slot)
-                                                                    : slot_storage(p, slot);
+                                                                    : read_storage(p, slot);
     v = tpu_hlo_view_read(p->b, storage, &r->view);
     v = apply_view_bits(p->b, r, v);
   }
@@ -434,6 +467,9 @@ void tpu_program_set_base(tpu_program *p, int arg_base) { p->arg_base = arg_base
 void tpu_program_set_fused(tpu_program *p, bool exact) {
   p->sequential = p->rng_per_op = p->lazy = true;
   p->exact = exact;
+  for (int i = 0; i < p->flat.n; i++)
+    if (p->flat.refs[i].slot >= 0 && p->call->args[p->flat.refs[i].arg].mutated)
+      p->slot_mutated[p->flat.refs[i].slot] = true;
 }
 
 void tpu_program_set_lazy(tpu_program *p) { p->lazy = true; }
@@ -493,8 +529,9 @@ tpu_status_t tpu_program_finish(tpu_program *p, tpu_eager_entry **out_entry) {
     }
     results[n] = (result_dst){.ref = slot, .output = -1, .type = *tpu_hlo_type_of(b, nv)};
     values[n] = nv;
-    /* Donate the old buffer into its replacement when the types agree. */
-    if (!p->slot_kept[slot] && p->slot_param[slot] != TPU_HLO_NONE &&
+    /* Donate the old buffer into its replacement when the types agree (and
+     * it is one argument of the launch: see read_storage). */
+    if (!p->slot_kept[slot] && p->slot_param[slot] != TPU_HLO_NONE && p->slot_num_params[slot] == 1 &&
         tpu_hlo_type_equal(tpu_hlo_type_of(b, p->slot_param[slot]), tpu_hlo_type_of(b, nv))) {
       tpu_hlo_param_set_alias(b, p->slot_param_index[slot], n);
       p->params[p->slot_param_index[slot]].donate = true;
