@@ -22,7 +22,8 @@ a temporary folder): the first finds them empty, the next --warm-runs find
 them filled. Reported per system: the cold first step, the median warm one,
 and of the warm step Dynamo's bytecode tracing and the backend's time
 (AOTAutograd's tracing or cache load, and the backend's own compile), from
-torch._dynamo's compile metrics.
+torch._dynamo's compile metrics; and, for the cold tpu runs, each graph
+program's building and XLA compile time.
 """
 import argparse
 import json
@@ -45,6 +46,18 @@ def worker(a):
     if a.dynamic:
         import torch._dynamo
         torch._dynamo.config.assume_static_by_default = False  # what dynamic=True sets
+    programs = []  # per tpu graph program built: name, seconds building it, seconds of XLA compile
+    if SYSTEMS[a.worker][0] == "tpu":
+        import torchtpu
+        import torchtpu.compile as tpu_compile
+        build = tpu_compile._Program.__init__
+
+        def timed(self, gm, inputs, name):
+            t, xla = time.perf_counter(), torchtpu.stats()["compile_seconds"]
+            build(self, gm, inputs, name)
+            xla = torchtpu.stats()["compile_seconds"] - xla
+            programs.append((name, time.perf_counter() - t - xla, xla))
+        tpu_compile._Program.__init__ = timed
     _, step, _ = train_step.torch_case(shape, SYSTEMS[a.worker][0])
     t0 = time.perf_counter()
     step()
@@ -54,7 +67,7 @@ def worker(a):
                                                                      "OutputGraph.call_user_compiler")}
     print(json.dumps({"first_step": first, "tracing": phases["bytecode_tracing"],
                       "backend": phases["OutputGraph.call_user_compiler"],
-                      "aot_hits": counters["aot_autograd"]["autograd_cache_hit"]}))
+                      "aot_hits": counters["aot_autograd"]["autograd_cache_hit"], "programs": programs}))
 
 
 def run(name, cache_root, a):
@@ -92,6 +105,10 @@ def main():
         hits = "/".join(str(r["aot_hits"]) for r in warm[n])
         print(f"| {n} | {cold[n]['first_step']:.1f} | {med['first_step']:.1f} | {med['tracing']:.1f} | "
               f"{med['backend']:.1f} | {hits} |")
+    for n in names:
+        if cold[n]["programs"]:
+            print(f"{n}, cold: the graphs' programs (name: seconds building / seconds of XLA compile): " +
+                  ", ".join(f"{p}: {b:.2f} / {x:.2f}" for p, b, x in cold[n]["programs"]))
 
 
 if __name__ == "__main__":
