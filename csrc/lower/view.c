@@ -7,7 +7,9 @@
  * ops defined on strides (as_strided, diagonal, unfold) read it as a dense
  * 1-D storage with the view code eager uses; where an as_strided's input is
  * a view laid out otherwise, the compile path hands it the storage itself
- * (torchtpu/compile.py, _storage_of). These rules are internal: they
+ * (torchtpu/compile.py, _storage_of). The *_scatter ops, a view's functional
+ * inverse (a write into part of a tensor, functionalized), write through the
+ * same geometry with the view code eager's writes use. These rules are internal: they
  * are looked up by the compile path and never registered with the
  * dispatcher. */
 #include "hlo/view.h"
@@ -105,6 +107,21 @@ static tpu_hlo_value strided(tpu_lower_ctx *c, tpu_hlo_value x, const int64_t *s
   return tpu_hlo_view_read(B, tpu_hlo_reshape(B, x, 1, &n), &v);
 }
 
+/* Dense value |x| with the elements a stride geometry reads (as if |x| were
+ * its storage) replaced by |src|: the *_scatter ops, inverse of strided(). */
+static tpu_hlo_value strided_write(tpu_lower_ctx *c, tpu_hlo_value x, const int64_t *sizes, const int64_t *strides,
+                                   int rank, int64_t offset, tpu_hlo_value src) {
+  const tpu_hlo_type *t = tpu_hlo_type_of(B, x);
+  int64_t n = tpu_hlo_type_numel(t);
+  tpu_view v = {.dtype = t->dtype, .rank = rank, .offset = offset};
+  for (int i = 0; i < rank; i++) {
+    v.sizes[i] = sizes[i];
+    v.strides[i] = strides[i];
+  }
+  tpu_hlo_value written = tpu_hlo_view_write(B, tpu_hlo_reshape(B, x, 1, &n), &v, src, false);
+  return tpu_hlo_reshape(B, written, t->rank, t->dims);
+}
+
 static void contiguous_strides(const int64_t *sizes, int rank, int64_t *strides) {
   int64_t s = 1;
   for (int i = rank - 1; i >= 0; i--) {
@@ -119,26 +136,94 @@ static tpu_status_t as_strided_rule(tpu_lower_ctx *c) {
                          tpu_lower_int(c, 3, 0)));
 }
 
-/* diagonal(self, offset, dim1, dim2) */
-static tpu_status_t diagonal_rule(tpu_lower_ctx *c) {
-  int rank = c->args[0].rank;
-  int64_t off = tpu_lower_int(c, 1, 0);
-  int d1 = tpu_lower_wrap_dim(tpu_lower_int(c, 2, 0), rank), d2 = tpu_lower_wrap_dim(tpu_lower_int(c, 3, 1), rank);
-  int64_t in_strides[TPU_HLO_MAX_RANK] = {0}, sizes[TPU_HLO_MAX_RANK], strides[TPU_HLO_MAX_RANK];
-  contiguous_strides(c->args[0].sizes, rank, in_strides);
-  int64_t offset = 0;
-  if (off >= 0) offset = off * in_strides[d2];
-  else offset = -off * in_strides[d1];
+/* The view of self (sizes |in|, dense) that slice(dim, start, end, step)
+ * reads: into |sizes|, |strides|; returns its offset. */
+static int64_t slice_view(const int64_t *in, int rank, int dim, int64_t start, int64_t end, int64_t step,
+                          int64_t *sizes, int64_t *strides) {
+  contiguous_strides(in, rank, strides);
+  for (int i = 0; i < rank; i++) sizes[i] = in[i];
+  sizes[dim] = end > start ? (end - start + step - 1) / step : 0;
+  int64_t offset = start * strides[dim];
+  strides[dim] *= step;
+  return offset;
+}
+
+/* The view diagonal(offset, d1, d2) reads of self (|in|, dense): its rank
+ * (the diagonal's length |len| last) into |sizes|, |strides|, |*out_offset|. */
+static int diagonal_view(const int64_t *in, int rank, int64_t off, int d1, int d2, int64_t len, int64_t *sizes,
+                         int64_t *strides, int64_t *out_offset) {
+  int64_t in_strides[TPU_HLO_MAX_RANK] = {0};
+  contiguous_strides(in, rank, in_strides);
+  int64_t offset = off >= 0 ? off * in_strides[d2] : -off * in_strides[d1];
   int k = 0;
   for (int i = 0; i < rank; i++)
     if (i != d1 && i != d2) {
-      sizes[k] = c->args[0].sizes[i];
+      sizes[k] = in[i];
       strides[k++] = in_strides[i];
     }
-  sizes[k] = OUT->dims[OUT->rank - 1];
+  sizes[k] = len;
   strides[k++] = in_strides[d1] + in_strides[d2];
-  if (sizes[k - 1] == 0) offset = 0;
+  *out_offset = len == 0 ? 0 : offset;
+  return k;
+}
+
+/* diagonal(self, offset, dim1, dim2) */
+static tpu_status_t diagonal_rule(tpu_lower_ctx *c) {
+  int rank = c->args[0].rank;
+  int d1 = tpu_lower_wrap_dim(tpu_lower_int(c, 2, 0), rank), d2 = tpu_lower_wrap_dim(tpu_lower_int(c, 3, 1), rank);
+  int64_t sizes[TPU_HLO_MAX_RANK], strides[TPU_HLO_MAX_RANK], offset;
+  int k = diagonal_view(c->args[0].sizes, rank, tpu_lower_int(c, 1, 0), d1, d2, OUT->dims[OUT->rank - 1], sizes,
+                        strides, &offset);
   return done(c, strided(c, tpu_lower_tensor(c, 0), sizes, strides, k, offset));
+}
+
+/* diagonal_scatter(self, src, offset, dim1, dim2): self with its diagonal
+ * replaced by src. */
+static tpu_status_t diagonal_scatter_rule(tpu_lower_ctx *c) {
+  int rank = c->args[0].rank;
+  int d1 = tpu_lower_wrap_dim(tpu_lower_int(c, 3, 0), rank), d2 = tpu_lower_wrap_dim(tpu_lower_int(c, 4, 1), rank);
+  const tpu_lower_arg *src_arg = &c->args[1];
+  int64_t sizes[TPU_HLO_MAX_RANK], strides[TPU_HLO_MAX_RANK], offset;
+  int k = diagonal_view(c->args[0].sizes, rank, tpu_lower_int(c, 2, 0), d1, d2,
+                        src_arg->rank > 0 ? src_arg->sizes[src_arg->rank - 1] : 1, sizes, strides, &offset);
+  tpu_hlo_type src_type = {.dtype = OUT->dtype, .rank = k};
+  for (int d = 0; d < k; d++) src_type.dims[d] = sizes[d];
+  tpu_hlo_value src = tpu_lower_operand(c, 1, OUT->dtype, &src_type);
+  return done(c, strided_write(c, tpu_lower_operand(c, 0, OUT->dtype, OUT), sizes, strides, k, offset, src));
+}
+
+/* slice_scatter(self, src, dim, start?, end?, step): self with the slice's
+ * elements replaced by src. */
+static tpu_status_t slice_scatter_rule(tpu_lower_ctx *c) {
+  int rank = c->args[0].rank;
+  int dim = tpu_lower_wrap_dim(tpu_lower_int(c, 2, 0), rank);
+  int64_t start = tpu_lower_int(c, 3, 0), end = tpu_lower_int(c, 4, INT64_MAX), step = tpu_lower_int(c, 5, 1);
+  slice_bounds(c->args[0].sizes[dim], &start, &end);
+  int64_t sizes[TPU_HLO_MAX_RANK], strides[TPU_HLO_MAX_RANK];
+  int64_t offset = slice_view(c->args[0].sizes, rank, dim, start, end, step, sizes, strides);
+  tpu_hlo_type src_type = {.dtype = OUT->dtype, .rank = rank};
+  for (int i = 0; i < rank; i++) src_type.dims[i] = sizes[i];
+  tpu_hlo_value src = tpu_lower_operand(c, 1, OUT->dtype, &src_type);
+  return done(c, strided_write(c, tpu_lower_operand(c, 0, OUT->dtype, OUT), sizes, strides, rank, offset, src));
+}
+
+/* select_scatter(self, src, dim, index): self with the selected elements
+ * replaced by src (self's shape without dim). */
+static tpu_status_t select_scatter_rule(tpu_lower_ctx *c) {
+  int rank = c->args[0].rank;
+  int dim = tpu_lower_wrap_dim(tpu_lower_int(c, 2, 0), rank);
+  int64_t i = tpu_lower_int(c, 3, 0);
+  if (i < 0) i += c->args[0].sizes[dim];
+  int64_t sizes[TPU_HLO_MAX_RANK], strides[TPU_HLO_MAX_RANK];
+  int64_t offset = slice_view(c->args[0].sizes, rank, dim, i, i + 1, 1, sizes, strides);
+  for (int d = dim; d + 1 < rank; d++) { /* drop dim */
+    sizes[d] = sizes[d + 1];
+    strides[d] = strides[d + 1];
+  }
+  tpu_hlo_type src_type = {.dtype = OUT->dtype, .rank = rank - 1};
+  for (int d = 0; d < rank - 1; d++) src_type.dims[d] = sizes[d];
+  tpu_hlo_value src = tpu_lower_operand(c, 1, OUT->dtype, &src_type);
+  return done(c, strided_write(c, tpu_lower_operand(c, 0, OUT->dtype, OUT), sizes, strides, rank - 1, offset, src));
 }
 
 /* unfold(self, dimension, size, step) */
@@ -213,6 +298,9 @@ const tpu_lower_rule tpu_rules_view[] = {
     {{"unbind.int", "unbind_copy.int"}, split_rule, TPU_RULE_INTERNAL, 1},
     {{"as_strided", "as_strided_copy"}, as_strided_rule, TPU_RULE_INTERNAL, 0},
     {{"diagonal", "diagonal_copy"}, diagonal_rule, TPU_RULE_INTERNAL, 0},
+    {{"slice_scatter"}, slice_scatter_rule, TPU_RULE_INTERNAL, 0},
+    {{"select_scatter"}, select_scatter_rule, TPU_RULE_INTERNAL, 0},
+    {{"diagonal_scatter"}, diagonal_scatter_rule, TPU_RULE_INTERNAL, 0},
     {{"unfold", "unfold_copy"}, unfold_rule, TPU_RULE_INTERNAL, 0},
     {{"view.dtype", "view_copy.dtype"}, view_dtype_rule, TPU_RULE_INTERNAL, 0},
     {{"alias", "detach", "clone", "lift_fresh_copy"}, identity_rule, TPU_RULE_INTERNAL, 0},
