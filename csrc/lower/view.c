@@ -107,19 +107,21 @@ static tpu_hlo_value strided(tpu_lower_ctx *c, tpu_hlo_value x, const int64_t *s
   return tpu_hlo_view_read(B, tpu_hlo_reshape(B, x, 1, &n), &v);
 }
 
-/* Dense value |x| with the elements a stride geometry reads (as if |x| were
- * its storage) replaced by |src|: the *_scatter ops, inverse of strided(). */
-static tpu_hlo_value strided_write(tpu_lower_ctx *c, tpu_hlo_value x, const int64_t *sizes, const int64_t *strides,
-                                   int rank, int64_t offset, tpu_hlo_value src) {
-  const tpu_hlo_type *t = tpu_hlo_type_of(B, x);
-  int64_t n = tpu_hlo_type_numel(t);
-  tpu_view v = {.dtype = t->dtype, .rank = rank, .offset = offset};
+/* A *_scatter op's result: self (argument 0) with the elements a stride
+ * geometry reads of it (as if it were its storage) replaced by src
+ * (argument 1, shaped |sizes|): the inverse of strided(). */
+static tpu_status_t scatter_done(tpu_lower_ctx *c, const int64_t *sizes, const int64_t *strides, int rank,
+                                 int64_t offset) {
+  tpu_view v = {.dtype = OUT->dtype, .rank = rank, .offset = offset};
+  tpu_hlo_type src_type = {.dtype = OUT->dtype, .rank = rank};
   for (int i = 0; i < rank; i++) {
-    v.sizes[i] = sizes[i];
+    v.sizes[i] = src_type.dims[i] = sizes[i];
     v.strides[i] = strides[i];
   }
-  tpu_hlo_value written = tpu_hlo_view_write(B, tpu_hlo_reshape(B, x, 1, &n), &v, src, false);
-  return tpu_hlo_reshape(B, written, t->rank, t->dims);
+  int64_t n = tpu_hlo_type_numel(OUT);
+  tpu_hlo_value self = tpu_hlo_reshape(B, tpu_lower_operand(c, 0, OUT->dtype, OUT), 1, &n);
+  tpu_hlo_value written = tpu_hlo_view_write(B, self, &v, tpu_lower_operand(c, 1, OUT->dtype, &src_type), false);
+  return done(c, tpu_hlo_reshape(B, written, OUT->rank, OUT->dims));
 }
 
 static void contiguous_strides(const int64_t *sizes, int rank, int64_t *strides) {
@@ -186,10 +188,7 @@ static tpu_status_t diagonal_scatter_rule(tpu_lower_ctx *c) {
   int64_t sizes[TPU_HLO_MAX_RANK], strides[TPU_HLO_MAX_RANK], offset;
   int k = diagonal_view(c->args[0].sizes, rank, tpu_lower_int(c, 2, 0), d1, d2,
                         src_arg->rank > 0 ? src_arg->sizes[src_arg->rank - 1] : 1, sizes, strides, &offset);
-  tpu_hlo_type src_type = {.dtype = OUT->dtype, .rank = k};
-  for (int d = 0; d < k; d++) src_type.dims[d] = sizes[d];
-  tpu_hlo_value src = tpu_lower_operand(c, 1, OUT->dtype, &src_type);
-  return done(c, strided_write(c, tpu_lower_operand(c, 0, OUT->dtype, OUT), sizes, strides, k, offset, src));
+  return scatter_done(c, sizes, strides, k, offset);
 }
 
 /* slice_scatter(self, src, dim, start?, end?, step): self with the slice's
@@ -201,10 +200,7 @@ static tpu_status_t slice_scatter_rule(tpu_lower_ctx *c) {
   slice_bounds(c->args[0].sizes[dim], &start, &end);
   int64_t sizes[TPU_HLO_MAX_RANK], strides[TPU_HLO_MAX_RANK];
   int64_t offset = slice_view(c->args[0].sizes, rank, dim, start, end, step, sizes, strides);
-  tpu_hlo_type src_type = {.dtype = OUT->dtype, .rank = rank};
-  for (int i = 0; i < rank; i++) src_type.dims[i] = sizes[i];
-  tpu_hlo_value src = tpu_lower_operand(c, 1, OUT->dtype, &src_type);
-  return done(c, strided_write(c, tpu_lower_operand(c, 0, OUT->dtype, OUT), sizes, strides, rank, offset, src));
+  return scatter_done(c, sizes, strides, rank, offset);
 }
 
 /* select_scatter(self, src, dim, index): self with the selected elements
@@ -220,10 +216,7 @@ static tpu_status_t select_scatter_rule(tpu_lower_ctx *c) {
     sizes[d] = sizes[d + 1];
     strides[d] = strides[d + 1];
   }
-  tpu_hlo_type src_type = {.dtype = OUT->dtype, .rank = rank - 1};
-  for (int d = 0; d < rank - 1; d++) src_type.dims[d] = sizes[d];
-  tpu_hlo_value src = tpu_lower_operand(c, 1, OUT->dtype, &src_type);
-  return done(c, strided_write(c, tpu_lower_operand(c, 0, OUT->dtype, OUT), sizes, strides, rank - 1, offset, src));
+  return scatter_done(c, sizes, strides, rank - 1, offset);
 }
 
 /* unfold(self, dimension, size, step) */
