@@ -325,6 +325,64 @@ def test_op_without_rule_splits_the_graph():
     assert any("_compute_linear_combination" in name for name in torchtpu.stats()["fallbacks"])
 
 
+def _programs_of(monkeypatch):
+    """The partitions (lists of node names) of each split graph, as
+    compile._partitions makes them."""
+    from torchtpu import compile as backend
+    seen = []
+    real = backend._partitions
+
+    def partitions(gm):
+        parts = real(gm)
+        seen.append([[n.name for n in part] for part in parts])
+        return parts
+    monkeypatch.setattr(backend, "_partitions", partitions)
+    return seen
+
+
+def test_split_graph_runs_in_as_few_programs_as_its_paths_need(monkeypatch):
+    """Supported work on either side of an op without a rule joins one
+    program per stage: what does not depend on the eager op (cos) shares the
+    first program, what does (the tail) the second, although the two sides
+    are not connected inside either program."""
+    def f(x, c):
+        y = torch.exp(x)
+        z = torch.ops.aten._compute_linear_combination(y, c)
+        w = torch.cos(x) * 3
+        return z.abs() * 2 + w
+
+    seen = _programs_of(monkeypatch)
+    x, c = torch.randn(4, 4), torch.randn(4, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = torch.compile(f, backend="tpu")(x.to("tpu"), c.to("tpu"))
+    torch.testing.assert_close(got.cpu(), f(x, c))
+    assert len(seen) == 1 and len(seen[0]) == 2, seen
+    first, second = seen[0]
+    assert "exp" in first and "cos" in first and "abs_1" not in first
+    assert "abs_1" in second and "exp" not in second
+
+
+def test_long_graph_with_many_eager_ops_splits_in_one_pass(monkeypatch):
+    """A forward of 40 blocks, each ending in an op without a rule, becomes
+    41 programs with the CPU's values (a graph of this kind, 15,000 nodes
+    long, waited minutes in a merging partitioner)."""
+    def f(x, c):
+        for i in range(40):
+            x = torch.tanh(x * 1.01 + i) + x.sin()
+            x = torch.ops.aten._compute_linear_combination(x, c) / 3
+        return x
+
+    seen = _programs_of(monkeypatch)
+    g = torch.Generator().manual_seed(0)
+    x, c = torch.randn(3, 5, generator=g), torch.randn(3, 3, generator=g)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = torch.compile(f, backend="tpu")(x.to("tpu"), c.to("tpu"))
+    torch.testing.assert_close(got.cpu(), f(x, c))
+    assert [len(s) for s in seen] == [41]
+
+
 def _view_writes(x, y, d):
     z = x.clone()
     z[:, 1:8:3] = y          # slice_scatter, strided
@@ -343,12 +401,12 @@ def test_view_writes_stay_in_the_graphs_program(monkeypatch):
     backward of 15,000 nodes waited for minutes in the partitioner."""
     from torchtpu import compile as backend
     split = []
-    real = backend.CapabilityBasedPartitioner
+    real = backend._partitions
 
-    def partitioner(*args, **kwargs):
-        split.append(args[0])
-        return real(*args, **kwargs)
-    monkeypatch.setattr(backend, "CapabilityBasedPartitioner", partitioner)
+    def partitioner(gm):
+        split.append(gm)
+        return real(gm)
+    monkeypatch.setattr(backend, "_partitions", partitioner)
     g = torch.Generator().manual_seed(0)
     x, y, d = (torch.randn(*s, generator=g) for s in ((5, 8), (5, 3), (5,)))
     want_x, want_y, want_d = (t.clone().requires_grad_() for t in (x, y, d))
