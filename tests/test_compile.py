@@ -551,6 +551,18 @@ def test_errors_inside_a_compiled_graph():
                                torch.full((2, 5), 3.0))
 
 
+def test_a_dtype_tpu_does_not_hold_is_eagers_error_in_a_graph():
+    """A graph value of a dtype tpu has no type for (ComplexHalf) raises
+    eager's message, not the graph builder's argument error."""
+    x = torch.randn(3, device="tpu")
+    with pytest.raises(RuntimeError, match="tpu does not support tensors of dtype ComplexHalf"):
+        x.chalf()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # ComplexHalf is experimental
+        with pytest.raises(RuntimeError, match="tpu does not support tensors of dtype ComplexHalf"):
+            torch.compile(lambda x: x.chalf() * 2, backend="tpu")(x)
+
+
 def test_assertions_inside_a_compiled_graph():
     """one_hot's decomposition asserts its classes (_assert_async): the check
     runs in the program, and a failing one raises PyTorch's message."""

@@ -163,6 +163,12 @@ tpu_dtype_t to_tpu(c10::ScalarType t) {
   }
 }
 
+tpu_dtype_t held_dtype(c10::ScalarType t) {
+  tpu_dtype_t d = to_tpu(t);
+  TORCH_CHECK(d != TPU_INVALID, "tpu does not support tensors of dtype ", t);
+  return d;
+}
+
 c10::ScalarType to_torch(tpu_dtype_t t) {
   switch (t) {
     case TPU_BOOL: return at::kBool;
@@ -208,8 +214,7 @@ void fill_tensor_ref(const at::Tensor& t, tpu_tensor_ref& r) {
   r.wrapped_number = false;
   r.storage = storage_of(t);
   tpu_view& v = r.view;
-  v.dtype = to_tpu(t.scalar_type());
-  TORCH_CHECK(v.dtype != TPU_INVALID, "tpu does not support tensors of dtype ", t.scalar_type());
+  v.dtype = held_dtype(t.scalar_type());
   check_rank(t.dim());
   v.rank = static_cast<int>(t.dim());
   auto sizes = t.sizes();

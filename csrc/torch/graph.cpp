@@ -75,7 +75,7 @@ struct GraphValue {
 py::object wrap(tpu_hlo_value v) { return v == TPU_HLO_NONE ? py::none() : py::cast(GraphValue{v}); }
 
 tpu_dtype_t dtype_of(py::handle h) {
-  return to_tpu(reinterpret_cast<THPDtype*>(h.ptr())->scalar_type);
+  return held_dtype(reinterpret_cast<THPDtype*>(h.ptr())->scalar_type);
 }
 
 // The arguments of an op ("add.Tensor"): each one's kind and type.

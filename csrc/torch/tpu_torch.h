@@ -59,6 +59,8 @@ void progress_start(double delay, bool tty);
 void progress_finish();
 
 tpu_dtype_t to_tpu(c10::ScalarType t);
+// to_tpu, or PyTorch-style "tpu does not support tensors of dtype X".
+tpu_dtype_t held_dtype(c10::ScalarType t);
 c10::ScalarType to_torch(tpu_dtype_t t);
 
 c10::Allocator* allocator();
