@@ -243,12 +243,19 @@ def _float64_run(model, inputs):
     """The CPU forward and backward in float64 (the referee), or None."""
     import copy
     import torch
-    try:
-        m = copy.deepcopy(model).double()
-        m.zero_grad(set_to_none=True)
-        return _forward_backward(m, m, {k: v.double() if v.is_floating_point() else v for k, v in inputs.items()})
-    except Exception:  # noqa: BLE001 - float64 is only a referee
-        return None
+    inputs = {k: v.double() if v.is_floating_point() else v for k, v in inputs.items()}
+    for experts in (None, "eager"):
+        try:
+            m = copy.deepcopy(model).double()
+            if experts is not None:
+                # The CPU's grouped_mm refuses float64: MoE experts one by
+                # one (the same sums, grouped otherwise).
+                m.set_experts_implementation(experts)
+            m.zero_grad(set_to_none=True)
+            return _forward_backward(m, m, inputs)
+        except Exception:  # noqa: BLE001 - float64 is only a referee
+            continue
+    return None
 
 
 def run_model(model_type, class_name, modes, send):
