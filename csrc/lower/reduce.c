@@ -20,6 +20,13 @@
  * cast to bool is "any element nonzero"). */
 static tpu_dtype_t acc_of(tpu_dtype_t t) { return t == TPU_BOOL ? TPU_S64 : tpu_lower_opmath(t); }
 
+/* Where PyTorch's CPU kernel accumulates in acc_type<T, false> (scans,
+ * variances): double for float32, complex<double> for complex64, else
+ * opmath. */
+static tpu_dtype_t cpu_acc_of(tpu_dtype_t t) {
+  return t == TPU_F32 ? TPU_F64 : t == TPU_C64 ? TPU_C128 : tpu_lower_opmath(t);
+}
+
 /* Input 0 converted to |dtype|. */
 static tpu_hlo_value input(tpu_lower_ctx *c, tpu_dtype_t dtype) { return tpu_hlo_convert(B, tpu_lower_tensor(c, 0), dtype); }
 
@@ -199,7 +206,7 @@ static tpu_status_t var_rule(tpu_lower_ctx *c) {
   int64_t dims[TPU_HLO_MAX_RANK];
   int n = dims_arg(c, 1, dims);
   double count = (double)count_of(c, dims, n);
-  tpu_hlo_value x = input(c, t == TPU_F32 ? TPU_F64 : t == TPU_C64 ? TPU_C128 : tpu_lower_opmath(t));
+  tpu_hlo_value x = input(c, cpu_acc_of(t));
   tpu_hlo_value sum = tpu_lower_reduce(B, x, TPU_HLO_ADD, dims, n);
   tpu_hlo_value mean = dvd(c, sum, const_like(c, sum, count));
   tpu_hlo_value d = sub(c, x, unreduce(c, mean, x, dims, n));
@@ -525,8 +532,7 @@ static tpu_status_t softmax_backward_rule(tpu_lower_ctx *c) {
 static tpu_status_t cumulative_rule(tpu_lower_ctx *c) {
   int dim = tpu_lower_wrap_dim(tpu_lower_int(c, 1, 0), c->args[0].rank);
   tpu_hlo_value x = acc_input(c);
-  tpu_dtype_t t = tpu_hlo_dtype(B, x);
-  if (t == TPU_F32 || t == TPU_C64) x = tpu_hlo_convert(B, x, t == TPU_F32 ? TPU_F64 : TPU_C128);
+  x = tpu_hlo_convert(B, x, cpu_acc_of(tpu_hlo_dtype(B, x)));
   tpu_lower_set_output(c, 0, tpu_lower_scan(B, x, dim, (tpu_hlo_binary_t)c->data));
   return NULL;
 }
