@@ -97,10 +97,12 @@ static void key_ref(tpu_strbuf *k, const ref_slot *r, const tpu_eager_arg *arg, 
    * the type the program gives it (tpu_flat_slot_type), so that it keys
    * as a storage that has a buffer of that type. */
   const tpu_storage *s = t->storage;
-  tpu_hlo_type st = tpu_flat_slot_type(f, r->slot);
-  int64_t tail[4] = {v->offset, s->nbytes, st.dtype, st.rank};
+  const tpu_tensor_ref *first = f->refs[r->slot].ref; /* tpu_flat_slot_type's */
+  tpu_hlo_type scratch;
+  const tpu_hlo_type *st = tpu_storage_type_in(first->storage, first->view.dtype, &scratch);
+  int64_t tail[4] = {v->offset, s->nbytes, st->dtype, st->rank};
   tpu_strbuf_append(k, tail, sizeof tail);
-  tpu_strbuf_append(k, st.dims, (size_t)st.rank * sizeof(int64_t));
+  tpu_strbuf_append(k, st->dims, (size_t)st->rank * sizeof(int64_t));
 }
 
 /* Everything a program depends on: op, precision, per argument its kind and

@@ -21,6 +21,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "base/status.h"
 #include "hlo/view.h"
@@ -72,6 +73,21 @@ typedef struct tpu_eager_arg {
   tpu_tensor_ref *items; /* TENSOR_LIST: lower.n refs (storage NULL and dtype INVALID = None) */
   bool mutated;          /* the op writes this argument (schema Tensor(a!)) */
 } tpu_eager_arg;
+
+/* An empty argument (kind NONE). Cheaper than zeroing the whole struct: a
+ * view has room for 64 dims, and the sizes and strides past its rank are
+ * never read. */
+static inline void tpu_eager_arg_clear(tpu_eager_arg *a) {
+  memset(&a->lower, 0, sizeof a->lower); /* kind TPU_ARG_NONE */
+  a->tensor.storage = NULL;
+  a->tensor.view.dtype = TPU_INVALID;
+  a->tensor.view.rank = 0;
+  a->tensor.view.offset = 0;
+  a->tensor.host_scalar = NULL;
+  a->tensor.wrapped_number = a->tensor.conj = a->tensor.neg = false;
+  a->items = NULL;
+  a->mutated = false;
+}
 
 #define TPU_EAGER_MAX_RETURNS 8
 
@@ -269,6 +285,9 @@ void tpu_storage_set(tpu_storage *s, tpu_buffer *buf, const tpu_hlo_type *type);
 /* The type of |s|'s buffer; before it has one, the 1-D buffer a first
  * reader of |reader| elements gives it. */
 tpu_hlo_type tpu_storage_type(const tpu_storage *s, tpu_dtype_t reader);
+/* The same without copying the type: |s|'s own, or |scratch| filled (its
+ * dtype, rank and dims only). For keys, per call. */
+const tpu_hlo_type *tpu_storage_type_in(const tpu_storage *s, tpu_dtype_t reader, tpu_hlo_type *scratch);
 /* The buffer type a dense write of a whole tensor of |sizes| gives its
  * storage: the sizes without their 1s, so that a gradient made as a view of
  * a [1, n] sum and one accumulated in place as [n] run the same programs.

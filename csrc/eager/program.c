@@ -58,7 +58,8 @@ struct tpu_program {
   bool lazy;          /* finish keeps the text; compiled at first execute */
   bool exact;         /* calls read earlier calls' results through the boundary */
   seq_slot *seq;      /* per slot */
-  tpu_hlo_value *keep; /* scratch of tpu_program_end_call, per slot */
+  tpu_hlo_value *keep; /* scratch of tpu_program_end_call, two per slot */
+  int *ending;         /* scratch of tpu_program_end_call, per slot */
   /* exporting: no storages, no kernels, no random state */
   bool exporting;
 };
@@ -81,6 +82,7 @@ void tpu_program_free(tpu_program *p) {
   free(p->slot_kept);
   free(p->seq);
   free(p->keep);
+  free(p->ending);
   free(p->written);
   free(p->scalar_value);
   free(p->params);
@@ -114,7 +116,8 @@ tpu_status_t tpu_program_new(const tpu_eager_context *ctx, const tpu_eager_call 
   TPU_GOTO_IF_ERROR(st, tpu_alloc_zeroed(n, sizeof *p->slot_written, (void **)&p->slot_written), fail);
   TPU_GOTO_IF_ERROR(st, tpu_alloc_zeroed(n, sizeof *p->slot_kept, (void **)&p->slot_kept), fail);
   TPU_GOTO_IF_ERROR(st, tpu_alloc_zeroed(n, sizeof *p->seq, (void **)&p->seq), fail);
-  TPU_GOTO_IF_ERROR(st, tpu_alloc(n * sizeof *p->keep, (void **)&p->keep), fail);
+  TPU_GOTO_IF_ERROR(st, tpu_alloc(2 * n * sizeof *p->keep, (void **)&p->keep), fail);
+  TPU_GOTO_IF_ERROR(st, tpu_alloc(n * sizeof *p->ending, (void **)&p->ending), fail);
   TPU_GOTO_IF_ERROR(st, tpu_alloc(n * sizeof *p->written, (void **)&p->written), fail);
   TPU_GOTO_IF_ERROR(st, tpu_alloc((size_t)(call->num_args + 1) * sizeof *p->scalar_value, (void **)&p->scalar_value),
                     fail);
@@ -324,11 +327,19 @@ void tpu_program_end_call(tpu_program *p) {
     if (q->reader == me && q->last_read != TPU_HLO_NONE && !(q->writer == me && q->donating))
       p->keep[n++] = q->last_read;
   }
+  tpu_hlo_value *values = p->keep + p->flat.n;
+  int num_ending = 0;
   for (int s = 0; s < p->flat.n; s++) {
-    seq_slot *q = &p->seq[s];
-    if (q->writer == me && (n > 0 || !q->donating) && p->slot_value[s] != TPU_HLO_NONE)
-      p->slot_value[s] = q->read = tpu_lower_boundary_keep(p->b, p->ctx->kernels, p->slot_value[s], p->keep, n);
+    const seq_slot *q = &p->seq[s];
+    if (q->writer == me && (n > 0 || !q->donating) && p->slot_value[s] != TPU_HLO_NONE) {
+      p->ending[num_ending] = s;
+      values[num_ending++] = p->slot_value[s];
+    }
   }
+  /* One boundary for all of them: XLA's cost is per custom call and per
+   * operand (a _foreach_ call writes a hundred tensors). */
+  tpu_lower_boundary_many(p->b, p->ctx->kernels, values, num_ending, p->keep, n);
+  for (int i = 0; i < num_ending; i++) p->slot_value[p->ending[i]] = p->seq[p->ending[i]].read = values[i];
 }
 
 tpu_status_t tpu_program_apply(tpu_program *p, const tpu_program_apply_args *a, tpu_hlo_value *out_values,
@@ -393,8 +404,11 @@ void tpu_program_write(tpu_program *p, int arg, int item, tpu_hlo_value value, b
   value = apply_view_bits(p->b, ref, tpu_hlo_convert(p->b, value, ref->view.dtype));
   tpu_hlo_value cur = p->slot_value[slot];
   /* A write through a view keeps the rest of the storage as the earlier
-   * calls left it: read as any call reads it. */
-  if (cur != TPU_HLO_NONE && p->sequential && p->seq[slot].writer != p->arg_base + 1) cur = written_storage(p, slot);
+   * calls left it: read as any call reads it. A write of all of it reads
+   * nothing. */
+  const bool replaces = !adds && tpu_view_is_whole(&ref->view, ref->storage->nbytes);
+  if (cur != TPU_HLO_NONE && p->sequential && p->seq[slot].writer != p->arg_base + 1 && !replaces)
+    cur = written_storage(p, slot);
   if (cur == TPU_HLO_NONE && !tpu_view_is_whole(&ref->view, ref->storage->nbytes))
     cur = slot_storage(p, slot);
   tpu_hlo_value nv;
@@ -463,6 +477,31 @@ static tpu_hlo_value output_storage(tpu_hlo_builder *b, tpu_hlo_value v, const t
 }
 
 void tpu_program_set_base(tpu_program *p, int arg_base) { p->arg_base = arg_base; }
+
+/* The values of earlier calls that the call may read pass the boundary
+ * together, before its lowering reads them one by one (written_storage):
+ * XLA's cost is per custom call and per operand, and a _foreach_ call reads
+ * a hundred tensors. A value the call only overwrites has no other use of
+ * its boundary's result. */
+void tpu_program_begin_call(tpu_program *p, int arg_base, int num_args) {
+  p->arg_base = arg_base;
+  if (!p->sequential || !p->exact) return;
+  tpu_hlo_value *values = p->keep + p->flat.n;
+  int n = 0;
+  for (int i = 0; i < p->flat.n; i++) {
+    const ref_slot *r = &p->flat.refs[i];
+    if (r->arg < arg_base || r->arg >= arg_base + num_args || r->slot < 0) continue;
+    const int s = r->slot;
+    if (!p->slot_written[s] || p->seq[s].read != TPU_HLO_NONE || p->slot_value[s] == TPU_HLO_NONE) continue;
+    bool seen = false;
+    for (int k = 0; k < n && !seen; k++) seen = p->ending[k] == s;
+    if (seen) continue;
+    p->ending[n] = s;
+    values[n++] = p->slot_value[s];
+  }
+  tpu_lower_boundary_many(p->b, p->ctx->kernels, values, n, NULL, 0);
+  for (int k = 0; k < n; k++) p->slot_value[p->ending[k]] = p->seq[p->ending[k]].read = values[k];
+}
 
 void tpu_program_set_fused(tpu_program *p, bool exact) {
   p->sequential = p->rng_per_op = p->lazy = true;

@@ -80,6 +80,10 @@ void tpu_program_output(tpu_program *p, int index, tpu_hlo_value value, const tp
  * |arg_base| is where the next call's begin; argument indexes passed to the
  * functions above are relative to it. */
 void tpu_program_set_base(tpu_program *p, int arg_base);
+/* Before a call's lowering, in a fused program: the base of its |num_args|
+ * arguments; what earlier calls wrote and it may read passes the boundary
+ * (see program.c). */
+void tpu_program_begin_call(tpu_program *p, int arg_base, int num_args);
 /* After a call's lowering, in a fused program: keeps what the call read
  * alive until its results exist, as strict's parameters are (see program.c). */
 void tpu_program_end_call(tpu_program *p);

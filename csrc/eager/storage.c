@@ -130,9 +130,17 @@ void tpu_storage_put(tpu_storage *s, tpu_buffer *buf, const tpu_hlo_type *type) 
 }
 
 tpu_hlo_type tpu_storage_type(const tpu_storage *s, tpu_dtype_t reader) {
-  if (s->buf != NULL) return s->type;
+  tpu_hlo_type t = tpu_hlo_make_type(reader, 0, NULL);
+  return *tpu_storage_type_in(s, reader, &t);
+}
+
+const tpu_hlo_type *tpu_storage_type_in(const tpu_storage *s, tpu_dtype_t reader, tpu_hlo_type *scratch) {
+  if (s->buf != NULL) return &s->type;
   int64_t n = s->nbytes / (int64_t)tpu_dtype_size(reader);
-  return tpu_storage_dense_type(reader, 1, &n);
+  scratch->dtype = reader; /* as tpu_storage_dense_type: a 1 has no dim */
+  scratch->rank = n != 1;
+  scratch->dims[0] = n;
+  return scratch;
 }
 
 tpu_hlo_type tpu_storage_dense_type(tpu_dtype_t dtype, int rank, const int64_t *sizes) {

@@ -193,28 +193,56 @@ static bool grow(void **p, int *cap, int need, size_t elem) {
  * among the trace's storages, after, on its first use, its size and buffer
  * type (as its first reader fixes it; nothing outside the trace changes
  * them before the cut). NULL (a Python number, an absent tensor) is -1. */
+static bool track(tpu_storage *s) {
+  if (!grow((void **)&g.held, &g.cap_held, g.num_held + 1, sizeof *g.held)) return false;
+  s->trace_slot = g.num_held;
+  g.held[g.num_held++] = s;
+  __atomic_store_n(&s->traced, 1, __ATOMIC_RELEASE);
+  __atomic_add_fetch(&tpu_trace_pending, 1, __ATOMIC_ACQ_REL);
+  return true;
+}
+
 static bool hold(tpu_storage *s, tpu_dtype_t reader) {
   if (s == NULL) {
     tpu_strbuf_put_i64(&g.key, -1);
     return true;
   }
   if (!s->traced) {
-    if (!grow((void **)&g.held, &g.cap_held, g.num_held + 1, sizeof *g.held)) return false;
-    s->trace_slot = g.num_held;
-    g.held[g.num_held++] = s;
-    __atomic_store_n(&s->traced, 1, __ATOMIC_RELEASE);
-    __atomic_add_fetch(&tpu_trace_pending, 1, __ATOMIC_ACQ_REL);
-    tpu_hlo_type t = tpu_storage_type(s, reader);
-    int64_t head[4] = {-2, s->nbytes, t.dtype, t.rank};
+    if (!track(s)) return false;
+    tpu_hlo_type scratch;
+    const tpu_hlo_type *t = tpu_storage_type_in(s, reader, &scratch);
+    int64_t head[4] = {-2, s->nbytes, t->dtype, t->rank};
     tpu_strbuf_append(&g.key, head, sizeof head);
-    tpu_strbuf_append(&g.key, t.dims, (size_t)t.rank * sizeof(int64_t));
+    tpu_strbuf_append(&g.key, t->dims, (size_t)t->rank * sizeof(int64_t));
   }
   tpu_strbuf_put_i64(&g.key, s->trace_slot);
   return true;
 }
 
+/* A call's new output: its size and type follow from the call's entry,
+ * which the key names, and its slot from the storages before it. */
+static bool hold_new(tpu_storage *s) {
+  tpu_strbuf_put_i64(&g.key, -4);
+  return track(s);
+}
+
+/* |src| with the sizes and strides it has (a view holds room for PyTorch's
+ * 64 dims: most of it unused). */
+static void copy_view(tpu_view *dst, const tpu_view *src) {
+  dst->dtype = src->dtype;
+  dst->rank = src->rank;
+  dst->offset = src->offset;
+  memcpy(dst->sizes, src->sizes, (size_t)src->rank * sizeof *src->sizes);
+  memcpy(dst->strides, src->strides, (size_t)src->rank * sizeof *src->strides);
+}
+
 static bool copy_ref(tpu_tensor_ref *dst, const tpu_tensor_ref *src) {
-  *dst = *src;
+  dst->storage = src->storage;
+  copy_view(&dst->view, &src->view);
+  dst->host_scalar = src->host_scalar;
+  dst->wrapped_number = src->wrapped_number;
+  dst->conj = src->conj;
+  dst->neg = src->neg;
   if (src->host_scalar != NULL) {
     dst->host_scalar = arena_copy(src->host_scalar, tpu_dtype_size(src->view.dtype));
     if (dst->host_scalar == NULL) return false;
@@ -225,7 +253,9 @@ static bool copy_ref(tpu_tensor_ref *dst, const tpu_tensor_ref *src) {
 /* A copy of |src| whose pointers point into the arena (a tensor's sizes and
  * strides are fixed at the cut: |g.args| moves as it grows). */
 static bool copy_arg(tpu_eager_arg *dst, const tpu_eager_arg *src) {
-  *dst = *src;
+  dst->lower = src->lower;
+  dst->items = src->items;
+  dst->mutated = src->mutated;
   tpu_lower_arg *l = &dst->lower;
   const tpu_lower_arg *sl = &src->lower;
   switch (l->kind) {
@@ -296,7 +326,7 @@ static tpu_status_t build(const tpu_eager_call *all, tpu_eager_entry **out) {
   for (int i = 0; i < g.n && st == NULL; i++) {
     const rec *r = &g.recs[i];
     tpu_eager_call c = rec_call(r);
-    tpu_program_set_base(p, r->base);
+    tpu_program_begin_call(p, r->base, r->num_args);
     const bool per_item = r->op->num_item_args > 0;
     for (int k = per_item ? 0 : -1, end = per_item ? tpu_eager_call_items(&c) : 0; k < end && st == NULL; k++)
       st = tpu_eager_apply(p, &c, k, tpu_eager_entry_metas(r->entry), r->num_args);
@@ -533,7 +563,8 @@ tpu_status_t tpu_trace_record(tpu_eager_entry *e, const tpu_eager_call *call, tp
   for (int a = 0; a < call->num_args && ok; a++) ok = copy_arg(&g.args[r->base + a], &call->args[a]);
   for (int o = 0; o < num_outs && ok; o++) {
     tpu_eager_arg *a = &g.args[r->base + call->num_args + o];
-    *a = (tpu_eager_arg){.lower = {.kind = TPU_ARG_NONE}, .mutated = true};
+    tpu_eager_arg_clear(a);
+    a->mutated = true;
     const tpu_eager_out_meta *m = tpu_eager_entry_meta(e, o);
     if (new_outputs == NULL || new_outputs[o] == NULL || m->dtype == TPU_INVALID) {
       tpu_strbuf_put_i64(&g.key, -1);
@@ -547,7 +578,7 @@ tpu_status_t tpu_trace_record(tpu_eager_entry *e, const tpu_eager_call *call, tp
     a->tensor.view.rank = m->rank;
     memcpy(a->tensor.view.sizes, m->sizes, (size_t)m->rank * sizeof *m->sizes);
     memcpy(a->tensor.view.strides, m->strides, (size_t)m->rank * sizeof *m->strides);
-    ok = hold(new_outputs[o], m->dtype);
+    ok = hold_new(new_outputs[o]);
   }
   if (!ok) { /* what is held stays held until the next cut; this call runs now */
     g.key.failed = true; /* the key holds part of this call */

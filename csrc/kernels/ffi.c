@@ -339,16 +339,21 @@ static size_t dtype_bytes(int t) {
   }
 }
 
-/* torchtpu_boundary: the result is the operand (XLA aliases them; where it
- * could not, a copy). */
+/* torchtpu_boundary: result i is operand i (XLA aliases them; where it
+ * could not, a copy); the operands after the results are only kept alive. */
 static XLA_FFI_Error *boundary(XLA_FFI_CallFrame *f) {
   if (answered_probe(f) || f->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
-  const XLA_FFI_Buffer *x = arg_buffer(f, 0), *y = ret_buffer(f, 0);
-  size_t bytes = x != NULL ? dtype_bytes(x->dtype) : 0;
-  if (x == NULL || y == NULL || bytes == 0 || x->dtype != y->dtype)
+  if (f->rets.size < 1 || f->args.size < f->rets.size)
     return ffi_error(f, XLA_FFI_Error_Code_INVALID_ARGUMENT, TPU_KERNEL_BOUNDARY_CALL ": bad operands");
-  for (int64_t d = 0; d < x->rank; d++) bytes *= (size_t)x->dims[d];
-  if (y->data != x->data && bytes > 0) memcpy(y->data, x->data, bytes);
+  for (int64_t i = 0; i < f->rets.size; i++) {
+    const XLA_FFI_Buffer *x = arg_buffer(f, i), *y = ret_buffer(f, i);
+    size_t bytes = x != NULL ? dtype_bytes(x->dtype) : 0;
+    if (x == NULL || y == NULL || bytes == 0 || x->dtype != y->dtype)
+      return ffi_error(f, XLA_FFI_Error_Code_INVALID_ARGUMENT, TPU_KERNEL_BOUNDARY_CALL ": bad operands");
+    if (y->data == x->data) continue;
+    for (int64_t d = 0; d < x->rank; d++) bytes *= (size_t)x->dims[d];
+    if (bytes > 0) memcpy(y->data, x->data, bytes);
+  }
   return NULL;
 }
 

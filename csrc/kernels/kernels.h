@@ -33,8 +33,8 @@ extern "C" {
 enum { TPU_KERNEL_ATTENTION = 1u << 0, TPU_KERNEL_MATMUL = 1u << 1, TPU_KERNEL_MATMUL_BF16 = 1u << 2 };
 /* Not a kernel to choose: the boundary between two eager calls in one fused
  * program, registered on the CPU plugin whatever TORCHTPU_KERNELS says.
- *   torchtpu_boundary(x, keep...) -> x
- * (any dtype and shape, its result aliased to x; the other operands are
+ *   torchtpu_boundary(x_1..x_n, keep...) -> (x_1..x_n)
+ * (any dtypes and shapes, result i aliased to x_i; the other operands are
  * only kept alive until then, see tpu_program_end_call): XLA neither
  * fuses across it nor sees through it, so the next call reads x as a buffer
  * in the default layout, as strict eager's program reads its parameter. */

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/strbuf.h"
 #include "kernels/kernels.h"
 #include "lower/rules.h"
 
@@ -404,24 +405,43 @@ void tpu_lower_loop(tpu_lower_ctx *c, int64_t count, int n, tpu_hlo_value *state
 }
 
 tpu_hlo_value tpu_lower_boundary(tpu_hlo_builder *b, unsigned kernels, tpu_hlo_value v) {
-  return tpu_lower_boundary_keep(b, kernels, v, NULL, 0);
+  tpu_lower_boundary_many(b, kernels, &v, 1, NULL, 0);
+  return v;
 }
 
-tpu_hlo_value tpu_lower_boundary_keep(tpu_hlo_builder *b, unsigned kernels, tpu_hlo_value v,
-                                      const tpu_hlo_value *keep, int num_keep) {
-  if (!(kernels & TPU_KERNEL_BOUNDARY) || v == TPU_HLO_NONE) return v;
-  const tpu_hlo_type *t = tpu_hlo_type_of(b, v);
-  if (t == NULL) return v;
-  tpu_hlo_type type = *t;
-  tpu_hlo_value small[8], *operands = num_keep < 8 ? small : malloc((size_t)(num_keep + 1) * sizeof *operands);
-  if (operands == NULL) return tpu_hlo_fail(b, TPU_ERR_OUT_OF_MEMORY, "out of host memory");
-  operands[0] = v;
-  for (int i = 0; i < num_keep; i++) operands[i + 1] = keep[i];
-  tpu_hlo_op(b, "stablehlo.custom_call", operands, num_keep + 1, NULL, 0,
-             "call_target_name = \"" TPU_KERNEL_BOUNDARY_CALL "\", api_version = 4 : i32, "
-             "output_operand_aliases = [#stablehlo.output_operand_alias<output_tuple_indices = [], "
-             "operand_index = 0, operand_tuple_indices = []>]",
-             &type, 1, &v);
-  if (operands != small) free(operands);
-  return v;
+void tpu_lower_boundary_many(tpu_hlo_builder *b, unsigned kernels, tpu_hlo_value *vs, int n,
+                             const tpu_hlo_value *keep, int num_keep) {
+  if (!(kernels & TPU_KERNEL_BOUNDARY) || n == 0) return;
+  for (int i = 0; i < n; i++)
+    if (vs[i] == TPU_HLO_NONE || tpu_hlo_type_of(b, vs[i]) == NULL) return;
+  tpu_strbuf attrs = TPU_STRBUF_INIT;
+  tpu_hlo_value small_ops[16];
+  tpu_hlo_type small_types[8];
+  const size_t num_ops = (size_t)n + (size_t)num_keep;
+  tpu_hlo_value *operands = num_ops <= 16 ? small_ops : malloc(num_ops * sizeof *operands);
+  tpu_hlo_type *types = n <= 8 ? small_types : malloc((size_t)n * sizeof *types);
+  if (operands == NULL || types == NULL) {
+    tpu_hlo_fail(b, TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+    goto done;
+  }
+  tpu_strbuf_printf(&attrs, "call_target_name = \"" TPU_KERNEL_BOUNDARY_CALL "\", api_version = 4 : i32, "
+                            "output_operand_aliases = [");
+  for (int i = 0; i < n; i++) {
+    operands[i] = vs[i];
+    types[i] = *tpu_hlo_type_of(b, vs[i]);
+    if (n == 1)
+      tpu_strbuf_printf(&attrs, "#stablehlo.output_operand_alias<output_tuple_indices = [], operand_index = 0, "
+                                "operand_tuple_indices = []>");
+    else
+      tpu_strbuf_printf(&attrs, "%s#stablehlo.output_operand_alias<output_tuple_indices = [%d], operand_index = %d, "
+                                "operand_tuple_indices = []>", i ? ", " : "", i, i);
+  }
+  tpu_strbuf_printf(&attrs, "]");
+  for (int i = 0; i < num_keep; i++) operands[n + i] = keep[i];
+  if (attrs.failed) tpu_hlo_fail(b, TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+  else tpu_hlo_op(b, "stablehlo.custom_call", operands, (int)num_ops, NULL, 0, attrs.data, types, n, vs);
+done:
+  if (operands != small_ops) free(operands);
+  if (types != small_types) free(types);
+  tpu_strbuf_release(&attrs);
 }

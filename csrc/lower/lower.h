@@ -193,10 +193,11 @@ tpu_hlo_value tpu_lower_tensor(tpu_lower_ctx *c, int arg);
 /* |v| behind the boundary custom call where |kernels| has it (kernels.h):
  * a buffer XLA neither fuses across nor sees through; else |v|. */
 tpu_hlo_value tpu_lower_boundary(tpu_hlo_builder *b, unsigned kernels, tpu_hlo_value v);
-/* The same, also taking the values |keep| as operands: they stay alive (XLA
- * may not write over them) until |v| exists. */
-tpu_hlo_value tpu_lower_boundary_keep(tpu_hlo_builder *b, unsigned kernels, tpu_hlo_value v,
-                                      const tpu_hlo_value *keep, int num_keep);
+/* The values |vs| (n of them, replaced by the results) behind one boundary
+ * call, which also takes the values |keep| as operands: they stay alive
+ * (XLA may not write over them) until the results exist. */
+void tpu_lower_boundary_many(tpu_hlo_builder *b, unsigned kernels, tpu_hlo_value *vs, int n,
+                             const tpu_hlo_value *keep, int num_keep);
 tpu_hlo_value tpu_lower_list_item(tpu_lower_ctx *c, int arg, int item);
 bool tpu_lower_is_none(const tpu_lower_ctx *c, int arg);
 /* A tensor or scalar argument as a value converted to |dtype| and broadcast to

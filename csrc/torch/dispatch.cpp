@@ -61,7 +61,7 @@ void describe_call(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs, CallScrat
   for (size_t i = 0; i < ivs.size(); i++) {
     const c10::IValue& v = ivs[i];
     tpu_eager_arg& a = sc.args[i];
-    a = tpu_eager_arg{};
+    tpu_eager_arg_clear(&a);
     a.mutated = info.mutated[i];
     tpu_lower_arg& l = a.lower;
     if (v.isNone()) {
