@@ -58,8 +58,8 @@ struct tpu_program {
   bool lazy;          /* finish keeps the text; compiled at first execute */
   bool exact;         /* calls read earlier calls' results through the boundary */
   seq_slot *seq;      /* per slot */
-  tpu_hlo_value *keep; /* scratch of tpu_program_end_call, two per slot */
-  int *ending;         /* scratch of tpu_program_end_call, per slot */
+  tpu_hlo_value *keep; /* scratch of tpu_program_begin_call/end_call, two per slot */
+  int *ending;         /* scratch of tpu_program_begin_call/end_call, per slot */
   /* exporting: no storages, no kernels, no random state */
   bool exporting;
 };
@@ -406,11 +406,10 @@ void tpu_program_write(tpu_program *p, int arg, int item, tpu_hlo_value value, b
   /* A write through a view keeps the rest of the storage as the earlier
    * calls left it: read as any call reads it. A write of all of it reads
    * nothing. */
-  const bool replaces = !adds && tpu_view_is_whole(&ref->view, ref->storage->nbytes);
-  if (cur != TPU_HLO_NONE && p->sequential && p->seq[slot].writer != p->arg_base + 1 && !replaces)
+  const bool whole = tpu_view_is_whole(&ref->view, ref->storage->nbytes);
+  if (cur != TPU_HLO_NONE && p->sequential && p->seq[slot].writer != p->arg_base + 1 && !(whole && !adds))
     cur = written_storage(p, slot);
-  if (cur == TPU_HLO_NONE && !tpu_view_is_whole(&ref->view, ref->storage->nbytes))
-    cur = slot_storage(p, slot);
+  if (cur == TPU_HLO_NONE && !whole) cur = slot_storage(p, slot);
   tpu_hlo_value nv;
   if (cur == TPU_HLO_NONE) { /* the whole storage, unread: the value is the storage */
     nv = value;
