@@ -206,13 +206,21 @@ class TestBitIdentical:
         assert len(programs) == 1
         assert programs[0].count('"torchtpu_boundary"') <= 3
 
-    @pytest.mark.parametrize("name", ["mlp", "cnn", "gpt"])
+    @pytest.mark.parametrize("name", ["mlp", "mlp_wide", "cnn", "gpt"])
     def test_training_equals_strict(self, name):
+        # mlp_wide: k >= 512, where XLA's products take its library paths,
+        # six steps, so that every program reruns on weights AdamW changed
+        # in place
+        steps = 6 if name == "mlp_wide" else 3
+
         def train():
             torch.manual_seed(0)
             if name == "mlp":
                 model, x = MLP(), torch.randn(16, 32)
                 y = torch.randint(0, 10, (16,))
+            elif name == "mlp_wide":
+                model, x = MLP(512, 1024, 512), torch.randn(64, 512)
+                y = torch.randint(0, 512, (64,))
             elif name == "cnn":
                 model, x = CNN(), torch.randn(4, 3, 16, 16)
                 y = torch.randint(0, 10, (4,))
@@ -224,9 +232,9 @@ class TestBitIdentical:
             opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
             xt, yt = x.to("tpu"), y.to("tpu")
             losses = []
-            for _ in range(3):
+            for _ in range(steps):
                 opt.zero_grad()
-                out = model(xt) if name != "gpt" else model(xt)
+                out = model(xt)
                 loss = F.cross_entropy(out.flatten(0, -2) if name == "gpt" else out, yt.flatten())
                 loss.backward()
                 opt.step()
