@@ -79,6 +79,33 @@ class TestBitIdentical:
         for got, want in zip(in_mode("fused", f), in_mode("strict", f)):
             assert_same(got, want)
 
+    def test_inplace_transcendental_of_an_earlier_value(self):
+        """exp_ over a value an earlier call of the trace wrote or read (fuzz
+        seeds 7259 and 16035). Strict computes exp_ in place over the donated
+        buffer; in the fused program XLA gave a [2, 1, 7] result of a [2, 7]
+        storage a layout of its own (the exp inside the copy back), and ran an
+        exp_ of a value a softplus read before the softplus, into a new
+        buffer: other exp code, other last bits."""
+        g = torch.Generator().manual_seed(743431074)
+        a0 = torch.randn(2, 1, 7, generator=g, dtype=torch.float64).float().to("tpu")
+        b0, c0 = (torch.randn(2, 7, generator=g, dtype=torch.float64).float().to("tpu") for _ in range(2))
+        w0 = torch.randn(7, generator=g, dtype=torch.float64).float().to("tpu")
+
+        def f():
+            a, b = a0.clone(), b0.clone()
+            torch.tpu.synchronize()
+            a.exp_().sub_(1)
+            y = torch.lerp(a, a, 0.3)
+            b.addcmul_(w0, w0, value=-0.1)
+            t = torch.lerp(b, c0, 0.3)
+            s = F.softplus(t)
+            t.exp_().sub_(1)
+            u = c0.mul(3).log_()
+            return [a.cpu(), y.cpu(), b.cpu(), t.cpu(), s.cpu(), u.cpu()]
+
+        for got, want in zip(in_mode("fused", f), in_mode("strict", f)):
+            assert_same(got, want)
+
     def test_sibling_reductions_of_an_unwritten_storage(self):
         """Two calls summing one storage no call writes (fuzz seed 8049): read
         through one parameter, XLA merged them into one multi-output fusion

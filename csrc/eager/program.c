@@ -59,7 +59,7 @@ struct tpu_program {
   bool exact;         /* calls read earlier calls' results through the boundary */
   seq_slot *seq;      /* per slot */
   tpu_hlo_value *keep; /* scratch of tpu_program_begin_call/end_call, two per slot */
-  int *ending;         /* scratch of tpu_program_begin_call/end_call, per slot */
+  int *ending;         /* scratch of tpu_program_begin_call/end_call, two per slot */
   /* exporting: no storages, no kernels, no random state */
   bool exporting;
 };
@@ -117,7 +117,7 @@ tpu_status_t tpu_program_new(const tpu_eager_context *ctx, const tpu_eager_call 
   TPU_GOTO_IF_ERROR(st, tpu_alloc_zeroed(n, sizeof *p->slot_kept, (void **)&p->slot_kept), fail);
   TPU_GOTO_IF_ERROR(st, tpu_alloc_zeroed(n, sizeof *p->seq, (void **)&p->seq), fail);
   TPU_GOTO_IF_ERROR(st, tpu_alloc(2 * n * sizeof *p->keep, (void **)&p->keep), fail);
-  TPU_GOTO_IF_ERROR(st, tpu_alloc(n * sizeof *p->ending, (void **)&p->ending), fail);
+  TPU_GOTO_IF_ERROR(st, tpu_alloc(2 * n * sizeof *p->ending, (void **)&p->ending), fail);
   TPU_GOTO_IF_ERROR(st, tpu_alloc(n * sizeof *p->written, (void **)&p->written), fail);
   TPU_GOTO_IF_ERROR(st, tpu_alloc((size_t)(call->num_args + 1) * sizeof *p->scalar_value, (void **)&p->scalar_value),
                     fail);
@@ -150,6 +150,7 @@ static tpu_hlo_value add_param(tpu_program *p, const tpu_hlo_type *t, param_src 
 /* The storage param of |slot|, created on first use. */
 static tpu_hlo_value written_storage(tpu_program *p, int slot);
 static tpu_hlo_value boundary(tpu_program *p, tpu_hlo_value v);
+static tpu_hlo_value dense_storage(tpu_hlo_builder *b, tpu_hlo_value v);
 
 static tpu_hlo_value new_storage_param(tpu_program *p, int slot) {
   tpu_hlo_type t = tpu_flat_slot_type(&p->flat, slot); /* as the key says */
@@ -308,38 +309,51 @@ static tpu_hlo_value written_storage(tpu_program *p, int slot) {
  * wrote pass the boundary, as strict's program ends with its results.
  * Without, XLA laid a call's result out to suit the program's other work (a
  * transposed layout, then a copy) and computed a softplus in another order,
- * other last bits. The boundary also takes the values the call read from
- * earlier calls, so they stay alive until the results exist, unless strict
- * eager would have donated their buffers to the call: a parameter of
- * strict's program is never overwritten otherwise, but a value that died
- * inside the call was (XLA computed a logarithm in place, with LLVM's
- * vectorized log). A call that only writes in place over donated buffers
- * and read nothing else of earlier calls gets no boundary: XLA computes it
- * in place as strict's program does, and behind a boundary it did not (an
- * exp_ differed). In-place transcendentals over values of earlier calls
- * (x.exp_().sub_(1)) still differ in the last bit: the fuzzer finds them. */
+ * other last bits. The values the call read from earlier calls pass it too
+ * (results again, aliasing their operands), unless strict eager would have
+ * donated their buffers to the call, and later calls read them from there:
+ * they stay alive until the call's results exist (a parameter of strict's
+ * program is never overwritten otherwise, but a value that died inside the
+ * call was: XLA computed a logarithm in place, with LLVM's vectorized log),
+ * and a later call that writes one of them in place runs after the call,
+ * over its buffer, as strict's does (XLA ran an exp_ of a value a softplus
+ * read before the softplus, into a new buffer: other code, other last
+ * bits). A call that only writes in place over donated buffers and read
+ * nothing else of earlier calls gets no boundary: XLA computes it in place
+ * as strict's program does, and behind a boundary it did not (an exp_
+ * differed). */
 void tpu_program_end_call(tpu_program *p) {
   if (!p->sequential || !p->exact) return;
   const int me = p->arg_base + 1;
+  tpu_hlo_value *values = p->keep;
   int n = 0;
   for (int s = 0; s < p->flat.n; s++) {
     const seq_slot *q = &p->seq[s];
-    if (q->reader == me && q->last_read != TPU_HLO_NONE && !(q->writer == me && q->donating))
-      p->keep[n++] = q->last_read;
+    if (q->reader == me && q->last_read != TPU_HLO_NONE && !(q->writer == me && q->donating)) {
+      p->ending[n] = -1 - s;
+      values[n++] = q->last_read;
+    }
   }
-  tpu_hlo_value *values = p->keep + p->flat.n;
-  int num_ending = 0;
+  const bool reads = n > 0;
   for (int s = 0; s < p->flat.n; s++) {
     const seq_slot *q = &p->seq[s];
-    if (q->writer == me && (n > 0 || !q->donating) && p->slot_value[s] != TPU_HLO_NONE) {
-      p->ending[num_ending] = s;
-      values[num_ending++] = p->slot_value[s];
+    if (q->writer == me && (reads || !q->donating) && p->slot_value[s] != TPU_HLO_NONE) {
+      p->ending[n] = s;
+      values[n++] = p->slot_value[s];
     }
   }
   /* One boundary for all of them: XLA's cost is per custom call and per
    * operand (a _foreach_ call writes a hundred tensors). */
-  tpu_lower_boundary_many(p->b, p->ctx->kernels, values, num_ending, p->keep, n);
-  for (int i = 0; i < num_ending; i++) p->slot_value[p->ending[i]] = p->seq[p->ending[i]].read = values[i];
+  tpu_lower_boundary_many(p->b, p->ctx->kernels, values, n, NULL, 0);
+  for (int i = 0; i < n; i++) {
+    const int s = p->ending[i] >= 0 ? p->ending[i] : -1 - p->ending[i];
+    seq_slot *q = &p->seq[s];
+    if (p->ending[i] >= 0) {
+      p->slot_value[s] = q->read = values[i];
+    } else if (p->slot_value[s] == q->last_read) { /* a read value this call did not overwrite */
+      p->slot_value[s] = q->read = q->last_read = values[i];
+    }
+  }
 }
 
 tpu_status_t tpu_program_apply(tpu_program *p, const tpu_program_apply_args *a, tpu_hlo_value *out_values,
@@ -416,7 +430,12 @@ void tpu_program_write(tpu_program *p, int arg, int item, tpu_hlo_value value, b
   } else {
     nv = tpu_hlo_view_write(p->b, cur, &ref->view, value, adds);
   }
-  p->slot_value[slot] = nv;
+  /* A fused program's calls hand each other storages as strict's programs
+   * do, in the storage's dense type: written as the call's shape ([2, 1, 7]
+   * over a [2, 7] storage), XLA gave the value a layout of its own and
+   * computed an exp_ inside the copy back, in other code (other last
+   * bits). */
+  p->slot_value[slot] = p->sequential ? dense_storage(p->b, nv) : nv;
   p->seq[slot].read = TPU_HLO_NONE;
   p->seq[slot].writer = p->arg_base + 1;
   p->seq[slot].donating = donate;
