@@ -178,7 +178,7 @@ def main():
           f"fused record {cost['fused']:.2f} us")
     print()
     header = f"{'workload':10s}" + "".join(f"{s:>12s}" for s in systems) + f"{'fused/strict':>14s}"
-    print(header + "   (median ms per step)")
+    print(header + "   (median ms per step; per-round fused/strict, quartiles)")
     for w in args.workloads.split(","):
         runs = {}
         for s in systems:
@@ -201,8 +201,14 @@ def main():
         if "cpu" in runs:
             times["cpu"] = [runs["cpu"]() for _ in range(args.repeats)]
         med = {s: statistics.median(times[s]) for s in systems}
-        ratio = med["strict"] / med["fused"] if "strict" in med and "fused" in med else float("nan")
-        print(f"{w:10s}" + "".join(f"{med[s]:12.2f}" for s in systems) + f"{ratio:13.2f}x", flush=True)
+        ratio, spread = float("nan"), ""
+        if "strict" in med and "fused" in med:
+            ratio = med["strict"] / med["fused"]
+            # The ratio of each round (the two ran one after the other): how
+            # far this VM's noise moves it.
+            rounds = sorted(a / b for a, b in zip(times["strict"], times["fused"]))
+            spread = f"   {rounds[len(rounds) // 4]:.2f}-{rounds[(3 * len(rounds)) // 4]:.2f}"
+        print(f"{w:10s}" + "".join(f"{med[s]:12.2f}" for s in systems) + f"{ratio:13.2f}x" + spread, flush=True)
     s = torchtpu.stats()
     print(f"\nfused: {s['fused_ops']} ops in {s['fused_programs']} programs (at most {s['fused_max_ops']}), "
           f"trace cache {s['trace_hits']} hits / {s['trace_misses']} misses, cuts {s['cuts']}")

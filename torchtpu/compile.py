@@ -306,7 +306,7 @@ class _Program:
                 env[node] = env[node.args[0]][node.args[1]]
             elif _host_side(node):
                 env[node] = node.meta["val"]
-            elif node.target in _AS_STRIDED and (storage := _storage_of(b, node.args[0], env, owners)) is not None:
+            elif node.target in _AS_STRIDED and (storage := _storage_of(b, node.args[0], env, owners, index)) is not None:
                 # as_strided reads its input's storage, not its values
                 offset = node.args[3] if len(node.args) > 3 else node.kwargs.get("storage_offset")
                 if offset is None:
@@ -478,18 +478,25 @@ def _storage_owners(gm):
     return owner
 
 
-def _storage_of(b, x, env, owners):
+def _storage_of(b, x, env, owners, index):
     """The storage |x| views, as a 1-D value of its base's dtype, where it is
     not |x| itself read densely (x a view with other strides, an offset, or
     inside a larger base: Longformer's chunks are an as_strided of a
     transposed view); None where the dense reading is right, or the base's
-    layout is not dense (the rule then reads x densely, as before). The base's
-    value is put in memory order (dims by decreasing stride) and padded out to
-    the storage's size."""
+    layout is not dense (the rule then reads x densely, as before). A graph
+    input's storage is the input's own, read whole (its elements outside the
+    input's view included: an as_strided of a chunk of a [2, 256, 256]
+    tensor at offset 116459 read past the chunk's dense value, fuzz seed
+    30110). A base computed in the graph is put in memory order (dims by
+    decreasing stride) and padded out to the storage's size."""
     val = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
     if not isinstance(val, torch.Tensor):
         return None
     base = owners.get(val.untyped_storage()._cdata)
+    if base is not None and base.op == "placeholder" and base in index:
+        storage = b.input_storage(index[base])
+        if storage is not None:
+            return storage
     bval = base.meta["val"] if base is not None else None
     size = val.untyped_storage().nbytes() // max(val.element_size(), 1)
     if (bval is None or bval.dtype != val.dtype or not is_non_overlapping_and_dense_or_false(bval)

@@ -252,6 +252,19 @@ tpu_hlo_value tpu_program_tensor(tpu_program *p, int arg, int item) {
   return v;
 }
 
+tpu_hlo_value tpu_program_tensor_storage(tpu_program *p, int arg) {
+  arg += p->arg_base;
+  int fi = tpu_flat_index(&p->flat, arg, -1);
+  if (fi < 0) return TPU_HLO_NONE;
+  const tpu_tensor_ref *r = p->flat.refs[fi].ref;
+  const size_t elem = tpu_dtype_size(r->view.dtype);
+  if (tpu_ref_is_none(r) || r->host_scalar != NULL || r->storage == NULL || elem == 0) return TPU_HLO_NONE;
+  int slot = p->flat.refs[fi].slot;
+  tpu_hlo_value storage = p->sequential && p->slot_written[slot] ? written_storage(p, slot) : read_storage(p, slot);
+  tpu_view whole = {.dtype = r->view.dtype, .rank = 1, .sizes = {r->storage->nbytes / (int64_t)elem}, .strides = {1}};
+  return apply_view_bits(p->b, r, tpu_hlo_view_read(p->b, storage, &whole));
+}
+
 tpu_hlo_value tpu_program_fetch_call(tpu_lower_ctx *c, int arg, int item) {
   tpu_program *p = c->user;
   if (p->call->args[p->arg_base + arg].lower.kind == TPU_ARG_SCALAR) return tpu_program_scalar(p, arg);

@@ -35,6 +35,10 @@ tpu_hlo_builder *tpu_program_builder(tpu_program *p);
 /* Tensor argument |arg| (|item| of a list, -1 otherwise) read through its
  * view; 0-dim host tensors are runtime operands. */
 tpu_hlo_value tpu_program_tensor(tpu_program *p, int arg, int item);
+/* The whole storage tensor argument |arg| views, read as a 1-D value of the
+ * tensor's dtype (what as_strided reads); TPU_HLO_NONE where the argument
+ * has no storage. */
+tpu_hlo_value tpu_program_tensor_storage(tpu_program *p, int arg);
 /* Python-number argument |arg| as a runtime rank-0 value. */
 tpu_hlo_value tpu_program_scalar(tpu_program *p, int arg);
 /* Number |item| of Scalar[] argument |arg|, a runtime rank-0 value of the

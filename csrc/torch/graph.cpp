@@ -326,8 +326,15 @@ class GraphBuilder {
     return out;
   }
 
-  // The value of a graph input read with another geometry (as_strided on an
-  // input views its storage, not its contiguous value).
+  // The whole storage input |i| views, as a 1-D value of its dtype (as_strided
+  // on an input reads its storage, not its contiguous value); None when
+  // exporting (an exported input is a value) or without a storage.
+  py::object input_storage(int i) {
+    if (exporting()) return py::none();
+    tpu_hlo_value v = tpu_program_tensor_storage(program_, i);
+    return v == TPU_HLO_NONE ? py::none() : wrap(v);
+  }
+
   void write(int i, GraphValue value, bool donate) { tpu_program_write(program_, i, -1, value.v, donate, false); }
 
   void output(int index, GraphValue value, py::object dtype, const std::vector<int64_t>& sizes,
@@ -442,6 +449,7 @@ void bind_graph(py::module& m) {
   py::class_<GraphBuilder>(m, "GraphBuilder")
       .def(py::init<const std::string&, const Inputs&, const std::vector<bool>&>())
       .def("input", &GraphBuilder::input)
+      .def("input_storage", &GraphBuilder::input_storage)
       .def("apply", &GraphBuilder::apply, py::arg("rule"), py::arg("values"), py::arg("outs"), py::arg("common"),
            py::arg("op") = "", py::arg("drop") = -1)
       .def("write", &GraphBuilder::write)
