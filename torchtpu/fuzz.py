@@ -1010,7 +1010,10 @@ class Gen:
                         (f"{{0}}.sort({d}, stable=True)[1]", True), (f"{{0}}.sort({d}, stable=True)[0]", True),
                         (f"{{0}}.topk(1, {d})[0]", True), ("({0} > 0).sum()", True), ("({0} > 0).any()", True)]
         src, ex = r.choice(choices)
-        self.op(src, [i], exact=ex)
+        # Which of tied elements topk picks is PyTorch's to choose (the CPU's
+        # nth_element picked the 6th of 7 equal values, seed 31020): its
+        # gradient is not compared.
+        self.op(src, [i], exact=ex, nograd=".topk(" in src)
 
     def g_index(self):
         i, t, d = self.nonempty_and_dim()
