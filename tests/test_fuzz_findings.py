@@ -195,3 +195,21 @@ def test_as_strided_of_an_input_reads_the_whole_storage(case):
     big = torch.arange(64, dtype=torch.float32).reshape(8, 8)
     got = torch.compile(fn, backend="tpu", dynamic=False)(view(big.to("tpu")))
     torch.testing.assert_close(got.cpu(), fn(view(big)), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("compiled", [False, True])
+def test_hypot_neither_overflows_nor_underflows(dtype, compiled):
+    """hypot squared its operands in their own type: hypot(2e19, 2e19) was inf
+    (seed 31029: a hypot of exp_'d values), hypot(3e-30, 4e-30) was 0, and
+    hypot(inf, nan) NaN where the CPU's std::hypot gives inf."""
+    big, tiny = {torch.float64: (1e200, 3e-200), torch.float16: (200.0, 3e-5)}.get(dtype, (2e19, 3e-30))
+    nan, inf = float("nan"), float("inf")
+    a = torch.tensor([big, tiny, inf, nan, 0.0, -3.0, 0.0, -inf, 0.0], dtype=dtype)
+    b = torch.tensor([big, tiny * 4 / 3, nan, inf, 0.0, 4.0, nan, 1.0, -0.0], dtype=dtype)
+    g = torch.Generator().manual_seed(0)
+    x, y = (torch.randn(4096, generator=g, dtype=torch.float64).mul(10).to(dtype) for _ in range(2))
+    fn = torch.compile(torch.hypot, backend="tpu") if compiled else torch.hypot
+    for p, q in [(a, b), (x, y)]:
+        got = fn(p.to("tpu"), q.to("tpu")).cpu()
+        torch.testing.assert_close(got, torch.hypot(p, q), equal_nan=True)

@@ -377,9 +377,26 @@ static tpu_status_t pow_rule(tpu_lower_ctx *c) {
   return done(c, tpu_hlo_binary(B, TPU_HLO_POW, x, in(c, 1)));
 }
 
+/* hypot(a, x) as the CPU's kernel (std::hypot, Sleef's hypot): no overflow
+ * or underflow in the squares (hypot(2e19, 2e19) is 2.8e19, not inf), and
+ * inf where either is infinite, a NaN other included. float32 and the half
+ * types square in float64, where their squares fit, and round the root once;
+ * float64 scales by the larger. */
 static tpu_status_t hypot_rule(tpu_lower_ctx *c) {
-  tpu_hlo_value a = in(c, 0), x = in(c, 1);
-  return done(c, un(c, TPU_HLO_SQRT, add(c, mul(c, a, a), mul(c, x, x))));
+  tpu_hlo_value a = un(c, TPU_HLO_ABS, in(c, 0)), x = un(c, TPU_HLO_ABS, in(c, 1));
+  const tpu_dtype_t t = out_math(c);
+  tpu_hlo_value r;
+  if (t != TPU_F64) {
+    tpu_hlo_value a2 = tpu_hlo_convert(B, a, TPU_F64), x2 = tpu_hlo_convert(B, x, TPU_F64);
+    r = tpu_hlo_convert(B, un(c, TPU_HLO_SQRT, add(c, mul(c, a2, a2), mul(c, x2, x2))), t);
+  } else {
+    tpu_hlo_value big = tpu_hlo_binary(B, TPU_HLO_MAX, a, x), small = tpu_hlo_binary(B, TPU_HLO_MIN, a, x);
+    tpu_hlo_value zero = const_like(c, a, 0.0), q = dvd(c, small, big);
+    r = mul(c, big, un(c, TPU_HLO_SQRT, add(c, const_like(c, a, 1.0), mul(c, q, q))));
+    r = sel(c, or_(c, is_nan(c, a), is_nan(c, x)), add(c, a, x), sel(c, cmp(c, TPU_HLO_EQ, big, zero), zero, r));
+  }
+  tpu_hlo_value inf = const_like(c, a, INFINITY);
+  return done(c, sel(c, or_(c, cmp(c, TPU_HLO_EQ, a, inf), cmp(c, TPU_HLO_EQ, x, inf)), inf, r));
 }
 
 static tpu_status_t copysign_rule(tpu_lower_ctx *c) {
