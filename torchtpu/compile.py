@@ -492,17 +492,17 @@ def _storage_of(b, x, env, owners, index):
     val = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
     if not isinstance(val, torch.Tensor):
         return None
+    size = val.untyped_storage().nbytes() // max(val.element_size(), 1)
+    if val.is_contiguous() and val.storage_offset() == 0 and val.numel() == size:
+        return None
     base = owners.get(val.untyped_storage()._cdata)
     if base is not None and base.op == "placeholder" and base in index:
         storage = b.input_storage(index[base])
         if storage is not None:
             return storage
     bval = base.meta["val"] if base is not None else None
-    size = val.untyped_storage().nbytes() // max(val.element_size(), 1)
     if (bval is None or bval.dtype != val.dtype or not is_non_overlapping_and_dense_or_false(bval)
             or base not in env or any(isinstance(s, torch.SymInt) for s in (*bval.shape, *bval.stride()))):
-        return None
-    if val.is_contiguous() and val.storage_offset() == 0 and val.numel() == size:
         return None
     order = sorted(range(bval.dim()), key=lambda d: (-int(bval.stride(d)), d))
     value = env[base]

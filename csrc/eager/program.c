@@ -222,6 +222,13 @@ static tpu_hlo_value apply_view_bits(tpu_hlo_builder *b, const tpu_tensor_ref *r
   return v;
 }
 
+/* The storage of |slot| as the current call reads it: as it was before the
+ * program's writes; in a program of several calls, as the calls before this
+ * one left it. */
+static tpu_hlo_value call_storage(tpu_program *p, int slot) {
+  return p->sequential && p->slot_written[slot] ? written_storage(p, slot) : read_storage(p, slot);
+}
+
 tpu_hlo_value tpu_program_tensor(tpu_program *p, int arg, int item) {
   arg += p->arg_base;
   int fi = tpu_flat_index(&p->flat, arg, item);
@@ -240,12 +247,7 @@ tpu_hlo_value tpu_program_tensor(tpu_program *p, int arg, int item) {
     tpu_hlo_type t = tpu_hlo_make_type(r->view.dtype, r->view.rank, r->view.sizes);
     v = tpu_hlo_const_i64(p->b, &t, 0);
   } else {
-    /* Reads see the storage as it was before the program's writes; in a
-     * program of several calls, as the calls before this one left it. */
-    int slot = p->flat.refs[fi].slot;
-    tpu_hlo_value storage = p->sequential && p->slot_written[slot] ? written_storage(p, slot)
-                                                                    : read_storage(p, slot);
-    v = tpu_hlo_view_read(p->b, storage, &r->view);
+    v = tpu_hlo_view_read(p->b, call_storage(p, p->flat.refs[fi].slot), &r->view);
     v = apply_view_bits(p->b, r, v);
   }
   p->fetched[fi] = v;
@@ -259,10 +261,8 @@ tpu_hlo_value tpu_program_tensor_storage(tpu_program *p, int arg) {
   const tpu_tensor_ref *r = p->flat.refs[fi].ref;
   const size_t elem = tpu_dtype_size(r->view.dtype);
   if (tpu_ref_is_none(r) || r->host_scalar != NULL || r->storage == NULL || elem == 0) return TPU_HLO_NONE;
-  int slot = p->flat.refs[fi].slot;
-  tpu_hlo_value storage = p->sequential && p->slot_written[slot] ? written_storage(p, slot) : read_storage(p, slot);
   tpu_view whole = {.dtype = r->view.dtype, .rank = 1, .sizes = {r->storage->nbytes / (int64_t)elem}, .strides = {1}};
-  return apply_view_bits(p->b, r, tpu_hlo_view_read(p->b, storage, &whole));
+  return apply_view_bits(p->b, r, tpu_hlo_view_read(p->b, call_storage(p, p->flat.refs[fi].slot), &whole));
 }
 
 tpu_hlo_value tpu_program_fetch_call(tpu_lower_ctx *c, int arg, int item) {
@@ -340,17 +340,17 @@ void tpu_program_end_call(tpu_program *p) {
   const int me = p->arg_base + 1;
   tpu_hlo_value *values = p->keep;
   int n = 0;
-  for (int s = 0; s < p->flat.n; s++) {
+  for (int s = 0; s < p->flat.n; s++) { /* the values read, then those written */
     const seq_slot *q = &p->seq[s];
     if (q->reader == me && q->last_read != TPU_HLO_NONE && !(q->writer == me && q->donating)) {
-      p->ending[n] = -1 - s;
+      p->ending[n] = s;
       values[n++] = q->last_read;
     }
   }
-  const bool reads = n > 0;
+  const int num_reads = n;
   for (int s = 0; s < p->flat.n; s++) {
     const seq_slot *q = &p->seq[s];
-    if (q->writer == me && (reads || !q->donating) && p->slot_value[s] != TPU_HLO_NONE) {
+    if (q->writer == me && (num_reads > 0 || !q->donating) && p->slot_value[s] != TPU_HLO_NONE) {
       p->ending[n] = s;
       values[n++] = p->slot_value[s];
     }
@@ -359,13 +359,12 @@ void tpu_program_end_call(tpu_program *p) {
    * operand (a _foreach_ call writes a hundred tensors). */
   tpu_lower_boundary_many(p->b, p->ctx->kernels, values, n, NULL, 0);
   for (int i = 0; i < n; i++) {
-    const int s = p->ending[i] >= 0 ? p->ending[i] : -1 - p->ending[i];
-    seq_slot *q = &p->seq[s];
-    if (p->ending[i] >= 0) {
-      p->slot_value[s] = q->read = values[i];
-    } else if (p->slot_value[s] == q->last_read) { /* a read value this call did not overwrite */
-      p->slot_value[s] = q->read = q->last_read = values[i];
-    }
+    seq_slot *q = &p->seq[p->ending[i]];
+    tpu_hlo_value *slot_value = &p->slot_value[p->ending[i]];
+    if (i >= num_reads)
+      *slot_value = q->read = values[i];
+    else if (*slot_value == q->last_read) /* a read value this call did not overwrite */
+      *slot_value = q->read = q->last_read = values[i];
   }
 }
 
