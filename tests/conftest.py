@@ -81,6 +81,48 @@ def _strict_eager(request, monkeypatch):
         yield
 
 
+class _RaisesByTheNextCut:
+    """pytest.raises' context, ending with a cut (torch.tpu.synchronize)."""
+
+    def __init__(self, context):
+        self.context = context
+
+    def __enter__(self):
+        return self.context.__enter__()
+
+    def __exit__(self, kind, value, traceback):
+        if kind is None:
+            try:
+                torch.tpu.synchronize()
+            except BaseException as e:  # noqa: BLE001 - the block's error, raised at the cut
+                if not self.context.__exit__(type(e), e, e.__traceback__):
+                    raise
+                return True
+        return self.context.__exit__(kind, value, traceback)
+
+
+@pytest.fixture(autouse=True)
+def _errors_by_the_next_cut(monkeypatch):
+    """In fused eager a data check (an index out of range) raises at the next
+    cut, not at its call: so a `pytest.raises` block ends with one, as a user
+    who catches such an error writes it (a no-op in strict eager, which
+    raised at the call)."""
+    real = pytest.raises
+
+    def raises(expected, *args, **kwargs):
+        if args and callable(args[0]):  # pytest.raises(E, fn, *args)
+            fn = args[0]
+
+            def fn_then_cut(*a, **k):
+                out = fn(*a, **k)
+                torch.tpu.synchronize()
+                return out
+            return real(expected, fn_then_cut, *args[1:], **kwargs)
+        return _RaisesByTheNextCut(real(expected, *args, **kwargs))
+    monkeypatch.setattr(pytest, "raises", raises)
+    yield
+
+
 @pytest.fixture
 def no_fallbacks():
     """Fails the test if any op ran through the CPU fallback."""

@@ -303,21 +303,115 @@ class TestCuts:
         assert d["cuts"] == {"mode_change": 1}
         assert torchtpu.current_eager_mode() == "strict"
 
-    def test_data_check_raises_at_the_call(self):
+    def test_data_check_raises_at_the_next_cut(self):
+        """An index out of range is found when the trace runs: the cut raises
+        the CPU's error, and the tensors are as strict eager leaves them (the
+        calls before the failing one ran, it and those after did not)."""
         x = torch.randn(5, device="tpu")
         with pytest.raises(IndexError) as cpu_error:
             x.cpu().index_select(0, torch.tensor([1, 7]))
+        bad = torch.tensor([1, 7], device="tpu")
+        out = {}
+
+        def record():
+            out["y"] = y = x * 2
+            y.add_(1)  # in place: the program that fails must not donate y
+            y.index_select(0, bad)  # recorded: no error yet
+            y.mul_(3)  # strict never gets here
         with torchtpu.eager_mode("fused"):
-            y = x * 2  # recorded
+            d = stats_delta(record)
             with pytest.raises(IndexError) as error:
-                y.index_select(0, torch.tensor([1, 7], device="tpu"))
+                torch.tpu.synchronize()
             assert str(error.value) == str(cpu_error.value)
+        assert d["fused_ops"] == 4 and d["executions"] == 0  # nothing ran at the calls
+        y = out["y"]
+        assert_same(y, x * 2 + 1)
+        with torchtpu.eager_mode("fused"):
+            y[bad]
             with pytest.raises(IndexError, match="index 7 is out of bounds for dimension 0 with size 5"):
-                y[torch.tensor([1, 7], device="tpu")]
-            # the op ran at the call, after the recorded op its input needed
-            ok = y.index_select(0, torch.tensor([4, 0], device="tpu"))
-        torch.testing.assert_close(ok.cpu(), (x.cpu() * 2)[[4, 0]], rtol=0, atol=0)
-        assert torchtpu.stats()["cuts"].get("data_check", 0) >= 1
+                y.sum().item()
+            # in range: one program, which checks and writes in place
+            w = y.clone()
+            ok = w.index_select(0, torch.tensor([4, 0], device="tpu"))
+            w.add_(ok.sum())
+            d = stats_delta(lambda: ok.cpu())
+        assert d["fused_programs"] == 1 and d["fused_replays"] == 0
+        assert_same(ok, (x * 2 + 1)[[4, 0]])
+        assert_same(w, (x * 2 + 1) + (x * 2 + 1)[[4, 0]].sum())
+
+    def test_data_check_error_goes_to_the_thread_that_made_the_call(self):
+        """One trace holds every thread's calls: when another thread's cut
+        finds this thread's bad index, that thread's calls still run, and
+        the error waits for this thread's next cut."""
+        x = torch.arange(5.0, device="tpu")
+        recorded, cut = threading.Event(), threading.Event()
+        seen = {}
+
+        def other():
+            with torchtpu.eager_mode("fused"):
+                recorded.wait()
+                y = x + 1
+                y.add_(1)
+                seen["y"] = y.cpu()  # the cut: runs this thread's calls and the main thread's
+            cut.set()
+
+        t = threading.Thread(target=other)
+        t.start()
+        with torchtpu.eager_mode("fused"):
+            z = x * 2
+            z.index_select(0, torch.tensor([9], device="tpu"))
+            z.mul_(5)  # never runs: strict raised before it
+            recorded.set()
+            cut.wait()
+            t.join()
+            with pytest.raises(IndexError, match="index out of range in self"):
+                torch.tpu.synchronize()
+            torch.tpu.synchronize()  # raised once
+        assert_same(seen["y"], (x + 2).cpu())
+        assert_same(z, x * 2)
+
+    def test_a_replay_computes_values_pytorch_freed(self):
+        """A failed check replays the calls one by one; an intermediate
+        PyTorch freed while recorded (x * 2 below) is still computed for the
+        calls that read it (it was left out: z read as ones)."""
+        x = torch.arange(5.0, device="tpu")
+        with torchtpu.eager_mode("fused"):
+            z = (x * 2).exp() + 1
+            x.index_select(0, torch.tensor([9], device="tpu"))
+            with pytest.raises(IndexError):
+                torch.tpu.synchronize()
+        assert_same(z, (x * 2).exp() + 1)
+
+    def test_data_checks_in_a_training_loop(self):
+        """cross_entropy checks its targets: the loop still records whole
+        steps (one program each, no replays), and a bad target raises the
+        CPU's error at the next cut, the weights as strict leaves them."""
+        torch.manual_seed(0)
+        model = MLP().to("tpu")
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        x, y = torch.randn(16, 32, device="tpu"), torch.randint(0, 10, (16,), device="tpu")
+
+        def step(target):
+            opt.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(model(x), target)
+            loss.backward()
+            opt.step()
+            return loss
+
+        with torchtpu.eager_mode("fused"):
+            for _ in range(3):
+                step(y)
+            d = stats_delta(lambda: step(y).item())
+        assert d["fused_programs"] == 1 and d["fused_replays"] == 0 and d["executions"] == 1
+        before = [p.detach().clone() for p in model.parameters()]
+        with pytest.raises(IndexError) as cpu_error:
+            F.cross_entropy(torch.randn(16, 10), torch.full((16,), 12))
+        with torchtpu.eager_mode("fused"):
+            with pytest.raises(IndexError) as error:
+                step(torch.full((16,), 12, device="tpu")).item()
+        assert str(error.value) == str(cpu_error.value)
+        for p, b in zip(model.parameters(), before):
+            assert_same(p.detach(), b)  # strict raised in the forward: no step
 
     def test_validation_errors_at_the_call(self):
         a, b = torch.randn(2, 3, device="tpu"), torch.randn(5, 4, device="tpu")

@@ -476,10 +476,13 @@ def _snapshot(env):
 def _run_fused(program, fault=None):
     """Fused eager against strict eager: the program runs on tpu in strict
     mode, then again with fused mode the process default (autograd's thread
-    records too). Every instruction must raise the same error in both runs,
-    and at the end (only then, so that the fused run records long traces)
-    every live tensor, gradient and optimizer state must be equal bit for
-    bit, strides included. |fault| perturbs the fused run's tensors."""
+    records too). Every instruction must raise the same error in both runs:
+    fused raises a data check's error (an index out of range) at the next
+    cut, so after an instruction strict refused, the fused run synchronizes
+    (as a user who catches the error must) and takes what that raises as the
+    instruction's. At the end (only then, so that the fused run records long
+    traces) every live tensor, gradient and optimizer state must be equal bit
+    for bit, strides included. |fault| perturbs the fused run's tensors."""
     import torchtpu
 
     instrs = program["instrs"]
@@ -492,6 +495,11 @@ def _run_fused(program, fault=None):
                 for n, ins in enumerate(instrs):
                     try:
                         env.run(ins)
+                        if mode == "fused" and runs["strict"][0][n] is not None:
+                            try:
+                                torch.tpu.synchronize()
+                            except Exception as e:  # noqa: BLE001 - compared with strict's below
+                                raise Refused(e) from e
                         errs.append(None)
                     except Refused as e:
                         errs.append(e.exc)
@@ -693,7 +701,7 @@ class Gen:
 
     def emit(self, ins, exact=None, allow_error=False):
         """Runs |ins| on the shadow; keeps it if the CPU accepts it (or,
-        sometimes in eager mode, as an error both must raise)."""
+        sometimes in eager and fused modes, as an error both must raise)."""
         if self.mode == "compiled" and ins["k"] == "op" and not ins.get("nograd"):
             if self.in_block <= 0:
                 self.blk += 1
@@ -704,7 +712,7 @@ class Gen:
         except Refused:
             for o in ins.get("outs", []):
                 self.shadow.t.pop(o, None)
-            if not (allow_error and self.mode == "eager" and ins["k"] == "op" and self.rng.random() < 0.3):
+            if not (allow_error and self.mode in ("eager", "fused") and ins["k"] == "op" and self.rng.random() < 0.3):
                 if "blk" in ins:
                     self.in_block = 0
                 return False
@@ -1021,7 +1029,10 @@ class Gen:
             return self.g_new()
         r = self.rng
         n = t.shape[d]
-        idx = self.new(dtype="int", high=n, shape=[r.randint(1, 8)])
+        # Now and then an index out of range: a data check's error, which
+        # eager raises at the call and fused eager at the next cut.
+        high = 2 * n + 1 if r.random() < 0.3 else n
+        idx = self.new(dtype="int", high=high, shape=[r.randint(1, 8)])
         exact = self.is_exact(i)
         choices = [(f"{{0}}.index_select({d}, {{1}})", [i, idx], exact), (f"{{0}}[{':, ' * d}{{1}}]", [i, idx], exact),
                    ("torch.take({0}, {1})", [i, idx], exact)]

@@ -426,25 +426,9 @@ tpu_eager_mode tpu_eager_current_mode(void) {
 
 tpu_status_t tpu_eager_run(tpu_eager_entry *e, const tpu_eager_call *call, tpu_storage *const *new_outputs) {
   tpu_eager_mode mode = tpu_eager_current_mode();
-  tpu_eager_entry *again = NULL;
-  if (mode == TPU_EAGER_FUSED) {
-    if (!tpu_eager_entry_has_checks(e)) return tpu_trace_record(e, call, new_outputs);
-    /* A data check raises at its call, as strict: the recorded calls on its
-     * storages run first, and its program is found again for their new
-     * buffers (the key reads their types). */
-    if (tpu_trace_call_touches(call)) {
-      TPU_RETURN_IF_ERROR(tpu_trace_settle_call(call, TPU_CUT_CHECK));
-      tpu_eager_call same = *call; /* with the promoted dtypes a hit's call lacks */
-      same.common_dtype = tpu_eager_entry_common_dtype(e);
-      same.item_common_dtypes = tpu_eager_entry_item_common_dtypes(e);
-      again = tpu_eager_lookup(&same);
-      if (again == NULL) TPU_RETURN_IF_ERROR(tpu_eager_compile(&same, tpu_eager_entry_metas(e), &again));
-      e = again;
-    }
-  }
+  if (mode == TPU_EAGER_FUSED) return tpu_trace_record(e, call, new_outputs);
   tpu_status_t st = tpu_eager_execute(e, call, new_outputs);
   if (st == NULL && mode == TPU_EAGER_BLOCKING) st = tpu_runtime_synchronize(tpu_eager_entry_context(e)->rt, call->device);
-  tpu_eager_entry_release(again);
   return st;
 }
 
@@ -718,6 +702,17 @@ static tpu_status_t check_failure(const tpu_eager_entry *e, int i, const int64_t
 
 /* --- running ------------------------------------------------------------------------ */
 
+/* Gives each storage |e| writes its result buffer (|outs| before the checks'). */
+static void put_results(const tpu_eager_entry *e, const flat_call *f, tpu_storage *const *new_outputs,
+                        tpu_buffer **outs) {
+  for (int i = 0; i < e->num_results - e->num_checks; i++) {
+    const result_dst *r = &e->results[i];
+    tpu_storage *s = r->ref >= 0 ? f->refs[r->ref].ref->storage : new_outputs[r->output];
+    if (s == NULL) tpu_buffer_destroy(e->ctx->rt, outs[i]);
+    else tpu_storage_put(s, outs[i], &r->type);
+  }
+}
+
 tpu_status_t tpu_eager_execute(const tpu_eager_entry *e, const tpu_eager_call *call,
                                tpu_storage *const *new_outputs) {
   if (__atomic_load_n(&tpu_trace_pending, __ATOMIC_ACQUIRE) > 0)
@@ -728,6 +723,13 @@ tpu_status_t tpu_eager_execute(const tpu_eager_entry *e, const tpu_eager_call *c
 
 tpu_status_t tpu_eager_execute_raw(const tpu_eager_entry *e, const tpu_eager_call *call,
                                    tpu_storage *const *new_outputs) {
+  bool check_failed;
+  return tpu_eager_execute_checked(e, call, new_outputs, &check_failed);
+}
+
+tpu_status_t tpu_eager_execute_checked(const tpu_eager_entry *e, const tpu_eager_call *call,
+                                       tpu_storage *const *new_outputs, bool *out_check_failed) {
+  *out_check_failed = false;
   TPU_RETURN_IF_ERROR(tpu_runtime_check_fork()); /* before the scalar cache's lock */
   if (e->num_results == 0) return NULL;
   tpu_runtime *rt = e->ctx->rt;
@@ -801,12 +803,7 @@ tpu_status_t tpu_eager_execute_raw(const tpu_eager_entry *e, const tpu_eager_cal
                                                 e->any_donation ? e->donate : NULL, e->track, outs),
                     done);
   int first_check = e->num_results - e->num_checks;
-  for (int i = 0; i < first_check; i++) {
-    const result_dst *r = &e->results[i];
-    tpu_storage *s = r->ref >= 0 ? f.refs[r->ref].ref->storage : new_outputs[r->output];
-    if (s == NULL) tpu_buffer_destroy(rt, outs[i]);
-    else tpu_storage_put(s, outs[i], &r->type);
-  }
+  if (!e->checks_first) put_results(e, &f, new_outputs, outs);
   /* Data-dependent checks wait for their flags (a sync, like PyTorch's CPU
    * kernels that raise before returning). */
   for (int i = 0; i < e->num_checks; i++) {
@@ -815,7 +812,15 @@ tpu_status_t tpu_eager_execute_raw(const tpu_eager_entry *e, const tpu_eager_cal
     tpu_buffer_destroy(rt, outs[first_check + i]);
     if (st == NULL && cst != NULL) st = cst;
     else tpu_status_free(cst);
-    if (st == NULL && !flag[0]) st = check_failure(e, i, flag + 1);
+    if (st == NULL && !flag[0]) {
+      st = check_failure(e, i, flag + 1);
+      *out_check_failed = true;
+    }
+  }
+  if (e->checks_first) { /* kept only if every check passed */
+    if (st == NULL) put_results(e, &f, new_outputs, outs);
+    else
+      for (int i = 0; i < first_check; i++) tpu_buffer_destroy(rt, outs[i]);
   }
 done:
   for (int i = 0; i < num_rngs; i++) tpu_buffer_destroy(rt, rngs[i]);

@@ -209,8 +209,6 @@ const tpu_eager_out_meta *tpu_eager_entry_meta(const tpu_eager_entry *e, int i);
  * zero-byte outputs). Recorded calls on the storages run first. */
 tpu_status_t tpu_eager_execute(const tpu_eager_entry *e, const tpu_eager_call *call,
                                tpu_storage *const *new_outputs) TPU_MUST_USE;
-/* True when running |e| checks data at run time (an index in range). */
-bool tpu_eager_entry_has_checks(const tpu_eager_entry *e);
 
 /* --- eager modes ----------------------------------------------------------------
  * strict: every call runs at once as its own program (the default).
@@ -236,7 +234,7 @@ typedef enum tpu_cut_reason {
   TPU_CUT_SYNC = 0,     /* synchronize, an event */
   TPU_CUT_HOST_READ,    /* .cpu(), .item(), printing: the host reads a storage */
   TPU_CUT_HOST_WRITE,   /* the host writes a storage a recorded call uses */
-  TPU_CUT_CHECK,        /* a call whose program checks data uses a recorded storage */
+  TPU_CUT_ALONE,        /* a call fused eager runs alone (a random _foreach_ op) uses a recorded storage */
   TPU_CUT_GRAPH,        /* a compiled graph uses a recorded storage */
   TPU_CUT_STRICT,       /* a call of a thread in another mode uses a recorded storage */
   TPU_CUT_DEVICE,       /* a call on another device */

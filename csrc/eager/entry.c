@@ -180,4 +180,3 @@ tpu_status_t tpu_eager_entry_executable(const tpu_eager_entry *ce, tpu_executabl
   return st;
 }
 
-bool tpu_eager_entry_has_checks(const tpu_eager_entry *e) { return e->num_checks > 0; }

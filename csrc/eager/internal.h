@@ -51,6 +51,10 @@ void tpu_storage_destroy(tpu_storage *s);
 /* tpu_eager_execute without settling the call's storages first. */
 tpu_status_t tpu_eager_execute_raw(const tpu_eager_entry *e, const tpu_eager_call *call,
                                    tpu_storage *const *new_outputs) TPU_MUST_USE;
+/* The same, telling a failed data check (*|out_check_failed|) from other
+ * errors. */
+tpu_status_t tpu_eager_execute_checked(const tpu_eager_entry *e, const tpu_eager_call *call,
+                                       tpu_storage *const *new_outputs, bool *out_check_failed) TPU_MUST_USE;
 /* Applies |call|'s rule (to its item |k|, -1 for the whole call) in |p|;
  * new outputs become program outputs (|out_arg| < 0) or the contents of
  * arguments |out_arg| + output index (fused eager). */
@@ -106,8 +110,8 @@ struct tpu_eager_entry {
   tpu_executable *exe;
   int num_params;
   param_src *params;
-  bool *donate; /* per param, as execute wants it */
-  bool any_donation;
+  bool *donate;      /* per param, as execute wants it: the buffer is given up */
+  bool any_donation; /* some param is aliased to a result (execute gets |donate|) */
   int num_results;
   result_dst *results;
   int num_meta;
@@ -123,6 +127,12 @@ struct tpu_eager_entry {
   /* Runtime checks: the last |num_checks| results, each s64[1 +
    * TPU_LOWER_CHECK_VALUES]: the flag, then the values its message reports. */
   int num_checks;
+  /* A fused program's checks (checks_first): its results are kept only if
+   * every flag passes, and it donates nothing, so that a failure leaves
+   * every storage as it was before the program (trace.c then replays the
+   * calls as strict eager runs them). A one-op program's own writes keep
+   * their old values where a check fails, and it donates as strict does. */
+  bool checks_first;
   tpu_code_t check_codes[MAX_CHECKS_PER_PROGRAM];
   const char *check_messages[MAX_CHECKS_PER_PROGRAM];
   int check_num_values[MAX_CHECKS_PER_PROGRAM];

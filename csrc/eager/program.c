@@ -582,9 +582,11 @@ tpu_status_t tpu_program_finish(tpu_program *p, tpu_eager_entry **out_entry) {
   e->serial = atomic_fetch_add(&next_serial, 1);
   TPU_GOTO_IF_ERROR(st, tpu_alloc(max_results * sizeof *results, (void **)&results), fail);
   TPU_GOTO_IF_ERROR(st, tpu_alloc(max_results * sizeof *values, (void **)&values), fail);
-  /* A failed check keeps every written storage as it was. */
+  /* A failed check keeps every written storage as it was: in a program of
+   * one call, through its results; in a fused program, by dropping them
+   * (checks_first). */
   tpu_hlo_value all_ok = TPU_HLO_NONE;
-  for (int i = 0; i < p->num_checks; i++)
+  for (int i = 0; i < p->num_checks && !p->sequential; i++)
     all_ok = all_ok == TPU_HLO_NONE ? p->checks[i].ok : tpu_hlo_binary(b, TPU_HLO_AND, all_ok, p->checks[i].ok);
   int n = 0;
   for (int i = 0; i < p->num_written; i++) {
@@ -633,6 +635,7 @@ tpu_status_t tpu_program_finish(tpu_program *p, tpu_eager_entry **out_entry) {
     e->check_num_values[i] = k->num_values;
   }
   e->num_checks = p->num_checks;
+  e->checks_first = p->sequential && p->num_checks > 0;
   e->num_results = n;
   e->results = results;
   results = NULL;
@@ -645,7 +648,7 @@ tpu_status_t tpu_program_finish(tpu_program *p, tpu_eager_entry **out_entry) {
   TPU_GOTO_IF_ERROR(st, tpu_alloc((size_t)p->num_outputs * sizeof *e->meta, (void **)&e->meta), fail);
   if (p->num_outputs) memcpy(e->meta, p->out_meta, (size_t)p->num_outputs * sizeof *e->meta);
   for (int i = 0; i < e->num_params; i++) {
-    e->donate[i] = e->params[i].donate;
+    e->donate[i] = e->params[i].donate && !e->checks_first;
     e->any_donation |= e->params[i].donate;
   }
   /* A program small enough for the CPU plugin to run inline (well under its

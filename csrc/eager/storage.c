@@ -116,8 +116,9 @@ void tpu_storage_reset_memory(int device, bool peak, bool accumulated) {
 }
 
 void tpu_storage_set(tpu_storage *s, tpu_buffer *buf, const tpu_hlo_type *type) {
-  /* Recorded calls that read the storage run before it changes; a failure
-   * there stays with them (they run again strictly when next needed). */
+  /* Recorded calls that read the storage run before it changes; an error
+   * of theirs is parked for the thread that made the failing call (trace.c),
+   * which raises it at its next cut. */
   tpu_status_free(tpu_storage_settle(s, TPU_CUT_HOST_WRITE));
   tpu_storage_put(s, buf, type);
 }

@@ -20,10 +20,14 @@
  * finds its program in the eager cache.
  *
  * Storages PyTorch frees while recorded calls use them are freed after the
- * run. A program that fails to build, compile or run is replaced by the
- * calls' own programs, in order (the state strict eager leaves and its
- * first error). */
+ * run. A program that fails to build, compile or run, or whose data checks
+ * fail (an index out of range: the program then leaves every storage as it
+ * was), is replaced by the calls' own programs, in order: the state strict
+ * eager leaves. A thread's calls stop at its first that fails, whose error
+ * is parked for that thread, which raises it at its next cut or recorded
+ * call (the cutting thread at once); other threads' calls go on. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdalign.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -42,7 +46,7 @@ static const char *const kCutNames[TPU_CUT_COUNT_] = {
     [TPU_CUT_SYNC] = "sync",
     [TPU_CUT_HOST_READ] = "host_read",
     [TPU_CUT_HOST_WRITE] = "host_write",
-    [TPU_CUT_CHECK] = "data_check",
+    [TPU_CUT_ALONE] = "run_alone",
     [TPU_CUT_GRAPH] = "compiled_graph",
     [TPU_CUT_STRICT] = "other_mode",
     [TPU_CUT_DEVICE] = "device",
@@ -73,8 +77,16 @@ typedef struct rec {
   int num_args;
   int num_outs; /* then one argument per new output (NONE where there is none) */
   tpu_hlo_precision_t precision;
-  int rng; /* index of its (seed, offset) pair, or -1 */
+  int rng;         /* index of its (seed, offset) pair, or -1 */
+  uint64_t thread; /* the recording thread (thread_serial) */
 } rec;
+
+/* An error a replay found in a call of |thread|, raised at that thread's
+ * next cut or call (errors). */
+typedef struct parked {
+  uint64_t thread;
+  tpu_status_t st;
+} parked;
 
 /* Loop detection looks back this many calls for a repeat. */
 #define HISTORY 256
@@ -103,7 +115,21 @@ static struct {
   bool no_loops;
   tpu_strbuf key;
   char last_failure[1024];
+  parked *parked;
+  int num_parked, cap_parked;
 } g = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* g.num_parked, read without the lock. */
+static int g_any_parked;
+
+/* This thread's number, unique in the process (an address could be a later
+ * thread's). */
+static uint64_t thread_serial(void) {
+  static _Atomic uint64_t next = 1;
+  static _Thread_local uint64_t me;
+  if (me == 0) me = atomic_fetch_add(&next, 1);
+  return me;
+}
 
 void tpu_eager_fused_last_failure(char *out, size_t cap) {
   pthread_mutex_lock(&g.lock);
@@ -360,27 +386,64 @@ static bool trace_key(uint64_t *out_hash) {
   return !g.key.failed;
 }
 
-/* The calls one by one, on their own programs: what strict eager does. */
-static tpu_status_t replay(void) {
-  tpu_status_t first = NULL;
+static int parked_index(uint64_t thread) {
+  for (int i = 0; i < g.num_parked; i++)
+    if (g.parked[i].thread == thread) return i;
+  return -1;
+}
+
+/* Keeps |st| for |thread| (lock held). Out of host memory, it is lost. */
+static void park(uint64_t thread, tpu_status_t st) {
+  if (!grow((void **)&g.parked, &g.cap_parked, g.num_parked + 1, sizeof *g.parked)) {
+    tpu_status_free(st);
+    return;
+  }
+  g.parked[g.num_parked++] = (parked){thread, st};
+  __atomic_store_n(&g_any_parked, g.num_parked, __ATOMIC_RELEASE);
+}
+
+/* The calling thread's parked error, taken (lock held). */
+static tpu_status_t unpark_locked(void) {
+  int i = parked_index(thread_serial());
+  if (i < 0) return NULL;
+  tpu_status_t st = g.parked[i].st;
+  g.parked[i] = g.parked[--g.num_parked];
+  __atomic_store_n(&g_any_parked, g.num_parked, __ATOMIC_RELEASE);
+  return st;
+}
+
+static tpu_status_t unpark(void) {
+  if (__atomic_load_n(&g_any_parked, __ATOMIC_ACQUIRE) == 0) return NULL;
+  pthread_mutex_lock(&g.lock);
+  tpu_status_t st = unpark_locked();
+  pthread_mutex_unlock(&g.lock);
+  return st;
+}
+
+/* The calls one by one, on their own programs: what strict eager does. A
+ * thread's calls stop at its first that fails (strict raises there, and
+ * the thread's later calls would not have been made); its error is parked
+ * for it, and other threads' calls go on. */
+static void replay(void) {
   for (int i = 0; i < g.n; i++) {
     const rec *r = &g.recs[i];
+    if (parked_index(r->thread) >= 0) continue;
     tpu_eager_call c = rec_call(r);
     tpu_storage *outs_small[16], **outs = r->num_outs <= 16 ? outs_small : tpu_alloc_or_null((size_t)r->num_outs * sizeof *outs);
     if (outs == NULL) {
-      if (first == NULL) first = tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
+      park(r->thread, tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory"));
       continue;
     }
+    /* A storage PyTorch let go of still gets its value: a later call may
+     * read it (reset frees it). */
     for (int o = 0; o < r->num_outs; o++) {
       const tpu_eager_arg *a = &g.args[r->base + r->num_args + o];
-      outs[o] = a->lower.kind == TPU_ARG_TENSOR && !a->tensor.storage->dropped ? a->tensor.storage : NULL;
+      outs[o] = a->lower.kind == TPU_ARG_TENSOR ? a->tensor.storage : NULL;
     }
     tpu_status_t st = tpu_eager_execute_raw(r->entry, &c, outs);
     if (outs != outs_small) free(outs);
-    if (first == NULL) first = st;
-    else tpu_status_free(st);
+    if (st != NULL) park(r->thread, st);
   }
-  return first;
 }
 
 static void reset(bool loop) {
@@ -420,6 +483,7 @@ static tpu_status_t flush_locked(tpu_cut_reason why) {
   tpu_status_t st = NULL;
   tpu_eager_entry *e = NULL;
   uint64_t h = 0;
+  bool check_failed = false;
   if (trace_key(&h)) e = tpu_eager_cache_find(g.key.data, g.key.len, h);
   if (e != NULL) {
     tpu_stats_add(TPU_STAT_TRACE_HITS, 1);
@@ -430,37 +494,44 @@ static tpu_status_t flush_locked(tpu_cut_reason why) {
       e = tpu_eager_cache_insert(e, g.key.data, g.key.len, h);
       if (e == NULL) st = tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory");
     } else if (st == NULL) { /* no key (out of memory): run it once, uncached */
-      st = tpu_eager_execute_raw(e, &all, NULL);
+      st = tpu_eager_execute_checked(e, &all, NULL, &check_failed);
       tpu_eager_entry_free(e);
       e = NULL;
       if (st == NULL) goto done;
     }
   }
-  if (st == NULL) st = tpu_eager_execute_raw(e, &all, NULL);
+  if (st == NULL) st = tpu_eager_execute_checked(e, &all, NULL, &check_failed);
   tpu_eager_entry_release(e);
   if (st != NULL) { /* strict eager's state, and its first error */
-    tpu_stats_add(TPU_STAT_FUSED_REPLAYS, 1);
-    snprintf(g.last_failure, sizeof g.last_failure, "%s", tpu_status_message(st));
+    if (!check_failed) { /* the program's failure, not the data's */
+      tpu_stats_add(TPU_STAT_FUSED_REPLAYS, 1);
+      snprintf(g.last_failure, sizeof g.last_failure, "%s", tpu_status_message(st));
+    }
     tpu_status_free(st);
-    st = replay();
+    replay();
+    st = unpark_locked();
   }
 done:
   reset(why == TPU_CUT_LOOP);
   return st;
 }
 
+/* Every cut returns the calling thread's error: from its own calls in this
+ * trace, else one an earlier cut (of any thread) parked for it. */
 tpu_status_t tpu_eager_flush(tpu_cut_reason why) {
-  if (__atomic_load_n(&tpu_trace_pending, __ATOMIC_ACQUIRE) == 0 && g.n == 0) return NULL;
+  if (__atomic_load_n(&tpu_trace_pending, __ATOMIC_ACQUIRE) == 0 && g.n == 0) return unpark();
   pthread_mutex_lock(&g.lock);
   tpu_status_t st = flush_locked(why);
+  if (st == NULL) st = unpark_locked();
   pthread_mutex_unlock(&g.lock);
   return st;
 }
 
 tpu_status_t tpu_storage_settle(tpu_storage *s, tpu_cut_reason why) {
-  if (s == NULL || !__atomic_load_n(&s->traced, __ATOMIC_ACQUIRE)) return NULL;
+  if (s == NULL || !__atomic_load_n(&s->traced, __ATOMIC_ACQUIRE)) return unpark();
   pthread_mutex_lock(&g.lock);
   tpu_status_t st = s->traced ? flush_locked(why) : NULL;
+  if (st == NULL) st = unpark_locked();
   pthread_mutex_unlock(&g.lock);
   return st;
 }
@@ -490,7 +561,7 @@ bool tpu_trace_call_touches(const tpu_eager_call *call) {
 }
 
 tpu_status_t tpu_trace_settle_call(const tpu_eager_call *call, tpu_cut_reason why) {
-  if (!tpu_trace_call_touches(call)) return NULL;
+  if (!tpu_trace_call_touches(call)) return unpark();
   return tpu_eager_flush(why);
 }
 
@@ -524,12 +595,14 @@ static void note_call(uint64_t h) {
 
 tpu_status_t tpu_trace_record(tpu_eager_entry *e, const tpu_eager_call *call, tpu_storage *const *new_outputs) {
   /* A forked child refuses at the call, as strict's execute does, not at a
-   * later cut. */
+   * later cut; a thread whose earlier call failed at another thread's cut
+   * raises it here. */
   TPU_RETURN_IF_ERROR(tpu_runtime_check_fork());
+  TPU_RETURN_IF_ERROR(unpark());
   const tpu_eager_op *op = call->op;
   const bool rng = tpu_eager_entry_uses_rng(e);
   if (rng && op->num_item_args > 0) { /* items draw states strict mixes per item: run it as strict does */
-    TPU_RETURN_IF_ERROR(tpu_trace_settle_call(call, TPU_CUT_CHECK));
+    TPU_RETURN_IF_ERROR(tpu_trace_settle_call(call, TPU_CUT_ALONE));
     return tpu_eager_execute(e, call, new_outputs);
   }
   pthread_mutex_lock(&g.lock);
@@ -558,6 +631,7 @@ tpu_status_t tpu_trace_record(tpu_eager_entry *e, const tpu_eager_call *call, tp
       .num_outs = num_outs,
       .precision = call->precision,
       .rng = -1,
+      .thread = thread_serial(),
   };
   bool ok = true;
   for (int a = 0; a < call->num_args && ok; a++) ok = copy_arg(&g.args[r->base + a], &call->args[a]);
