@@ -221,6 +221,11 @@ void tpu_eager_set_default_mode(tpu_eager_mode mode);
 /* This thread's mode; -1 follows the default. Returns the previous setting. */
 int tpu_eager_set_thread_mode(int mode);
 tpu_eager_mode tpu_eager_current_mode(void);
+/* Marks this thread as working for whichever thread waits on it
+ * (autograd's workers run a backward for the thread that called it): a
+ * data check's error in its recorded calls goes to the thread that cuts
+ * their trace (trace.c), not to it. */
+void tpu_eager_set_thread_works_for_others(void);
 
 /* Runs |e| for |call| as the thread's mode says: executes it (and waits,
  * blocking), or records it (fused). A call whose program checks data is

@@ -122,14 +122,21 @@ static struct {
 /* g.num_parked, read without the lock. */
 static int g_any_parked;
 
+/* A thread that works for others (tpu_eager_set_thread_works_for_others)
+ * records its calls as this thread number: their errors go to the thread
+ * that cuts. */
+#define FOR_OTHERS 0
+static _Thread_local uint64_t t_serial;
+
 /* This thread's number, unique in the process (an address could be a later
  * thread's). */
 static uint64_t thread_serial(void) {
   static _Atomic uint64_t next = 1;
-  static _Thread_local uint64_t me;
-  if (me == 0) me = atomic_fetch_add(&next, 1);
-  return me;
+  if (t_serial == 0) t_serial = atomic_fetch_add(&next, 1);
+  return t_serial == UINT64_MAX ? FOR_OTHERS : t_serial;
 }
+
+void tpu_eager_set_thread_works_for_others(void) { t_serial = UINT64_MAX; }
 
 void tpu_eager_fused_last_failure(char *out, size_t cap) {
   pthread_mutex_lock(&g.lock);
@@ -402,14 +409,17 @@ static void park(uint64_t thread, tpu_status_t st) {
   __atomic_store_n(&g_any_parked, g.num_parked, __ATOMIC_RELEASE);
 }
 
-/* The calling thread's parked error, taken (lock held). */
-static tpu_status_t unpark_locked(void) {
-  int i = parked_index(thread_serial());
-  if (i < 0) return NULL;
+static tpu_status_t take_parked(int i) {
   tpu_status_t st = g.parked[i].st;
   g.parked[i] = g.parked[--g.num_parked];
   __atomic_store_n(&g_any_parked, g.num_parked, __ATOMIC_RELEASE);
   return st;
+}
+
+/* The calling thread's parked error, taken (lock held). */
+static tpu_status_t unpark_locked(void) {
+  int i = parked_index(thread_serial());
+  return i >= 0 ? take_parked(i) : NULL;
 }
 
 static tpu_status_t unpark(void) {
@@ -509,7 +519,15 @@ static tpu_status_t flush_locked(tpu_cut_reason why) {
     }
     tpu_status_free(st);
     replay();
+    /* The cutting thread's own error; else one of the calls recorded for
+     * others (a backward it started), which is never parked past this cut. */
     st = unpark_locked();
+    int others = parked_index(FOR_OTHERS);
+    if (others >= 0) {
+      tpu_status_t theirs = take_parked(others);
+      if (st == NULL) st = theirs;
+      else tpu_status_free(theirs);
+    }
   }
 done:
   reset(why == TPU_CUT_LOOP);

@@ -256,12 +256,15 @@ void check_partial_overlap(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs) {
 // eager mode of the thread that started it: torchtpu.eager_mode stashes its
 // mode in PyTorch's thread-local Python objects, which the engine carries to
 // its workers with the rest of the caller's thread-local state. Other threads
-// keep their own mode.
+// keep their own mode. A worker's recorded calls work for the thread that
+// waits on the backward: a data check's error among them goes to the thread
+// that cuts (trace.c).
 void follow_backward_caller_mode() {
   thread_local int worker = -1;
   if (worker < 0) {
     char name[16] = "";
     worker = pthread_getname_np(pthread_self(), name, sizeof name) == 0 && std::strncmp(name, "pt_autograd_", 12) == 0;
+    if (worker) tpu_eager_set_thread_works_for_others();  // its data errors go to the thread that cuts
   }
   if (!worker) return;
   static const std::string keys[] = {"torchtpu.eager_mode.strict", "torchtpu.eager_mode.fused",
