@@ -167,9 +167,10 @@ class eager_mode:
 
     - "strict" (the default): each op runs at once as its own cached program;
     - "fused": ops are recorded, and runs of them become one program, run when
-      something needs their results (printing, .item(), .cpu(), a sync, an
-      op that checks data, a compiled graph), at a size cap, or at a loop's
-      iteration; results are bit-identical to strict's;
+      something needs their results (printing, .item(), .cpu(), a sync, a
+      compiled graph), at a size cap, or at a loop's iteration; results are
+      bit-identical to strict's; an index out of range raises at that next
+      cut, the tensors as strict leaves them;
     - "blocking": each op runs and waits for its results, so a device error is
       reported by the op that caused it (CUDA_LAUNCH_BLOCKING's role).
 
