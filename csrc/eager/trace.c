@@ -416,10 +416,19 @@ static tpu_status_t take_parked(int i) {
   return st;
 }
 
-/* The calling thread's parked error, taken (lock held). */
+/* The calling thread's parked error, taken (lock held); else one of the
+ * calls recorded for others (a backward it started: replay parks those
+ * only for the cut that follows). */
 static tpu_status_t unpark_locked(void) {
   int i = parked_index(thread_serial());
-  return i >= 0 ? take_parked(i) : NULL;
+  tpu_status_t st = i >= 0 ? take_parked(i) : NULL;
+  int others = parked_index(FOR_OTHERS);
+  if (others >= 0) {
+    tpu_status_t theirs = take_parked(others);
+    if (st == NULL) st = theirs;
+    else tpu_status_free(theirs);
+  }
+  return st;
 }
 
 static tpu_status_t unpark(void) {
@@ -470,11 +479,13 @@ static void reset(bool loop) {
   if (!loop) g.stream = g.period = g.matched = g.loop_calls = 0;
 }
 
-/* Runs the trace; lock held. */
+/* Runs the trace; lock held. Returns the calling thread's error: from its
+ * own calls in this trace, else one an earlier cut (of any thread) parked
+ * for it. */
 static tpu_status_t flush_locked(tpu_cut_reason why) {
   if (g.n == 0) {
     if (g.num_held > 0) reset(false); /* a call that failed to record */
-    return NULL;
+    return unpark_locked();
   }
   tpu_stats_op_bump(TPU_OPSTAT_CUT, tpu_cut_reason_name(why));
   if (tpu_profile_enabled()) {
@@ -518,29 +529,18 @@ static tpu_status_t flush_locked(tpu_cut_reason why) {
       snprintf(g.last_failure, sizeof g.last_failure, "%s", tpu_status_message(st));
     }
     tpu_status_free(st);
+    st = NULL;
     replay();
-    /* The cutting thread's own error; else one of the calls recorded for
-     * others (a backward it started), which is never parked past this cut. */
-    st = unpark_locked();
-    int others = parked_index(FOR_OTHERS);
-    if (others >= 0) {
-      tpu_status_t theirs = take_parked(others);
-      if (st == NULL) st = theirs;
-      else tpu_status_free(theirs);
-    }
   }
 done:
   reset(why == TPU_CUT_LOOP);
-  return st;
+  return st != NULL ? st : unpark_locked();
 }
 
-/* Every cut returns the calling thread's error: from its own calls in this
- * trace, else one an earlier cut (of any thread) parked for it. */
 tpu_status_t tpu_eager_flush(tpu_cut_reason why) {
   if (__atomic_load_n(&tpu_trace_pending, __ATOMIC_ACQUIRE) == 0 && g.n == 0) return unpark();
   pthread_mutex_lock(&g.lock);
   tpu_status_t st = flush_locked(why);
-  if (st == NULL) st = unpark_locked();
   pthread_mutex_unlock(&g.lock);
   return st;
 }
@@ -548,8 +548,7 @@ tpu_status_t tpu_eager_flush(tpu_cut_reason why) {
 tpu_status_t tpu_storage_settle(tpu_storage *s, tpu_cut_reason why) {
   if (s == NULL || !__atomic_load_n(&s->traced, __ATOMIC_ACQUIRE)) return unpark();
   pthread_mutex_lock(&g.lock);
-  tpu_status_t st = s->traced ? flush_locked(why) : NULL;
-  if (st == NULL) st = unpark_locked();
+  tpu_status_t st = s->traced ? flush_locked(why) : unpark_locked();
   pthread_mutex_unlock(&g.lock);
   return st;
 }
