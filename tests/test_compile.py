@@ -900,3 +900,32 @@ def test_reshape_that_copies_returns_no_view():
         b.sum().backward()
         got.append((b.detach().cpu(), p.grad.cpu()))
     torch.testing.assert_close(got[1], got[0])
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_stacked_result_is_no_view(split):
+    """stack decomposes into a cat and a view of it. Eager's result is no
+    view, and a compiled function's was an as_strided view of the cat, made
+    inside AOTAutograd's autograd.Function, so an in-place op on it raised
+    "Output 0 of CompiledFunction is a view and is being modified inplace"
+    (fuzz seed 54156: a _foreach_lerp_ over such a result). Also where an op
+    without a rule splits the graph, and when AOTAutograd's cache reloads it."""
+    def block(p, d, c):
+        q = p * torch.ops.aten._compute_linear_combination(d, c) if split else p
+        return torch.stack([q, q * 2], 0)
+
+    got = []
+    for dev, backend in (("cpu", "aot_eager"), ("tpu", "tpu"), ("tpu", "tpu")):
+        torch._dynamo.reset()  # the second tpu round loads AOTAutograd's cache entry
+        torch.manual_seed(0)
+        p = torch.randn(3, 4).to(dev).requires_grad_()
+        d, c = torch.randn(3, 4).to(dev), torch.randn(3, 3).to(dev)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            s = torch.compile(block, backend=backend)(p, d, c)
+        assert s._base is None
+        torch._foreach_lerp_([s], [torch.ones_like(s)], 0.25)
+        s.sum().backward()
+        got.append((s.detach().cpu(), p.grad.cpu()))
+    torch.testing.assert_close(got[1], got[0])
+    torch.testing.assert_close(got[2], got[0])

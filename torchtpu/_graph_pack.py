@@ -127,6 +127,11 @@ def _target(node):
     raise Unpackable(f"the target {target}")
 
 
+# Node meta key that compile.py sets (a result the user gets as it is) and
+# that pack() keeps.
+OWN_OUTPUT = "torchtpu_own_output"
+
+
 def pack(gm):
     """|gm| as bytes, unpickled by unpack() with the collector paused."""
     packer = _Packer()
@@ -141,7 +146,8 @@ def pack(gm):
                 constants[node.target] = (value.detach().cpu(), str(value.device))
         has_val = "val" in node.meta
         rows.append((node.op, node.name, _target(node), packer.value(node.args, nodes),
-                     packer.value(node.kwargs, nodes), has_val, packer.value(node.meta.get("val"), nodes)))
+                     packer.value(node.kwargs, nodes), has_val, packer.value(node.meta.get("val"), nodes),
+                     bool(node.meta.get(OWN_OUTPUT))))
     return pickle.dumps((rows, packer.tensors, packer.storages, list(packer.symbols.items()), constants),
                         protocol=pickle.HIGHEST_PROTOCOL)
 
@@ -215,13 +221,15 @@ def _unpack(data):
             return {k: value(x) for k, x in v.items()}
         return v
 
-    for op, name, target, args, kwargs, has_val, val in rows:
+    for op, name, target, args, kwargs, has_val, val, own in rows:
         if isinstance(target, tuple) and target[0] == "op":
             _, namespace, opname, overload = target
             target = getattr(getattr(getattr(torch.ops, namespace), opname), overload)
         node = graph.create_node(op, target, value(args), value(kwargs), name)
         if has_val:
             node.meta["val"] = value(val)
+        if own:
+            node.meta[OWN_OUTPUT] = True
         made.append(node)
     # A dict root: GraphModule puts each get_attr target (dotted paths too) in place.
     return torch.fx.GraphModule({path: tensor.to(device) for path, (tensor, device) in constants.items()}, graph)

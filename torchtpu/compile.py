@@ -543,7 +543,11 @@ def _alias_bases(gm, results, written, index, inputs):
             i = index[base]
             ok = i not in written and isinstance(inputs[i], torch.Tensor) and inputs[i].device.type == "tpu"
         else:
-            ok = (base.op == "call_function" and bval.storage_offset() == 0
+            # A result the user gets as it is (_mark_own_outputs) is no view
+            # of a value computed in the graph: stack's decomposition views
+            # its cat, and its result, a view made inside AOTAutograd's
+            # autograd.Function, refused in-place writes (fuzz seed 54156).
+            ok = (not out.meta.get(_OWN_OUTPUT) and base.op == "call_function" and bval.storage_offset() == 0
                   and is_non_overlapping_and_dense_or_false(bval)
                   and bval.untyped_storage().nbytes() == bval.numel() * bval.element_size())
         if ok:
@@ -693,11 +697,31 @@ def _partitions(gm):
 _counter = [0]
 
 
+# Node meta key: the node is a result the user gets as it is (AOTAutograd's
+# PlainAOTOutput), not a view of another value, in eager either.
+_OWN_OUTPUT = _graph_pack.OWN_OUTPUT
+
+
+def _mark_own_outputs(gm):
+    """Marks the nodes of |gm|'s results that AOTAutograd returns to the user
+    as they are (it regenerates results that alias, and keeps the saved
+    ones for backward). The mark stays with a node copied into a fused
+    region's graph, and _graph_pack keeps it."""
+    from torch._functorch._aot_autograd.descriptors import PlainAOTOutput
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    results = output.args[0]
+    results = list(results) if isinstance(results, (list, tuple)) else [results]
+    for out, desc in zip(results, output.meta.get("desc") or ()):
+        if isinstance(out, torch.fx.Node) and isinstance(desc, PlainAOTOutput):
+            out.meta[_OWN_OUTPUT] = True
+
+
 def _compile_graph(gm):
     """A callable (boxed: it takes a list of inputs) that runs |gm|, a graph
     AOTAutograd hands over: one program per input signature where every node
     has a rule, else fused regions as programs and the rest op by op."""
     global _warned_dynamic
+    _mark_own_outputs(gm)
     inputs = _values(list(gm.graph.find_nodes(op="placeholder")))
     if not _warned_dynamic and any(isinstance(s, torch.SymInt) for t in inputs for s in t.shape):
         _warned_dynamic = True
@@ -734,6 +758,7 @@ class _Compiled(OutputCode):
     def __init__(self, gm, example_inputs=None):
         self._boxed_call = True  # an instance's: wrappers copy its __dict__
         self._packed = None  # or why it is not packed
+        _mark_own_outputs(gm)
         if should_use_local_autograd_cache():
             try:  # before compiling: splitting a graph rewrites it
                 self._packed = _graph_pack.pack(gm)
