@@ -175,11 +175,23 @@ class Env:
             if kind == "random":
                 return self.run_random(ins, args, random_values)
             fn = _fn(ins["src"], len(args))
-            if ins.get("nograd"):
-                with torch.no_grad():
+            # A write into its first argument that may be refused: PyTorch's
+            # CPU kernel checks each index as it writes (t[idx] = -0.5 wrote
+            # the elements before the one out of range, seed 60004); torchtpu
+            # writes nothing, as a refused call should. The CPU run is put
+            # back as it was, so that the two compare.
+            before = args[0].detach().clone() if ins.get("undo") and self.device == "cpu" else None
+            try:
+                if ins.get("nograd"):
+                    with torch.no_grad():
+                        r = fn(*args)
+                else:
                     r = fn(*args)
-            else:
-                r = fn(*args)
+            except Exception:
+                if before is not None:
+                    with torch.no_grad():
+                        args[0].copy_(before)
+                raise
             self.bind(ins, r)
             return None
         except Exception as e:  # noqa: BLE001 - compared with the other device's
@@ -755,11 +767,13 @@ class Gen:
         self.emit(ins, exact=True)
         return o
 
-    def op(self, src, ins, n_out=1, exact=False, nograd=False, allow_error=True):
+    def op(self, src, ins, n_out=1, exact=False, nograd=False, allow_error=True, undo=False):
         outs = [self.fresh() for _ in range(n_out)]
         d = {"k": "op", "src": src, "ins": list(ins), "outs": outs}
         if nograd:
             d["nograd"] = True
+        if undo:
+            d["undo"] = True
         ok = self.emit(d, exact=exact, allow_error=allow_error)
         return outs if ok else None
 
@@ -1049,7 +1063,7 @@ class Gen:
                         ("{0}.index_put_(({1},), {0}[{1}] * 0.5, accumulate=True)", [i, i0], False)]
         src, ins, ex = r.choice(choices)
         n_out = 0 if "__setitem__" in src else 1
-        outs = self.op(src, ins, n_out=n_out, exact=ex)
+        outs = self.op(src, ins, n_out=n_out, exact=ex, undo="__setitem__" in src and high > n)
         if outs is not None and ("__setitem__" in src or "index_put_" in src) and not ex:
             self.taint(i)
 
