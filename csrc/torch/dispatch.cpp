@@ -222,21 +222,43 @@ void check_scalars_fit(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs) {
 
 }  // namespace
 
-// A pointwise op's out= that was resized takes the layout TensorIterator
-// gives it on the CPU, the inputs' (a transposed input, a transposed out):
-// the same iterator, built over meta tensors of the inputs' geometry, says.
-void restride_as_iterator(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs, at::Tensor& out) {
-  at::Tensor m = at::empty({0}, out.options().device(c10::kMeta));
+// The layout TensorIterator gives a pointwise op's result on the CPU (and
+// CUDA), from its inputs' geometry: the same iterator, built over meta
+// tensors of the inputs' sizes and strides, says. PyTorch's Python meta
+// functions, which run_meta reaches, lay strides of size-1 dims out
+// otherwise ([2, 5, 1, 16] at (80, 1, 1, 5) times 2: (80, 1, 80, 5) on
+// meta, (80, 1, 1, 5) on the CPU), and a later op's memory format follows
+// them (cat of such results: channels-last where the CPU's is contiguous,
+// fuzz seed 60081).
+static at::Tensor iterator_layout(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs, const at::TensorOptions& options) {
+  at::Tensor m = at::empty({0}, options.device(c10::kMeta));
   at::TensorIteratorConfig config;
   config.check_all_same_dtype(false).add_output(m);
   for (size_t i = 0; i < ivs.size(); i++) {
     bool written = false;  // out= tensors (frexp has two) are no inputs
     for (int r = 0; r < info.op->num_returns; r++) written |= info.op->output_alias[r] == static_cast<int>(i);
-    if (written || !ivs[i].isTensor() || !ivs[i].toTensor().defined()) continue;
+    if (written) continue;
+    if (ivs[i].isScalar() && info.handle.has_value()) {
+      // The CPU kernels of the .Scalar overloads (add, mul, gt, ...) wrap
+      // their self or other number in a 0-dim tensor, one more operand of
+      // the iterator: gt.Scalar keeps a size-1 dim's stride that sin's
+      // iterator of one operand lays out anew.
+      const std::string& name = info.handle->schema().arguments()[i].name();
+      if (name == "self" || name == "other") config.add_owned_const_input(at::empty({}, options.device(c10::kMeta)));
+      continue;
+    }
+    if (!ivs[i].isTensor() || !ivs[i].toTensor().defined()) continue;
     const at::Tensor& t = ivs[i].toTensor();
     config.add_owned_const_input(at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta)));
   }
   at::TensorIterator iter = config.build();
+  return m;
+}
+
+// A pointwise op's out= that was resized takes the layout TensorIterator
+// gives it on the CPU, the inputs' (a transposed input, a transposed out).
+void restride_as_iterator(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs, at::Tensor& out) {
+  at::Tensor m = iterator_layout(info, ivs, out.options());
   if (m.sizes() == out.sizes() && m.strides() != out.strides()) out.as_strided_(m.sizes(), m.strides());
 }
 
@@ -337,8 +359,20 @@ std::vector<at::Tensor> run_rule(const OpInfo& info, c10::ArrayRef<c10::IValue> 
       call.item_common_dtypes = item_common.data();
     } else if (info.handle.has_value() && !info.per_item) {
       std::vector<at::Tensor> metas = run_meta(info, ivs);
-      for (int r = 0; r < op->num_outputs; r++)
-        if (op->output_alias[r] < 0) fill_meta(r < static_cast<int>(metas.size()) ? metas[r] : at::Tensor(), meta[r]);
+      for (int r = 0; r < op->num_outputs; r++) {
+        if (op->output_alias[r] >= 0) continue;
+        at::Tensor t = r < static_cast<int>(metas.size()) ? metas[r] : at::Tensor();
+        if (info.pointwise && t.defined()) {
+          // Only strides of size-1 dims are taken from the iterator: a
+          // pointwise op that lays its result out itself keeps its meta
+          // function's layout (pow.Scalar's is contiguous).
+          at::Tensor m = iterator_layout(info, ivs, t.options());
+          bool same = m.sizes() == t.sizes();
+          for (int64_t d = 0; same && d < t.dim(); d++) same = t.size(d) == 1 || t.stride(d) == m.stride(d);
+          if (same) t = m;
+        }
+        fill_meta(t, meta[r]);
+      }
     }
     call.common_dtype = common_dtype(info.promotes, ivs);
     tpu_status_t st = tpu_eager_compile(&call, meta.data(), &entry);
