@@ -742,7 +742,6 @@ def _compile_graph(gm):
     AOTAutograd hands over: one program per input signature where every node
     has a rule, else fused regions as programs and the rest op by op."""
     global _warned_dynamic
-    _mark_own_outputs(gm)
     inputs = _values(list(gm.graph.find_nodes(op="placeholder")))
     if not _warned_dynamic and any(isinstance(s, torch.SymInt) for t in inputs for s in t.shape):
         _warned_dynamic = True
