@@ -64,7 +64,7 @@ def test_a_resized_out_takes_the_inputs_layout(op):
 
 @pytest.mark.parametrize("op", [lambda a: a * 2, lambda a: torch.ops.aten.mul.Scalar(a, 2), lambda a: a > 0,
                                 lambda a: torch.ops.aten.add.Scalar(a, 1), lambda a: a * a, torch.exp,
-                                lambda a: torch.cat([a * 2, a * 3], 0)])
+                                lambda a: torch.cat([a * 2, a * 3], 0), lambda a: torch._foreach_mul([a], 2)[0]])
 @pytest.mark.parametrize("shape,strides", [([2, 5, 1, 16], (80, 1, 1, 5)), ([2, 5, 1, 16], (80, 1, 80, 5)),
                                            ([3, 1, 4], (4, 1, 1)), ([1, 1, 3], (1, 3, 1))])
 def test_pointwise_results_lay_out_size_one_dims_as_the_cpu(op, shape, strides):
@@ -72,7 +72,8 @@ def test_pointwise_results_lay_out_size_one_dims_as_the_cpu(op, shape, strides):
     size-1 dims included: PyTorch's Python meta functions give those dims
     other strides ([2, 5, 1, 16] at (80, 1, 1, 5) times 2: (80, 1, 80, 5)),
     which the next op's memory format follows: a cat of two such results was
-    channels-last where the CPU's is contiguous (seed 60081)."""
+    channels-last where the CPU's is contiguous (seed 60081). A _foreach_
+    op's items too, as the CPU's foreach kernels run the per-tensor op."""
     got = []
     for d in ("cpu", "tpu"):
         a = torch.empty_strided(shape, strides, device=d)

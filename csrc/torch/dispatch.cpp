@@ -230,20 +230,23 @@ void check_scalars_fit(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs) {
 // meta, (80, 1, 1, 5) on the CPU), and a later op's memory format follows
 // them (cat of such results: channels-last where the CPU's is contiguous,
 // fuzz seed 60081).
-static at::Tensor iterator_layout(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs, const at::TensorOptions& options) {
+// |writes|: the op whose out= arguments are no inputs, or null.
+static at::Tensor iterator_layout(const c10::OperatorHandle& handle, const tpu_eager_op* writes,
+                                  c10::ArrayRef<c10::IValue> ivs, const at::TensorOptions& options) {
   at::Tensor m = at::empty({0}, options.device(c10::kMeta));
   at::TensorIteratorConfig config;
   config.check_all_same_dtype(false).add_output(m);
   for (size_t i = 0; i < ivs.size(); i++) {
     bool written = false;  // out= tensors (frexp has two) are no inputs
-    for (int r = 0; r < info.op->num_returns; r++) written |= info.op->output_alias[r] == static_cast<int>(i);
+    for (int r = 0; writes != nullptr && r < writes->num_returns; r++)
+      written |= writes->output_alias[r] == static_cast<int>(i);
     if (written) continue;
-    if (ivs[i].isScalar() && info.handle.has_value()) {
+    if (ivs[i].isScalar()) {
       // The CPU kernels of the .Scalar overloads (add, mul, gt, ...) wrap
       // their self or other number in a 0-dim tensor, one more operand of
       // the iterator: gt.Scalar keeps a size-1 dim's stride that sin's
       // iterator of one operand lays out anew.
-      const std::string& name = info.handle->schema().arguments()[i].name();
+      const std::string& name = handle.schema().arguments()[i].name();
       if (name == "self" || name == "other") config.add_owned_const_input(at::empty({}, options.device(c10::kMeta)));
       continue;
     }
@@ -255,10 +258,24 @@ static at::Tensor iterator_layout(const OpInfo& info, c10::ArrayRef<c10::IValue>
   return m;
 }
 
+// A new result |t| (meta) of a pointwise op takes the iterator's strides
+// where they differ from its meta function's on size-1 dims only: a
+// pointwise op that lays its result out itself keeps its meta function's
+// layout (pow.Scalar's is contiguous). A _foreach_ op's items, by their
+// per-tensor op, as the CPU's foreach kernels run it.
+static void take_iterator_strides(const c10::OperatorHandle& handle, const tpu_eager_op* writes,
+                                  c10::ArrayRef<c10::IValue> ivs, at::Tensor& t) {
+  if (!t.defined() || !handle.hasTag(at::Tag::pointwise)) return;
+  at::Tensor m = iterator_layout(handle, writes, ivs, t.options());
+  bool same = m.sizes() == t.sizes();
+  for (int64_t d = 0; same && d < t.dim(); d++) same = t.size(d) == 1 || t.stride(d) == m.stride(d);
+  if (same) t = m;
+}
+
 // A pointwise op's out= that was resized takes the layout TensorIterator
 // gives it on the CPU, the inputs' (a transposed input, a transposed out).
 void restride_as_iterator(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs, at::Tensor& out) {
-  at::Tensor m = iterator_layout(info, ivs, out.options());
+  at::Tensor m = iterator_layout(*info.handle, info.op, ivs, out.options());
   if (m.sizes() == out.sizes() && m.strides() != out.strides()) out.as_strided_(m.sizes(), m.strides());
 }
 
@@ -352,8 +369,11 @@ std::vector<at::Tensor> run_rule(const OpInfo& info, c10::ArrayRef<c10::IValue> 
       for (int k = 0; k < items; k++) {
         torch::jit::Stack stack = item_stack(info, ivs, k);
         std::vector<at::Tensor> metas = run_meta(*info.item_handle, info.item_promotes, stack, mm);
-        for (int r = 0; r < op->num_outputs; r++)
-          if (op->output_alias[r] < 0) fill_meta(metas[r], meta[k * op->num_outputs + r]);
+        for (int r = 0; r < op->num_outputs; r++) {
+          if (op->output_alias[r] >= 0) continue;
+          take_iterator_strides(*info.item_handle, nullptr, stack, metas[r]);
+          fill_meta(metas[r], meta[k * op->num_outputs + r]);
+        }
         item_common.push_back(common_dtype(info.item_promotes, stack));
       }
       call.item_common_dtypes = item_common.data();
@@ -362,15 +382,7 @@ std::vector<at::Tensor> run_rule(const OpInfo& info, c10::ArrayRef<c10::IValue> 
       for (int r = 0; r < op->num_outputs; r++) {
         if (op->output_alias[r] >= 0) continue;
         at::Tensor t = r < static_cast<int>(metas.size()) ? metas[r] : at::Tensor();
-        if (info.pointwise && t.defined()) {
-          // Only strides of size-1 dims are taken from the iterator: a
-          // pointwise op that lays its result out itself keeps its meta
-          // function's layout (pow.Scalar's is contiguous).
-          at::Tensor m = iterator_layout(info, ivs, t.options());
-          bool same = m.sizes() == t.sizes();
-          for (int64_t d = 0; same && d < t.dim(); d++) same = t.size(d) == 1 || t.stride(d) == m.stride(d);
-          if (same) t = m;
-        }
+        take_iterator_strides(*info.handle, op, ivs, t);
         fill_meta(t, meta[r]);
       }
     }
