@@ -179,7 +179,8 @@ class Env:
             # CPU kernel checks each index as it writes (t[idx] = -0.5 wrote
             # the elements before the one out of range, seed 60004); torchtpu
             # writes nothing, as a refused call should. The CPU run is put
-            # back as it was, so that the two compare.
+            # back as it was, so that the two compare: its values only, as
+            # the refused write left its version (tpu's is not bumped).
             before = args[0].detach().clone() if ins.get("undo") and self.device == "cpu" else None
             try:
                 if ins.get("nograd"):
@@ -189,8 +190,8 @@ class Env:
                     r = fn(*args)
             except Exception:
                 if before is not None:
-                    with torch.no_grad():
-                        args[0].copy_(before)
+                    with torch.autograd._unsafe_preserve_version_counter(args[0]):
+                        args[0].detach().copy_(before)
                 raise
             self.bind(ins, r)
             return None
@@ -922,7 +923,7 @@ class Gen:
         if i is None:
             return self.g_new()
         t = self.shadow.t[i]
-        leaf_param = t.requires_grad and t.is_leaf
+        leaf_param = _holds(_is_leaf_param, t)
         r = self.rng
         j = self.partner(i)
         k = r.randrange(t.dim())
@@ -1057,7 +1058,7 @@ class Gen:
             g = self.new(dtype="int", high=n, shape=self.shape_of(i))
             choices += [(f"torch.gather({{0}}, {d}, {{1}})", [i, g], exact),
                         (f"{{0}}.scatter_add({d}, {{1}}, {{0}})", [i, g], False)]
-        if not (t.requires_grad and t.is_leaf):
+        if not _holds(_is_leaf_param, t):
             i0 = self.new(dtype="int", high=t.shape[0], shape=[r.randint(1, 8)])
             choices += [(f"{{0}}.__setitem__(({'slice(None), ' * d}{{1}}), -0.5)", [i, idx], exact),
                         ("{0}.index_put_(({1},), {0}[{1}] * 0.5, accumulate=True)", [i, i0], False)]
@@ -1071,7 +1072,7 @@ class Gen:
         r = self.rng
         # no item that overlaps itself: the CPU's per-item kernel raises at
         # that item after writing the ones before it, tpu writes none
-        pool = self.floats(lambda t: not (t.requires_grad and t.is_leaf) and t.dim() > 0
+        pool = self.floats(lambda t: not _is_leaf_param(t) and t.dim() > 0
                            and torch._debug_has_internal_overlap(t) == 0)
         if len(pool) < 2:
             return self.g_new()
@@ -1206,6 +1207,10 @@ class Gen:
                    (f"{{0}}.roll({r.randint(-3, 3)}, {d})", 1), ("{0}.T.contiguous()" if t.dim() == 2 else "{0}.t()", 1)]
         src, n_out = r.choice(choices)
         self.op(src, [i], n_out=n_out, exact=exact)
+
+
+def _is_leaf_param(t):
+    return t.requires_grad and t.is_leaf
 
 
 def _holds(pred, t):
