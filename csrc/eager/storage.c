@@ -1,6 +1,5 @@
 /* Storage boxes: the device buffer behind a PyTorch storage (see eager.h). */
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,25 +9,29 @@
 /* Per-device statistics of live storages, as PyTorch's allocators keep
  * them: bytes and counts, for all storages and for each pool (small: under
  * 1 MiB, as CUDA's allocator splits them); devices past the table go
- * uncounted. */
+ * uncounted. They change under the lock of the list of live storages, which
+ * making and freeing a storage take anyway (atomics cost a fused chain of
+ * small ops about 2% of its host time). */
 enum { COUNTED_DEVICES = 64, SMALL_POOL_BYTES = 1 << 20 };
 typedef struct counter {
-  _Atomic int64_t current, peak, allocated, freed;
+  int64_t current, peak, allocated, freed;
 } counter;
 static counter g_stats[COUNTED_DEVICES][TPU_MEMORY_POOLS][2]; /* [device][pool][bytes, count] */
+
+/* Every live storage, oldest first, for torch.tpu.memory_snapshot(). */
+static pthread_mutex_t g_live_lock = PTHREAD_MUTEX_INITIALIZER;
+static tpu_storage *g_live_head, *g_live_tail;
 
 static bool counted(int device) { return device >= 0 && device < COUNTED_DEVICES; }
 
 static void add(counter *c, int64_t delta) {
-  int64_t now = atomic_fetch_add_explicit(&c->current, delta, memory_order_relaxed) + delta;
-  atomic_fetch_add_explicit(delta > 0 ? &c->allocated : &c->freed, delta > 0 ? delta : -delta, memory_order_relaxed);
-  int64_t peak = atomic_load_explicit(&c->peak, memory_order_relaxed);
-  while (now > peak &&
-         !atomic_compare_exchange_weak_explicit(&c->peak, &peak, now, memory_order_relaxed, memory_order_relaxed)) {
-  }
+  c->current += delta;
+  if (delta > 0) c->allocated += delta;
+  else c->freed -= delta;
+  if (c->current > c->peak) c->peak = c->current;
 }
 
-/* One storage of |nbytes| made (|sign| 1) or freed (-1). */
+/* One storage of |nbytes| made (|sign| 1) or freed (-1); g_live_lock held. */
 static void count(int device, int64_t nbytes, int sign) {
   if (!counted(device)) return;
   int pools[2] = {TPU_MEMORY_ALL, nbytes < SMALL_POOL_BYTES ? TPU_MEMORY_SMALL : TPU_MEMORY_LARGE};
@@ -38,10 +41,6 @@ static void count(int device, int64_t nbytes, int sign) {
   }
 }
 
-/* Every live storage, oldest first, for torch.tpu.memory_snapshot(). */
-static pthread_mutex_t g_live_lock = PTHREAD_MUTEX_INITIALIZER;
-static tpu_storage *g_live_head, *g_live_tail;
-
 tpu_storage *tpu_storage_new(const tpu_eager_context *ctx, int device, int64_t nbytes) {
   tpu_storage *s = tpu_alloc_or_null(sizeof *s);
   if (s != NULL) {
@@ -49,8 +48,8 @@ tpu_storage *tpu_storage_new(const tpu_eager_context *ctx, int device, int64_t n
     s->ctx = ctx;
     s->nbytes = nbytes;
     s->device = device;
-    count(device, nbytes, 1);
     pthread_mutex_lock(&g_live_lock);
+    count(device, nbytes, 1);
     s->live_prev = g_live_tail;
     if (g_live_tail != NULL) g_live_tail->live_next = s;
     else g_live_head = s;
@@ -81,8 +80,8 @@ void tpu_storage_free(tpu_storage *s) {
   else g_live_head = s->live_next;
   if (s->live_next != NULL) s->live_next->live_prev = s->live_prev;
   else g_live_tail = s->live_prev;
-  pthread_mutex_unlock(&g_live_lock);
   count(s->device, s->nbytes, -1);
+  pthread_mutex_unlock(&g_live_lock);
   /* A storage a recorded call uses is freed by its trace. */
   if (__atomic_load_n(&s->traced, __ATOMIC_ACQUIRE) && tpu_trace_drop(s)) return;
   tpu_storage_destroy(s);
@@ -90,29 +89,26 @@ void tpu_storage_free(tpu_storage *s) {
 
 void tpu_storage_memory(int device, int pool, tpu_memory_stat *out_bytes, tpu_memory_stat *out_count) {
   tpu_memory_stat *out[2] = {out_bytes, out_count};
+  pthread_mutex_lock(&g_live_lock);
   for (int k = 0; k < 2; k++) {
     *out[k] = (tpu_memory_stat){0};
     if (!counted(device) || pool < 0 || pool >= TPU_MEMORY_POOLS) continue;
-    counter *c = &g_stats[device][pool][k];
-    out[k]->current = atomic_load_explicit(&c->current, memory_order_relaxed);
-    out[k]->peak = atomic_load_explicit(&c->peak, memory_order_relaxed);
-    out[k]->allocated = atomic_load_explicit(&c->allocated, memory_order_relaxed);
-    out[k]->freed = atomic_load_explicit(&c->freed, memory_order_relaxed);
+    const counter *c = &g_stats[device][pool][k];
+    *out[k] = (tpu_memory_stat){.current = c->current, .peak = c->peak, .allocated = c->allocated, .freed = c->freed};
   }
+  pthread_mutex_unlock(&g_live_lock);
 }
 
 void tpu_storage_reset_memory(int device, bool peak, bool accumulated) {
   if (!counted(device)) return;
+  pthread_mutex_lock(&g_live_lock);
   for (int p = 0; p < TPU_MEMORY_POOLS; p++)
     for (int k = 0; k < 2; k++) {
       counter *c = &g_stats[device][p][k];
-      if (peak) atomic_store_explicit(&c->peak, atomic_load_explicit(&c->current, memory_order_relaxed),
-                                      memory_order_relaxed);
-      if (accumulated) {
-        atomic_store_explicit(&c->allocated, 0, memory_order_relaxed);
-        atomic_store_explicit(&c->freed, 0, memory_order_relaxed);
-      }
+      if (peak) c->peak = c->current;
+      if (accumulated) c->allocated = c->freed = 0;
     }
+  pthread_mutex_unlock(&g_live_lock);
 }
 
 void tpu_storage_set(tpu_storage *s, tpu_buffer *buf, const tpu_hlo_type *type) {

@@ -299,9 +299,9 @@ static tpu_status_t attention_backward_rule(tpu_lower_ctx *c) {
 }
 
 const tpu_lower_rule tpu_rules_attention[] = {
-    {{"torchtpu::attention"}, attention_rule, 0, 0},
+    {{"torchtpu::attention"}, attention_rule, TPU_RULE_MATMUL_PRECISION, 0},
     /* compiled graphs: the aten op, whose eager form torch/sdpa.cpp serves */
-    {{"_scaled_dot_product_fused_attention_overrideable"}, attention_rule, TPU_RULE_INTERNAL, 0},
-    {{"_scaled_dot_product_fused_attention_overrideable_backward"}, attention_backward_rule, 0, 0},
+    {{"_scaled_dot_product_fused_attention_overrideable"}, attention_rule, TPU_RULE_INTERNAL | TPU_RULE_MATMUL_PRECISION, 0},
+    {{"_scaled_dot_product_fused_attention_overrideable_backward"}, attention_backward_rule, TPU_RULE_MATMUL_PRECISION, 0},
 };
 TPU_COUNT_RULES(attention);

@@ -173,7 +173,7 @@ static tpu_status_t convolution_backward_rule(tpu_lower_ctx *c) {
 }
 
 const tpu_lower_rule tpu_rules_conv[] = {
-    {{"convolution_overrideable"}, convolution_rule, 0, 0},
-    {{"convolution_backward_overrideable"}, convolution_backward_rule, 0, 0},
+    {{"convolution_overrideable"}, convolution_rule, TPU_RULE_MATMUL_PRECISION, 0},
+    {{"convolution_backward_overrideable"}, convolution_backward_rule, TPU_RULE_MATMUL_PRECISION, 0},
 };
 TPU_COUNT_RULES(conv);

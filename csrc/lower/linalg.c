@@ -368,19 +368,19 @@ static tpu_status_t cdist_backward_rule(tpu_lower_ctx *c) {
 }
 
 const tpu_lower_rule tpu_rules_linalg[] = {
-    {{"mm", "mm.out"}, product_rule, 0, MM},
-    {{"bmm", "bmm.out"}, product_rule, 0, BMM},
-    {{"mv", "mv.out"}, product_rule, 0, MV},
-    {{"dot", "dot.out"}, product_rule, 0, DOT},
-    {{"vdot", "vdot.out"}, product_rule, 0, VDOT},
-    {{"addmm", "addmm_", "addmm.out"}, add_product_rule, 0, MM},
-    {{"baddbmm", "baddbmm_", "baddbmm.out"}, add_product_rule, 0, BMM},
-    {{"addbmm", "addbmm_", "addbmm.out"}, add_product_rule, 0, BSUM},
-    {{"addmv", "addmv_", "addmv.out"}, add_product_rule, 0, MV},
+    {{"mm", "mm.out"}, product_rule, TPU_RULE_MATMUL_PRECISION, MM},
+    {{"bmm", "bmm.out"}, product_rule, TPU_RULE_MATMUL_PRECISION, BMM},
+    {{"mv", "mv.out"}, product_rule, TPU_RULE_MATMUL_PRECISION, MV},
+    {{"dot", "dot.out"}, product_rule, TPU_RULE_MATMUL_PRECISION, DOT},
+    {{"vdot", "vdot.out"}, product_rule, TPU_RULE_MATMUL_PRECISION, VDOT},
+    {{"addmm", "addmm_", "addmm.out"}, add_product_rule, TPU_RULE_MATMUL_PRECISION, MM},
+    {{"baddbmm", "baddbmm_", "baddbmm.out"}, add_product_rule, TPU_RULE_MATMUL_PRECISION, BMM},
+    {{"addbmm", "addbmm_", "addbmm.out"}, add_product_rule, TPU_RULE_MATMUL_PRECISION, BSUM},
+    {{"addmv", "addmv_", "addmv.out"}, add_product_rule, TPU_RULE_MATMUL_PRECISION, MV},
     {{"_conj_physical", "conj_physical_", "conj_physical.out"}, conj_physical_rule, 0, 0},
     {{"angle", "angle.out"}, angle_rule, 0, 0},
     {{"_cdist_forward", "_cdist_forward.out"}, cdist_rule, 0, 0},
     {{"_cdist_backward", "_cdist_backward.out"}, cdist_backward_rule, 0, 0},
-    {{"_grouped_mm"}, grouped_mm_rule, 0, 0},
+    {{"_grouped_mm"}, grouped_mm_rule, TPU_RULE_MATMUL_PRECISION, 0},
 };
 TPU_COUNT_RULES(linalg);

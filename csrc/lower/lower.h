@@ -98,7 +98,7 @@ struct tpu_lower_ctx {
   const tpu_hlo_type *out_types; /* from PyTorch's meta functions; dtype INVALID: not wanted */
   tpu_hlo_value *outputs;        /* written by the rule */
   tpu_dtype_t common_dtype;      /* PyTorch's promoted dtype of the inputs */
-  tpu_hlo_precision_t precision; /* float32 matmul/conv precision */
+  tpu_hlo_precision_t precision; /* float32 matmul/conv precision (TPU_RULE_MATMUL_PRECISION) */
   unsigned kernels;              /* TPU_KERNEL_* (kernels/kernels.h) programs may call */
   tpu_hlo_value rng_state;       /* ui64[2] for rules flagged TPU_RULE_RNG */
   tpu_lower_fetch_fn fetch;
@@ -135,6 +135,10 @@ enum {
    * PyTorch's kernels convert it with an overflow check (fill_ of an uint8
    * tensor with 1000 raises); checked on every call, by the caller. */
   TPU_RULE_CHECKED_SCALARS = 1u << 5,
+  /* The rule builds dots or convolutions with c->precision (PyTorch's
+   * float32 matmul precision, which eager asks for these calls only: the
+   * setting is a hash-map lookup); other rules see the default. */
+  TPU_RULE_MATMUL_PRECISION = 1u << 6,
 };
 
 typedef tpu_status_t (*tpu_lower_fn)(tpu_lower_ctx *c);

@@ -149,6 +149,7 @@ PYBIND11_MODULE(_C, m) {
     return names;
   });
   m.def("_unregistered_rules", []() { return unregistered_rule_names(); });
+  m.def("_unboxed_rules", []() { return unboxed_rule_names(); });
   bind_graph(m);
   init_distributed(m);
 }

@@ -73,5 +73,7 @@ std::optional<std::pair<c10::OperatorName, std::vector<int>>> foreach_item(const
 
 // Rule names that could not be registered, and why (for `python -m torchtpu info`).
 const std::vector<std::string>& unregistered_rule_names();
+// Overloads served by the unboxed kernel (dispatch.cpp: the common signatures).
+std::vector<std::string> unboxed_rule_names();
 
 }  // namespace torchtpu
