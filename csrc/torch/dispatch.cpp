@@ -1,5 +1,6 @@
-// The eager dispatch path: one boxed kernel serves every overload that has a
-// lowering rule. It describes the call to C (tensors as storage + view,
+// The eager dispatch path: one generic kernel serves every overload that has
+// a lowering rule (unboxed for the common signatures, boxed for the rest:
+// see "the unboxed entry"). It describes the call to C (tensors as storage + view,
 // constants), asks the eager layer for the cached program, and on a miss runs
 // PyTorch's meta function for the output metadata. Registration walks the C
 // rule registry: adding a rule in csrc/lower is all it takes to add an op.
@@ -585,12 +586,21 @@ char type_code(const c10::TypePtr& t, bool written) {
   }
 }
 
+// The letters of |schema|'s arguments, '>', its returns'; empty where a
+// type has none.
 std::string schema_code(const c10::FunctionSchema& schema) {
   std::string code;
-  for (const c10::Argument& a : schema.arguments()) code += type_code(a.real_type(), a.alias_info() != nullptr && a.alias_info()->isWrite());
+  auto put = [&code](const c10::Argument& a) {
+    char c = type_code(a.real_type(), a.alias_info() != nullptr && a.alias_info()->isWrite());
+    code += c;
+    return c != 0;
+  };
+  for (const c10::Argument& a : schema.arguments())
+    if (!put(a)) return {};
   code += '>';
-  for (const c10::Argument& r : schema.returns()) code += type_code(r.real_type(), r.alias_info() != nullptr && r.alias_info()->isWrite());
-  return code.find('\0') == std::string::npos ? code : std::string();
+  for (const c10::Argument& r : schema.returns())
+    if (!put(r)) return {};
+  return code;
 }
 
 // A return type's letters: one per returned tensor.
@@ -708,7 +718,6 @@ torch::CppFunction rule_kernel(OpInfo&& info) {
   }
   return torch::CppFunction::makeFromBoxedFunctor(std::make_unique<RuleKernel>(std::move(info)));
 }
-
 
 }  // namespace
 
