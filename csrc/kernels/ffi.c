@@ -88,8 +88,12 @@ static xla_pool pool_of(const XLA_FFI_CallFrame *f) {
         .ctx = f->ctx, .num_threads = &threads};
     if (f->api->XLA_FFI_ThreadPool_NumThreads(&a) != NULL) threads = 0;
   }
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  if (threads > 0) p.workers = cores > 0 && cores < threads ? cores : threads;
+  /* sysconf reads a sysfs file each time: ask once (a core that comes or
+   * goes later changes nothing the cap is for) */
+  static _Atomic long cores;
+  long n = atomic_load_explicit(&cores, memory_order_relaxed);
+  if (n == 0) atomic_store_explicit(&cores, n = sysconf(_SC_NPROCESSORS_ONLN), memory_order_relaxed);
+  if (threads > 0) p.workers = n > 0 && n < threads ? n : threads;
   return p;
 }
 
