@@ -75,3 +75,102 @@ def test_abs_of_unsigned_and_bool():
     for device in ["cpu", "tpu"]:
         with pytest.raises(NotImplementedError, match="\"abs_cpu\" not implemented for 'Bool'"):
             torch.tensor([True, False], device=device).abs()
+
+
+@pytest.mark.parametrize("op", [torch.complex, torch.polar])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_complex_and_polar(op, dtype):
+    """One program each (they went through the decomposition, several), the
+    CPU's values, the layout its TensorIterator gives (a transposed pair
+    makes a transposed result; it was contiguous), out= and gradients."""
+    torchtpu.reset_stats()
+    a = torch.rand(64, 48, dtype=dtype).t() + 0.5
+    b = torch.randn(48, dtype=dtype)[:, None] * 3  # broadcast
+    want = op(a, b)
+    got = op(a.to("tpu"), b.to("tpu"))
+    assert got.dtype == want.dtype and got.stride() == want.stride() == (1, 48)
+    torch.testing.assert_close(got.cpu(), want)
+    out = torch.empty(0, dtype=want.dtype, device="tpu")
+    op(a.to("tpu"), b.to("tpu"), out=out)
+    assert out.stride() == want.stride()
+    torch.testing.assert_close(out.cpu(), want)
+    assert torchtpu.stats()["decompositions"] == {} and torchtpu.stats()["fallbacks"] == {}
+    grads = []
+    for d in ("cpu", "tpu"):
+        x, y = a.detach().to(d).requires_grad_(), b.detach().to(d).requires_grad_()
+        (op(x, y) * (1 + 2j)).real.sum().backward()
+        grads.append((x.grad.cpu(), y.grad.cpu()))
+    torch.testing.assert_close(grads[1], grads[0])
+
+
+@pytest.mark.parametrize("case", [
+    lambda d: torch.complex(torch.ones(2, dtype=torch.long, device=d), torch.ones(2, dtype=torch.long, device=d)),
+    lambda d: torch.complex(torch.ones(2, device=d), torch.ones(2, dtype=torch.float64, device=d)),
+    lambda d: torch.polar(torch.ones(3, device=d), torch.ones(5, device=d)),
+    lambda d: torch.polar(torch.ones(2, device=d), torch.ones(2, device=d), out=torch.empty(0, device=d)),
+], ids=["long", "mixed", "broadcast", "out_dtype"])
+def test_complex_and_polar_errors(case):
+    """The CPU kernel's checks and messages (the meta function cast a mixed
+    pair and accepted it)."""
+    msgs = []
+    for d in ("cpu", "tpu"):
+        with pytest.raises(RuntimeError) as info:
+            case(d)
+        msgs.append(str(info.value))
+    assert msgs[0] == msgs[1]
+
+
+_X = torch.tensor([1 + 2j, -0.5 + 0.25j, 3 - 1j, 0j])
+_M = torch.tensor([True, False, True, False])
+COMPLEX_NUMBER_CASES = {
+    "full": lambda x, m: torch.full((2,), 1j, device=x.device),
+    "full_complex128": lambda x, m: torch.full((2,), 1 - 1j, dtype=torch.complex128, device=x.device),
+    "fill_": lambda x, m: x.clone().fill_(1 + 1j),
+    "masked_fill": lambda x, m: x.masked_fill(m, 2j),
+    "where": lambda x, m: torch.where(m, x, 1j),
+    "pow": lambda x, m: x ** (0.5 + 1j),
+    "pow_other_imaginary_part": lambda x, m: x ** (0.5 + 1j) - x ** (0.5 + 2j),
+    "pow_of_real": lambda x, m: x.real ** (0.5 + 1j),
+    "rsub": lambda x, m: 1j - x,
+    "eq": lambda x, m: x == 1 + 2j,
+    "addcmul": lambda x, m: torch.addcmul(x, x, x, value=1j),
+    "add_alpha": lambda x, m: torch.add(x, x, alpha=1 + 1j),
+    "mul_Scalar": lambda x, m: torch.ops.aten.mul.Scalar(x, 1j) + torch.ops.aten.mul.Scalar(x.real, 2j),
+    "foreach_mul": lambda x, m: torch._foreach_mul([x, x * 2], 1j)[1],
+    "linspace": lambda x, m: torch.linspace(-2 + 1j, 5 - 0.5j, 101, device=x.device),
+    "logspace": lambda x, m: torch.logspace(0, 1j, 5, device=x.device),
+    "lerp": lambda x, m: torch.lerp(x, x * 2, 0.3 + 0.6j) + torch.lerp(x, x * 3, 0.75),
+}
+
+
+@pytest.mark.parametrize("case", COMPLEX_NUMBER_CASES, ids=list(COMPLEX_NUMBER_CASES))
+def test_complex_numbers(case):
+    """A complex Python number where the schema says Scalar (what C++ code,
+    autograd formulas and the Scalar overloads pass) raised "complex Python
+    scalars are not supported"; linspace and logspace with complex ends
+    gave zeros and ones, lerp of complex values an internal error."""
+    fn = COMPLEX_NUMBER_CASES[case]
+    want = fn(_X, _M)
+    got = fn(_X.to("tpu"), _M.to("tpu"))
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got.cpu(), want)
+    compiled = torch.compile(fn, backend="tpu", dynamic=False)(_X.to("tpu"), _M.to("tpu"))
+    torch.testing.assert_close(compiled.cpu(), want)
+
+
+@pytest.mark.parametrize("op", [lambda a: torch.polar(a, a * 2), lambda a: torch.complex(a, a).angle()],
+                         ids=["polar", "angle"])
+def test_gradients_whose_formulas_take_complex_numbers(op):
+    """polar's and angle's backward formulas multiply by a complex Scalar."""
+    grads = []
+    for d in ("cpu", "tpu"):
+        a = torch.tensor([0.5, 1.5, -2.0], device=d, requires_grad=True)
+        op(a).abs().sum().backward() if op(a).is_complex() else op(a).sum().backward()
+        grads.append(a.grad.cpu())
+    torch.testing.assert_close(grads[1], grads[0])
+
+
+def test_a_real_tensor_refuses_a_complex_fill():
+    for d in ("cpu", "tpu"):
+        with pytest.raises(RuntimeError, match="value cannot be converted to type float without overflow"):
+            torch.zeros(2, device=d).fill_(1j)

@@ -390,3 +390,36 @@ def test_out_dtype_safe_casts_still_taken():
         got = fn(x.to("tpu"), torch.empty(4, dtype=torch.float64, device="tpu"))
         assert want.dtype == got.dtype == torch.float64
         torch.testing.assert_close(got.cpu(), want)
+
+
+def test_uploading_a_dtype_tpu_does_not_hold_raises():
+    """A host tensor of a dtype the device has no buffers of (ComplexHalf,
+    Float8_e8m0fnu, Bits8), copied to tpu, and torch.complex of two half
+    tensors (its CPU fallback's ComplexHalf result) raise eager's message:
+    the upload handed PJRT an invalid type and XLA aborted the process. In a
+    child process, so that a regression fails this test, not the run."""
+    import subprocess
+    import sys
+    import textwrap
+    code = textwrap.dedent("""
+        import warnings
+        import torch, torchtpu
+        warnings.simplefilter("ignore")  # ComplexHalf is experimental
+        cases = [lambda: torch.rand(2, dtype=torch.complex32).to("tpu"),
+                 lambda: torch.zeros(2).to(torch.float8_e8m0fnu).to("tpu"),
+                 lambda: torch.zeros(2, dtype=torch.uint8).view(torch.bits8).to("tpu"),
+                 lambda: torch.complex(torch.rand(2, device="tpu").half(), torch.rand(2, device="tpu").half())]
+        for case in cases:
+            try:
+                case()
+                print("no error")
+            except RuntimeError as e:
+                print(str(e).splitlines()[0])
+        print((torch.ones(2, device="tpu") * 2).cpu().tolist())
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = r.stdout.splitlines()
+    assert lines[:4] == ["tpu does not support tensors of dtype " + t
+                         for t in ("ComplexHalf", "Float8_e8m0fnu", "Bits8", "ComplexHalf")]
+    assert lines[4] == "[2.0, 2.0]"

@@ -386,3 +386,18 @@ class TestCopies:
         ref2 = ref.clone()
         ref2[:, 1:].copy_(ref[:, :-1])
         assert torch.equal(c.cpu(), ref2)
+
+
+@pytest.mark.parametrize("op", [lambda a: torch.pow(2, a), lambda a: 2.5 ** a, lambda a: torch.float_power(2, a),
+                                lambda a: torch.nn.functional.rrelu(a, training=False)],
+                         ids=["pow.Scalar", "rpow", "float_power", "rrelu"])
+def test_results_the_cpu_makes_contiguous(op):
+    """These CPU kernels lay their result out contiguous whatever the input's
+    layout, where PyTorch's meta functions keep the input's: tpu kept a
+    transposed input's strides, and a view the CPU allows failed."""
+    x = torch.rand(4, 3).t() + 0.5
+    want = op(x)
+    got = op(x.to("tpu"))
+    assert want.stride() == (4, 1) and got.stride() == want.stride()
+    torch.testing.assert_close(got.cpu(), want)
+    torch.testing.assert_close(op(x.to("tpu")).view(-1).cpu(), want.view(-1))

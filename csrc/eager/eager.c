@@ -132,6 +132,7 @@ static void build_key(tpu_strbuf *k, const tpu_eager_call *call, const flat_call
         if (flags & TPU_RULE_CONST_SCALARS) {
           tpu_strbuf_put_i64(k, l->i);
           tpu_strbuf_append(k, &l->f, sizeof l->f);
+          tpu_strbuf_append(k, &l->fi, sizeof l->fi);
         }
         break;
       case TPU_ARG_INT:
@@ -676,6 +677,10 @@ static void scalar_bytes(const tpu_lower_arg *l, unsigned char out[16]) {
   memset(out, 0, 16);
   switch (l->dtype) {
     case TPU_F64: memcpy(out, &l->f, 8); break;
+    case TPU_C128:
+      memcpy(out, &l->f, 8);
+      memcpy(out + 8, &l->fi, 8);
+      break;
     case TPU_BOOL: out[0] = l->i != 0; break;
     default: memcpy(out, &l->i, 8); break;
   }

@@ -88,6 +88,8 @@ tpu_hlo_value tpu_hlo_const_f64(tpu_hlo_builder *b, const tpu_hlo_type *t, doubl
 tpu_hlo_value tpu_hlo_const_i64(tpu_hlo_builder *b, const tpu_hlo_type *t, int64_t v);
 /* Scalar (rank 0) shorthands. */
 tpu_hlo_value tpu_hlo_scalar_f64(tpu_hlo_builder *b, tpu_dtype_t dtype, double v);
+/* A rank-0 complex constant re + i im (|dtype| C64 or C128). */
+tpu_hlo_value tpu_hlo_scalar_complex(tpu_hlo_builder *b, tpu_dtype_t dtype, double re, double im);
 tpu_hlo_value tpu_hlo_scalar_i64(tpu_hlo_builder *b, tpu_dtype_t dtype, int64_t v);
 /* The dtype's largest/smallest value (inf for floats), as a scalar. */
 tpu_hlo_value tpu_hlo_scalar_max(tpu_hlo_builder *b, tpu_dtype_t dtype);

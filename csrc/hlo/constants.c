@@ -36,9 +36,10 @@ static uint16_t f32_to_f16_bits(float f) {
   return (uint16_t)(sign | r);
 }
 
-/* Prints one element of |dtype| equal to |v| (or |iv| for integers). Floats
- * are printed as their exact bit pattern. */
-static void put_element(tpu_strbuf *sb, tpu_dtype_t dtype, double v, int64_t iv, bool is_int) {
+/* Prints one element of |dtype| equal to |v| (or |iv| for integers; |im|
+ * the imaginary part of a complex one). Floats are printed as their exact
+ * bit pattern. */
+static void put_element(tpu_strbuf *sb, tpu_dtype_t dtype, double v, double im, int64_t iv, bool is_int) {
   if (dtype == TPU_BOOL) {
     tpu_strbuf_puts(sb, (is_int ? iv != 0 : v != 0) ? "true" : "false");
   } else if (tpu_dtype_is_int(dtype)) {
@@ -62,7 +63,7 @@ static void put_element(tpu_strbuf *sb, tpu_dtype_t dtype, double v, int64_t iv,
     bool cplx = tpu_dtype_is_complex(dtype);
     if (cplx) tpu_strbuf_puts(sb, "(");
     for (int part = 0; part < (cplx ? 2 : 1); part++) {
-      double x = part == 0 ? d : 0.0;
+      double x = part == 0 ? d : im;
       if (part) tpu_strbuf_puts(sb, ", ");
       if (real == TPU_F64) {
         uint64_t u;
@@ -88,7 +89,7 @@ static void put_element(tpu_strbuf *sb, tpu_dtype_t dtype, double v, int64_t iv,
   }
 }
 
-static tpu_hlo_value constant(tpu_hlo_builder *b, const tpu_hlo_type *t, double v, int64_t iv,
+static tpu_hlo_value constant(tpu_hlo_builder *b, const tpu_hlo_type *t, double v, double im, int64_t iv,
                               bool is_int) {
   if (tpu_hlo_failed(b)) return TPU_HLO_NONE;
   if (t->dtype == TPU_F8E5M2 || t->dtype == TPU_F8E4M3FN || t->dtype == TPU_F8E5M2FNUZ ||
@@ -96,11 +97,11 @@ static tpu_hlo_value constant(tpu_hlo_builder *b, const tpu_hlo_type *t, double 
     /* f8 literals: build in f32 and convert, which rounds like PyTorch. */
     tpu_hlo_type t32 = *t;
     t32.dtype = TPU_F32;
-    return tpu_hlo_convert(b, constant(b, &t32, v, iv, is_int), t->dtype);
+    return tpu_hlo_convert(b, constant(b, &t32, v, 0.0, iv, is_int), t->dtype);
   }
   tpu_strbuf attr = TPU_STRBUF_INIT;
   tpu_strbuf_puts(&attr, "value = dense<");
-  put_element(&attr, t->dtype, v, iv, is_int);
+  put_element(&attr, t->dtype, v, im, iv, is_int);
   tpu_strbuf_puts(&attr, "> : ");
   put_type(&attr, t);
   tpu_hlo_value out = TPU_HLO_NONE;
@@ -111,21 +112,26 @@ static tpu_hlo_value constant(tpu_hlo_builder *b, const tpu_hlo_type *t, double 
 }
 
 tpu_hlo_value tpu_hlo_const_f64(tpu_hlo_builder *b, const tpu_hlo_type *t, double v) {
-  return constant(b, t, v, 0, false);
+  return constant(b, t, v, 0.0, 0, false);
 }
 
 tpu_hlo_value tpu_hlo_const_i64(tpu_hlo_builder *b, const tpu_hlo_type *t, int64_t v) {
-  return constant(b, t, 0.0, v, true);
+  return constant(b, t, 0.0, 0.0, v, true);
 }
 
 tpu_hlo_value tpu_hlo_scalar_f64(tpu_hlo_builder *b, tpu_dtype_t dtype, double v) {
   tpu_hlo_type t = tpu_hlo_make_type(dtype, 0, NULL);
-  return constant(b, &t, v, 0, false);
+  return constant(b, &t, v, 0.0, 0, false);
+}
+
+tpu_hlo_value tpu_hlo_scalar_complex(tpu_hlo_builder *b, tpu_dtype_t dtype, double re, double im) {
+  tpu_hlo_type t = tpu_hlo_make_type(dtype, 0, NULL);
+  return constant(b, &t, re, im, 0, false);
 }
 
 tpu_hlo_value tpu_hlo_scalar_i64(tpu_hlo_builder *b, tpu_dtype_t dtype, int64_t v) {
   tpu_hlo_type t = tpu_hlo_make_type(dtype, 0, NULL);
-  return constant(b, &t, 0.0, v, true);
+  return constant(b, &t, 0.0, 0.0, v, true);
 }
 
 static tpu_hlo_value scalar_limit(tpu_hlo_builder *b, tpu_dtype_t dtype, bool max) {
@@ -175,7 +181,7 @@ tpu_hlo_value tpu_hlo_const_f64_list(tpu_hlo_builder *b, tpu_dtype_t dtype, cons
   tpu_strbuf_puts(&attr, "value = dense<[");
   for (int64_t i = 0; i < n; i++) {
     if (i) tpu_strbuf_puts(&attr, ", ");
-    put_element(&attr, dtype, v[i], 0, false);
+    put_element(&attr, dtype, v[i], 0.0, 0, false);
   }
   tpu_strbuf_puts(&attr, "]");
   return dense_constant(b, &attr, &t);

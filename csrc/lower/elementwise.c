@@ -374,7 +374,33 @@ static tpu_status_t pow_rule(tpu_lower_ctx *c) {
     if (!fl && p < 0)
       return tpu_lower_error(c, TPU_ERR_RUNTIME, "Integers to negative integer powers are not allowed.");
   }
-  return done(c, tpu_hlo_binary(B, TPU_HLO_POW, x, in(c, 1)));
+  tpu_hlo_value y = in(c, 1), r = tpu_hlo_binary(B, TPU_HLO_POW, x, y);
+  if (tpu_dtype_is_complex(out_math(c))) {
+    /* The CPU's std::pow is C's cpow, exp(y log x), with C's infinities:
+     * 0 ** y is 0 where y's real part is positive (exp of -inf - inf i is
+     * 0; XLA's exp gave NaN). */
+    tpu_hlo_value re = un(c, TPU_HLO_REAL, y);
+    tpu_hlo_value zero = and_(c, cmp(c, TPU_HLO_EQ, x, const_like(c, x, 0.0)), cmp(c, TPU_HLO_GT, re, const_like(c, re, 0.0)));
+    r = sel(c, zero, const_like(c, r, 0.0), r);
+  }
+  return done(c, r);
+}
+
+/* complex(real, imag) and polar(abs, angle): a complex number from two real
+ * tensors of one dtype (the meta function refuses others), broadcast; polar
+ * is abs * cos(angle) + i abs * sin(angle), as the CPU's kernel computes it.
+ * data: COMPLEX or POLAR. */
+enum { COMPLEX, POLAR };
+static tpu_status_t complex_rule(tpu_lower_ctx *c) {
+  tpu_hlo_type part = *OUT;
+  part.dtype = OUT->dtype == TPU_C128 ? TPU_F64 : TPU_F32;
+  tpu_hlo_value a = tpu_lower_operand(c, 0, part.dtype, &part), x = tpu_lower_operand(c, 1, part.dtype, &part);
+  if (c->data == POLAR) {
+    tpu_hlo_value re = mul(c, a, un(c, TPU_HLO_COS, x));
+    x = mul(c, a, un(c, TPU_HLO_SIN, x));
+    a = re;
+  }
+  return done(c, tpu_hlo_binary(B, TPU_HLO_COMPLEX, a, x));
 }
 
 /* hypot(a, x) as the CPU's kernel (std::hypot, Sleef's hypot): no overflow
@@ -791,6 +817,8 @@ const tpu_lower_rule tpu_rules_elementwise[] = {
     {{"fmax", "fmax.out"}, fminmax_rule, 0, TPU_HLO_MAX},
     {{"fmin", "fmin.out"}, fminmax_rule, 0, TPU_HLO_MIN},
     {{"hypot", "hypot_", "hypot.out"}, hypot_rule, 0, 0},
+    {{"complex", "complex.out"}, complex_rule, 0, COMPLEX, {TPU_DTS_F32_F64, 0, "complex_cpu"}},
+    {{"polar", "polar.out"}, complex_rule, 0, POLAR, {TPU_DTS_F32_F64, 0, "polar_cpu"}},
     {{"copysign.Tensor", "copysign_.Tensor", "copysign.out"}, copysign_rule, 0, 0},
     {{"copysign.Scalar", "copysign_.Scalar", "copysign.Scalar_out"}, copysign_rule, 0, 0},
     {{"nextafter", "nextafter_", "nextafter.out"}, binary, 0, TPU_HLO_NEXTAFTER},

@@ -149,7 +149,7 @@ static tpu_status_t product_rule(tpu_lower_ctx *c) {
 /* Whether scalar argument |arg| is a constant 1 (absent: its default, 1). */
 static bool is_one(const tpu_lower_ctx *c, int arg) {
   const tpu_lower_arg *a = &c->args[arg];
-  return tpu_lower_is_none(c, arg) || (a->kind == TPU_ARG_SCALAR && a->is_const && a->f == 1.0);
+  return tpu_lower_is_none(c, arg) || (a->kind == TPU_ARG_SCALAR && a->is_const && a->f == 1.0 && a->fi == 0.0);
 }
 
 /* addmm, baddbmm, addbmm, addmv (self, a, b, *, beta, alpha). F.linear's

@@ -142,8 +142,8 @@ tpu_hlo_value tpu_lower_tensor(tpu_lower_ctx *c, int arg) {
   if (arg >= c->num_args) return tpu_hlo_fail(c->b, TPU_ERR_RUNTIME, "%s: internal: missing argument %d", c->op, arg);
   const tpu_lower_arg *a = &c->args[arg];
   if (a->kind == TPU_ARG_SCALAR && a->is_const) {
-    if (tpu_dtype_is_float(a->dtype) || tpu_dtype_is_complex(a->dtype))
-      return tpu_hlo_scalar_f64(c->b, a->dtype, a->f);
+    if (tpu_dtype_is_complex(a->dtype)) return tpu_hlo_scalar_complex(c->b, a->dtype, a->f, a->fi);
+    if (tpu_dtype_is_float(a->dtype)) return tpu_hlo_scalar_f64(c->b, a->dtype, a->f);
     return tpu_hlo_scalar_i64(c->b, a->dtype, a->i);
   }
   if (a->kind != TPU_ARG_TENSOR && a->kind != TPU_ARG_SCALAR)

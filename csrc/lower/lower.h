@@ -49,7 +49,8 @@ typedef struct tpu_lower_arg {
   tpu_arg_kind_t kind;
   int n;                  /* list length */
   int64_t i;              /* INT, and the value of a constant SCALAR if integral */
-  double f;               /* FLOAT, and the value of a constant SCALAR */
+  double f;               /* FLOAT, and the value of a SCALAR (a complex one's real part) */
+  double fi;              /* a complex SCALAR's (dtype C128) imaginary part */
   bool b;                 /* BOOL */
   bool is_const;          /* SCALAR: the value is known (i/f) */
   tpu_dtype_t dtype;      /* DTYPE; the type of a SCALAR/TENSOR */

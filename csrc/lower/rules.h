@@ -103,7 +103,8 @@ static inline tpu_hlo_value extreme_of(tpu_lower_ctx *c, tpu_hlo_binary_t op, tp
 static inline tpu_hlo_value lerp_of(tpu_lower_ctx *c, tpu_hlo_value a, tpu_hlo_value b, tpu_hlo_value w) {
   tpu_hlo_type t = *tpu_hlo_type_of(B, a);
   tpu_hlo_value diff = sub(c, b, a);
-  tpu_hlo_value small = cmp(c, TPU_HLO_LT, un(c, TPU_HLO_ABS, w), tpu_hlo_const_f64(B, &t, 0.5));
+  tpu_hlo_value size = un(c, TPU_HLO_ABS, w); /* a complex weight's magnitude, of its real type */
+  tpu_hlo_value small = cmp(c, TPU_HLO_LT, size, tpu_hlo_const_f64(B, tpu_hlo_type_of(B, size), 0.5));
   tpu_hlo_value lo = add(c, a, mul(c, w, diff));
   tpu_hlo_value hi = sub(c, b, mul(c, diff, sub(c, tpu_hlo_const_f64(B, &t, 1.0), w)));
   return sel(c, small, lo, hi);

@@ -221,7 +221,8 @@ static tpu_hlo_value rounded(tpu_lower_ctx *c, tpu_hlo_value v, tpu_dtype_t t) {
  * |half_steps|), integers in double from integer endpoints. */
 static tpu_hlo_value linspace_points(tpu_lower_ctx *c, bool half_steps) {
   tpu_dtype_t t = OUT->dtype;
-  bool is_float = tpu_dtype_is_float(t);
+  const bool cplx = tpu_dtype_is_complex(t); /* computes as a float type does, counting steps in its real type */
+  bool is_float = tpu_dtype_is_float(t) || cplx;
   tpu_dtype_t acc = is_float ? tpu_lower_opmath(t) : TPU_F64, r = is_float && half_steps ? t : acc;
   tpu_dtype_t ends = is_float ? t : TPU_S64; /* the endpoints as scalar_t */
   tpu_hlo_value start = spread(c, tpu_hlo_convert(B, tpu_lower_scalar(c, 0, ends), acc));
@@ -230,13 +231,17 @@ static tpu_hlo_value linspace_points(tpu_lower_ctx *c, bool half_steps) {
   if (n == 1) return start;
   tpu_hlo_value step = rounded(c, tpu_hlo_binary(B, TPU_HLO_DIV, tpu_hlo_binary(B, TPU_HLO_SUB, end, start),
                                                  spread(c, tpu_hlo_scalar_f64(B, acc, (double)(n - 1)))), r);
-  tpu_hlo_value i = steps_of(c, acc);
-  tpu_hlo_value left = tpu_hlo_binary(B, TPU_HLO_SUB, spread(c, tpu_hlo_scalar_f64(B, acc, (double)(n - 1))), i);
+  const tpu_dtype_t count = cplx ? tpu_dtype_real(acc) : acc;
+  tpu_hlo_value i = steps_of(c, count);
+  tpu_hlo_value left = tpu_hlo_binary(B, TPU_HLO_SUB, spread(c, tpu_hlo_scalar_f64(B, count, (double)(n - 1))), i);
+  tpu_hlo_value first_half =
+      tpu_hlo_compare(B, TPU_HLO_LT, i, spread(c, tpu_hlo_scalar_f64(B, count, (double)(n / 2))));
+  i = tpu_hlo_convert(B, i, acc);
+  left = tpu_hlo_convert(B, left, acc);
   tpu_hlo_value up = tpu_hlo_binary(B, TPU_HLO_MUL, step, rounded(c, i, r));
   up = rounded(c, tpu_hlo_binary(B, TPU_HLO_ADD, start, rounded(c, up, r)), r);
   tpu_hlo_value down = tpu_hlo_binary(B, TPU_HLO_MUL, step, rounded(c, left, r));
   down = rounded(c, tpu_hlo_binary(B, TPU_HLO_SUB, end, rounded(c, down, r)), r);
-  tpu_hlo_value first_half = tpu_hlo_compare(B, TPU_HLO_LT, i, spread(c, tpu_hlo_scalar_f64(B, acc, (double)(n / 2))));
   return tpu_hlo_select(B, first_half, up, down);
 }
 
@@ -246,10 +251,12 @@ static tpu_status_t linspace_rule(tpu_lower_ctx *c) {
 }
 
 /* logspace.out(start, end, steps, base, *, out): base ** linspace, the power
- * in double as std::pow(double, …) computes it. */
+ * in double as std::pow(double, …) computes it (a complex one in its type). */
 static tpu_status_t logspace_rule(tpu_lower_ctx *c) {
-  tpu_hlo_value e = tpu_hlo_convert(B, linspace_points(c, false), TPU_F64);
-  tpu_hlo_value base = spread(c, tpu_hlo_scalar_f64(B, TPU_F64, tpu_lower_float(c, 3, 10.0)));
+  tpu_hlo_value e = linspace_points(c, false);
+  const tpu_dtype_t t = tpu_dtype_is_complex(OUT->dtype) ? tpu_hlo_dtype(B, e) : TPU_F64;
+  e = tpu_hlo_convert(B, e, t);
+  tpu_hlo_value base = spread(c, tpu_hlo_scalar_f64(B, t, tpu_lower_float(c, 3, 10.0)));
   return done(c, tpu_hlo_binary(B, TPU_HLO_POW, base, e));
 }
 

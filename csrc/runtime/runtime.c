@@ -340,6 +340,8 @@ tpu_status_t tpu_buffer_from_host(tpu_runtime *rt, int device, const void *data,
                                   const int64_t *dims, int rank, tpu_buffer **out_buf) {
   *out_buf = NULL;
   TPU_RETURN_IF_ERROR(tpu_runtime_check_device(rt, device));
+  /* PJRT aborts the process on a type it has no buffers of */
+  if (tpu_dtype_size(dtype) == 0) return tpu_status_new(TPU_ERR_TYPE, "no device buffers of dtype %d", (int)dtype);
   static const char zero[16] = {0};
   PJRT_Client_BufferFromHostBuffer_Args a = {
       .struct_size = TPU_PJRT_SIZE(PJRT_Client_BufferFromHostBuffer_Args, buffer),

@@ -38,7 +38,7 @@ bool is_whole(const at::Tensor& t) {
 // A buffer of |host|'s (contiguous) contents, of the type a whole write of
 // it gives a storage (|*type|).
 tpu_buffer* upload(const at::Tensor& host, c10::DeviceIndex device, tpu_hlo_type* type) {
-  *type = tpu_storage_dense_type(to_tpu(host.scalar_type()), static_cast<int>(host.dim()), host.sizes().data());
+  *type = tpu_storage_dense_type(held_dtype(host.scalar_type()), static_cast<int>(host.dim()), host.sizes().data());
   tpu_buffer* buf = nullptr;
   TPU_CHECK(
       tpu_buffer_from_host(runtime(), device, host.const_data_ptr(), type->dtype, type->dims, type->rank, &buf));

@@ -26,8 +26,7 @@ void describe_tensor(const at::Tensor& t, c10::DeviceIndex& device, tpu_tensor_r
   }
   if (t.device().is_cpu() && t.dim() == 0) {
     r = tpu_tensor_ref{};
-    r.view.dtype = to_tpu(t.scalar_type());
-    TORCH_CHECK(r.view.dtype != TPU_INVALID, "tpu does not support dtype ", t.scalar_type());
+    r.view.dtype = held_dtype(t.scalar_type());
     r.host_scalar = t.const_data_ptr();
     r.wrapped_number = t.unsafeGetTensorImpl()->is_wrapped_number();
     return;
@@ -80,6 +79,7 @@ ArgType classify(const c10::Argument& arg) {
 void describe_scalar(const c10::IValue& v, tpu_lower_arg& l, bool constant) {
   l.kind = TPU_ARG_SCALAR;
   l.is_const = constant;
+  l.fi = 0.0;
   c10::Scalar s = v.toScalar();
   if (s.isBoolean()) {
     l.dtype = TPU_BOOL;
@@ -90,7 +90,11 @@ void describe_scalar(const c10::IValue& v, tpu_lower_arg& l, bool constant) {
     l.i = s.toLong();
     l.f = static_cast<double>(l.i);
   } else if (s.isComplex()) {
-    TORCH_CHECK_NOT_IMPLEMENTED(false, "complex Python scalars are not supported on tpu yet");
+    c10::complex<double> z = s.toComplexDouble();
+    l.dtype = TPU_C128;
+    l.f = z.real();
+    l.fi = z.imag();
+    l.i = static_cast<int64_t>(l.f);
   } else {
     l.dtype = TPU_F64;
     l.f = s.toDouble();
@@ -115,6 +119,7 @@ void describe_value(ArgType type, const c10::IValue& v, size_t i, unsigned rule_
       for (const c10::IValue& item : v.toListRef()) {
         tpu_lower_arg one{};
         describe_scalar(item, one, false);
+        TORCH_CHECK_NOT_IMPLEMENTED(one.dtype != TPU_C128, "lists of complex numbers are not supported on tpu yet");
         lists.scalar_dtypes.push_back(one.dtype);
         if (one.dtype == TPU_F64) l.dtype = TPU_F64;
       }

@@ -169,8 +169,7 @@ void fill_meta(const at::Tensor& t, tpu_eager_out_meta& m) {
     m.rank = 0;
     return;
   }
-  m.dtype = to_tpu(t.scalar_type());
-  TORCH_CHECK(m.dtype != TPU_INVALID, "tpu does not support dtype ", t.scalar_type());
+  m.dtype = held_dtype(t.scalar_type());
   check_rank(t.dim());
   m.rank = static_cast<int>(t.dim());
   bool dense = t.is_non_overlapping_and_dense();
@@ -267,7 +266,7 @@ static at::Tensor iterator_layout(const c10::OperatorHandle& handle, const tpu_e
 // A new result |t| (meta) of a pointwise op takes the iterator's strides
 // where they differ from its meta function's on size-1 dims only: a
 // pointwise op that lays its result out itself keeps its meta function's
-// layout (pow.Scalar's is contiguous). A _foreach_ op's items, by their
+// layout. A _foreach_ op's items, by their
 // per-tensor op, as the CPU's foreach kernels run it.
 static void take_iterator_strides(const c10::OperatorHandle& handle, const tpu_eager_op* writes,
                                   c10::ArrayRef<c10::IValue> ivs, at::Tensor& t) {
@@ -276,6 +275,35 @@ static void take_iterator_strides(const c10::OperatorHandle& handle, const tpu_e
   bool same = m.sizes() == t.sizes();
   for (int64_t d = 0; same && d < t.dim(); d++) same = t.size(d) == 1 || t.stride(d) == m.stride(d);
   if (same) t = m;
+}
+
+// Where a CPU kernel's result layout is not its meta function's. pow.Scalar's
+// structured meta asks for a contiguous result (float_power(Scalar, Tensor)
+// reaches it too) and rrelu_with_noise's kernel makes it with empty_like in
+// the legacy contiguous format, where the meta functions keep the input's
+// layout; complex and polar, untagged, run TensorIterator like a pointwise
+// op, where the meta function makes the result contiguous. Without, a view
+// the CPU allows (`(2 ** x.t()).view(-1)`) failed on tpu, and one it refuses
+// worked.
+enum class CpuLayout { kMeta, kContiguous, kIterator };
+static CpuLayout cpu_layout(const c10::OperatorHandle& handle) {
+  const c10::OperatorName& n = handle.operator_name();
+  if ((n.name == "aten::pow" && n.overload_name == "Scalar") ||
+      (n.name == "aten::rrelu_with_noise" && n.overload_name.empty()))
+    return CpuLayout::kContiguous;
+  if (n.name == "aten::complex" || n.name == "aten::polar") return CpuLayout::kIterator;
+  return CpuLayout::kMeta;
+}
+
+// The layout of new result |t| (meta) as the CPU lays it out.
+static void take_cpu_layout(const c10::OperatorHandle& handle, const tpu_eager_op* op,
+                            c10::ArrayRef<c10::IValue> ivs, at::Tensor& t) {
+  if (!t.defined()) return;
+  switch (cpu_layout(handle)) {
+    case CpuLayout::kContiguous: t = at::empty(t.sizes(), t.options()); return;
+    case CpuLayout::kIterator: t = iterator_layout(handle, op, ivs, t.options()); return;
+    case CpuLayout::kMeta: take_iterator_strides(handle, op, ivs, t); return;
+  }
 }
 
 // A pointwise op's out= that was resized takes the layout TensorIterator
@@ -342,7 +370,8 @@ std::vector<at::Tensor> run_rule(const OpInfo& info, c10::ArrayRef<c10::IValue> 
         TORCH_CHECK(!t.is_same(out), "output with shape ", out.sizes(), " doesn't match the broadcast shape ",
                     metas[r].sizes());
       });
-      if (at::native::resize_output(out, metas[r].sizes()) && info.handle->hasTag(at::Tag::pointwise))
+      if (at::native::resize_output(out, metas[r].sizes()) &&
+          (info.handle->hasTag(at::Tag::pointwise) || cpu_layout(*info.handle) == CpuLayout::kIterator))
         restride_as_iterator(info, ivs, out);
     }
   }
@@ -388,7 +417,7 @@ std::vector<at::Tensor> run_rule(const OpInfo& info, c10::ArrayRef<c10::IValue> 
       for (int r = 0; r < op->num_outputs; r++) {
         if (op->output_alias[r] >= 0) continue;
         at::Tensor t = r < static_cast<int>(metas.size()) ? metas[r] : at::Tensor();
-        take_iterator_strides(*info.handle, op, ivs, t);
+        take_cpu_layout(*info.handle, op, ivs, t);
         fill_meta(t, meta[r]);
       }
     }

@@ -128,11 +128,14 @@ struct NodeArgs {
   }
 };
 
-// A Python number (bool, int, float) as an IValue; None if |h| is none.
+// A Python number (bool, int, float, complex) as an IValue; None if |h| is
+// none.
 std::optional<c10::IValue> number(py::handle h) {
   if (py::isinstance<py::bool_>(h)) return c10::IValue(h.cast<bool>());
   if (py::isinstance<py::int_>(h)) return c10::IValue(h.cast<int64_t>());
   if (py::isinstance<py::float_>(h)) return c10::IValue(h.cast<double>());
+  if (PyComplex_Check(h.ptr()))
+    return c10::IValue(c10::complex<double>(PyComplex_RealAsDouble(h.ptr()), PyComplex_ImagAsDouble(h.ptr())));
   return std::nullopt;
 }
 

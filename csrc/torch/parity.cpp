@@ -243,6 +243,22 @@ void check_linalg_eig(const c10::OperatorHandle& handle, const std::vector<bool>
   check_admitted(!square || !(t == at::kHalf || t == at::kBFloat16), "linalg_eig_out_cpu", t);
 }
 
+// complex and polar: the CPU kernel's dtype checks, then TensorIterator's
+// broadcast; the meta function cast a float64 imag to a float32 real's type.
+void check_complex(const c10::OperatorHandle&, const std::vector<bool>&, c10::ArrayRef<c10::IValue> ivs) {
+  const at::ScalarType a = ivs[0].toTensor().scalar_type(), b = ivs[1].toTensor().scalar_type();
+  auto floating = [](at::ScalarType t) { return t == at::kFloat || t == at::kDouble || t == at::kHalf; };
+  TORCH_CHECK(floating(a) && floating(b), "Expected both inputs to be Half, Float or Double tensors but got ", a,
+              " and ", b);
+  TORCH_CHECK(a == b, "Expected object of scalar type ", a, " but got scalar type ", b, " for second argument");
+  if (ivs.size() > 2 && ivs[2].isTensor()) {  // out=
+    const at::ScalarType out = ivs[2].toTensor().scalar_type();
+    TORCH_CHECK(out == c10::toComplexType(a), "Expected object of scalar type ", c10::toComplexType(a),
+                " but got scalar type ", out, " for argument 'out'");
+  }
+  (void)at::infer_size_dimvector(ivs[0].toTensor().sizes(), ivs[1].toTensor().sizes());
+}
+
 // The checks by op name (the overload's base name).
 using ParityCheck = void (*)(const c10::OperatorHandle& handle, const std::vector<bool>& promotes,
                              c10::ArrayRef<c10::IValue> ivs);
@@ -275,6 +291,8 @@ const std::unordered_map<std::string, ParityCheck>& parity_checks() {
       {"aten::linalg_eig", check_linalg_eig},
       {"aten::_linalg_eigvals", check_linalg_eig},
       {"aten::linalg_eigvals", check_linalg_eig},
+      {"aten::complex", check_complex},
+      {"aten::polar", check_complex},
   };
   return table;
 }
