@@ -174,3 +174,18 @@ def test_a_real_tensor_refuses_a_complex_fill():
     for d in ("cpu", "tpu"):
         with pytest.raises(RuntimeError, match="value cannot be converted to type float without overflow"):
             torch.zeros(2, device=d).fill_(1j)
+
+
+def test_complex_logaddexp_and_logsumexp():
+    """Both raised internal errors on complex inputs (a comparison of a
+    complex maximum with a real infinity). The CPU's kernels shift by the
+    larger real part; equal infinite real parts and NaNs as the CPU."""
+    inf, nan = float("inf"), float("nan")
+    a = torch.tensor([1 + 2j, -3 + 0.5j, complex(inf, 1), complex(-inf, 2), complex(nan, 0), 20 + 1j, complex(inf, 0)])
+    b = torch.tensor([0.5 - 1j, 2 + 2j, complex(inf, -1), complex(-inf, 0.5), 1 + 1j, -20 + 1j, 1 + 0j])
+    want, got = torch.logaddexp(a, b), torch.logaddexp(a.to("tpu"), b.to("tpu")).cpu()
+    torch.testing.assert_close(got, want, equal_nan=True)
+    x = torch.randn(6, 40, dtype=torch.complex64) * 5
+    x[1, 3] = complex(inf, 0)
+    for dim in (0, 1, (0, 1)):
+        torch.testing.assert_close(torch.logsumexp(x.to("tpu"), dim).cpu(), torch.logsumexp(x, dim), equal_nan=True)

@@ -5,7 +5,7 @@ Runs every OpInfo of torch.testing._internal.common_methods_invocations.op_db
 the results with torch.testing tolerances: float32 and int64/bool exactly as
 PyTorch's defaults, bfloat16 looser (rtol 1.6e-2, atol 1e-2) as PyTorch's own
 reduced-precision tests. A float mismatch is arbitrated by a float64 CPU
-reference: the tpu result passes if it is at least as close to it as the CPU
+reference (complex128 for complex64): the tpu result passes if it is at least as close to it as the CPU
 result (RMSE within 2x, the rule of PyTorch's benchmark harness). Outputs
 that still differ are compared once more through the sample's
 output_process_fn_grad, as PyTorch's own device-vs-CPU test (test_compare_cpu)
@@ -82,11 +82,12 @@ class _Mismatch(Exception):
 
 def _rmse(a, b):
     import torch
-    a, b = a.double(), b.double()
+    wide = torch.complex128 if a.is_complex() or b.is_complex() else torch.float64
+    a, b = a.to(wide), b.to(wide)
     finite = torch.isfinite(a) & torch.isfinite(b)
     if not finite.any():
         return 0.0
-    return float(((a - b)[finite] ** 2).mean().sqrt())
+    return float(((a - b)[finite].abs() ** 2).mean().sqrt())
 
 
 def _compare(got, want, ref, tol, path="output"):
@@ -105,7 +106,7 @@ def _compare(got, want, ref, tol, path="output"):
         except AssertionError as e:
             if ref is None or not (want.is_floating_point() or want.is_complex()):
                 raise _Mismatch(f"{path}: {str(e).splitlines()[0]} {_worst(got, want)}") from None
-            ref = ref.detach().to(want.dtype if want.is_complex() else torch.float64)
+            ref = ref.detach().to(torch.complex128 if want.is_complex() else torch.float64)
             nan_ok = torch.equal(torch.isnan(got), torch.isnan(want))
             if not nan_ok or _rmse(got, ref) > 2 * _rmse(want, ref) + 1e-12:
                 raise _Mismatch(f"{path}: {str(e).splitlines()[0]} {_worst(got, want)} "
@@ -277,10 +278,13 @@ def _run_sample(op, sample, dtype, compiled, grad, progress, pinned=frozenset())
         return None
     random = op.has_nondeterministic_output or watch.seeded
     ref = None
-    if dtype in (torch.float32, torch.bfloat16) and not random:
+    if dtype in (torch.float32, torch.bfloat16, torch.complex64) and not random:
+        def wide(t):
+            if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()):
+                return t.detach().to(torch.complex128 if t.is_complex() else torch.float64)
+            return t
         try:
-            ref = call(sample.transform(
-                lambda t: t.detach().double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t))
+            ref = call(sample.transform(wide))
         except Exception:  # noqa: BLE001 - float64 is only a referee
             ref = None
     tpu_sample = sample.transform(to("tpu"))

@@ -226,8 +226,11 @@ static tpu_status_t logsumexp_rule(tpu_lower_ctx *c) {
   int64_t dims[TPU_HLO_MAX_RANK];
   int n = dims_arg(c, 1, dims);
   tpu_hlo_value x = input(c, tpu_lower_opmath(OUT->dtype));
-  tpu_hlo_value m = tpu_lower_reduce(B, x, TPU_HLO_MAX, dims, n);
+  const tpu_dtype_t t = tpu_hlo_dtype(B, x);
+  /* a complex input's shift is its largest real part, as the CPU's kernel takes it */
+  tpu_hlo_value m = tpu_lower_reduce(B, tpu_dtype_is_complex(t) ? un(c, TPU_HLO_REAL, x) : x, TPU_HLO_MAX, dims, n);
   m = tpu_hlo_select(B, cmp(c, TPU_HLO_EQ, un(c, TPU_HLO_ABS, m), const_like(c, m, INFINITY)), const_like(c, m, 0.0), m);
+  m = tpu_hlo_convert(B, m, t);
   tpu_hlo_value e = un(c, TPU_HLO_EXP, sub(c, x, unreduce(c, m, x, dims, n)));
   tpu_hlo_value s = tpu_lower_reduce(B, e, TPU_HLO_ADD, dims, n);
   tpu_lower_set_output(c, 0, add(c, un(c, TPU_HLO_LOG, s), m));
