@@ -393,7 +393,7 @@ static tpu_status_t pow_rule(tpu_lower_ctx *c) {
 enum { COMPLEX, POLAR };
 static tpu_status_t complex_rule(tpu_lower_ctx *c) {
   tpu_hlo_type part = *OUT;
-  part.dtype = OUT->dtype == TPU_C128 ? TPU_F64 : TPU_F32;
+  part.dtype = tpu_dtype_real(OUT->dtype);
   tpu_hlo_value a = tpu_lower_operand(c, 0, part.dtype, &part), x = tpu_lower_operand(c, 1, part.dtype, &part);
   if (c->data == POLAR) {
     tpu_hlo_value re = mul(c, a, un(c, TPU_HLO_COS, x));
