@@ -459,6 +459,40 @@ class TestCuts:
         assert d["cuts"].get("size_cap", 0) == 2
         assert torchtpu.stats()["fused_max_ops"] >= 10
 
+    def test_a_trace_ends_at_512_readers_of_one_storage(self):
+        # Each call reading a storage no call writes binds it as an argument of
+        # its own; XLA's CPU client slows quadratically past 1024 of them.
+        x0, one = torch.randn(8, device="tpu"), torch.full((8,), 1.0001, device="tpu")
+
+        def chain(n):
+            x = x0
+            for _ in range(n):
+                x = x * one
+            return x
+
+        def written(n):  # written storages are one argument: no cut
+            x = x0.clone()
+            for _ in range(n):
+                x.mul_(1.0001)
+            return x
+
+        torchtpu._C._set_fused_max_ops(4096)
+        torchtpu._C._set_fused_loop_detection(False)
+        try:
+            with torchtpu.eager_mode("fused"):
+                torch.tpu.synchronize()
+                d = stats_delta(lambda: (chain(1100), torch.tpu.synchronize()))
+                w = stats_delta(lambda: (written(1100), torch.tpu.synchronize()))
+                got = chain(1100)
+                got_written = written(1100)
+        finally:
+            torchtpu._C._set_fused_max_ops(0)
+            torchtpu._C._set_fused_loop_detection(True)
+        assert d["cuts"].get("size_cap", 0) == 2  # at 512 and 1024 readers of |one|
+        assert w["cuts"].get("size_cap", 0) == 0
+        assert_same(got, in_mode("strict", chain, 1100))
+        assert_same(got_written, in_mode("strict", written, 1100))
+
     def test_host_write_after_recorded_read(self):
         x = torch.ones(6, device="tpu")
         with torchtpu.eager_mode("fused"):

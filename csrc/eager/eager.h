@@ -55,6 +55,7 @@ typedef struct tpu_storage {
   int traced;
   bool dropped;
   int trace_slot; /* while traced: its index among the trace's storages */
+  int trace_readers, trace_reader; /* while traced: calls that read it (trace.c, MAX_READERS); the last counted */
   struct tpu_storage *live_prev, *live_next; /* the live list (storage.c), for memory snapshots */
 } tpu_storage;
 

@@ -94,6 +94,13 @@ typedef struct parked {
 /* A loop's trace holds whole iterations, at least this many calls. */
 #define MIN_LOOP_CALLS 64
 #define DEFAULT_MAX_CALLS 512
+/* A storage that no call of a trace writes is bound to a parameter of its
+ * own per call that reads it (program.c, read_storage): one argument of the
+ * launch each. XLA's CPU client keeps a usage event per argument on the
+ * buffer and, from 1024 of them, scans them all at every argument it adds:
+ * a trace of 4096 calls reading one storage cost 3.9 us a call instead of
+ * 1.5. A trace ends once a storage has this many readers. */
+#define MAX_READERS 512
 
 static struct {
   pthread_mutex_t lock;
@@ -109,6 +116,7 @@ static struct {
   block *arena;
   int max_calls;
   /* the calls' one-op keys since the last cut that was not a loop's */
+  int max_readers; /* the most calls that read one storage no call writes (MAX_READERS) */
   uint64_t history[HISTORY];
   int64_t stream;
   int period, matched, loop_calls;
@@ -229,13 +237,26 @@ static bool grow(void **p, int *cap, int need, size_t elem) {
 static bool track(tpu_storage *s) {
   if (!grow((void **)&g.held, &g.cap_held, g.num_held + 1, sizeof *g.held)) return false;
   s->trace_slot = g.num_held;
+  s->trace_readers = 0;
+  s->trace_reader = -1;
   g.held[g.num_held++] = s;
   __atomic_store_n(&s->traced, 1, __ATOMIC_RELEASE);
   __atomic_add_fetch(&tpu_trace_pending, 1, __ATOMIC_ACQ_REL);
   return true;
 }
 
-static bool hold(tpu_storage *s, tpu_dtype_t reader) {
+/* Counts the calls that read |s| while no call of the trace writes it
+ * (MAX_READERS); a written storage is one parameter (-1). */
+static void count_use(tpu_storage *s, bool writes) {
+  if (writes) {
+    s->trace_readers = -1;
+  } else if (s->trace_readers >= 0 && s->trace_reader != g.n) {
+    s->trace_reader = g.n;
+    if (++s->trace_readers > g.max_readers) g.max_readers = s->trace_readers;
+  }
+}
+
+static bool hold(tpu_storage *s, tpu_dtype_t reader, bool writes) {
   if (s == NULL) {
     tpu_strbuf_put_i64(&g.key, -1);
     return true;
@@ -248,6 +269,7 @@ static bool hold(tpu_storage *s, tpu_dtype_t reader) {
     tpu_strbuf_append(&g.key, head, sizeof head);
     tpu_strbuf_append(&g.key, t->dims, (size_t)t->rank * sizeof(int64_t));
   }
+  count_use(s, writes);
   tpu_strbuf_put_i64(&g.key, s->trace_slot);
   return true;
 }
@@ -256,7 +278,9 @@ static bool hold(tpu_storage *s, tpu_dtype_t reader) {
  * which the key names, and its slot from the storages before it. */
 static bool hold_new(tpu_storage *s) {
   tpu_strbuf_put_i64(&g.key, -4);
-  return track(s);
+  if (!track(s)) return false;
+  count_use(s, true);
+  return true;
 }
 
 /* |src| with the sizes and strides it has (a view holds room for PyTorch's
@@ -269,7 +293,7 @@ static void copy_view(tpu_view *dst, const tpu_view *src) {
   memcpy(dst->strides, src->strides, (size_t)src->rank * sizeof *src->strides);
 }
 
-static bool copy_ref(tpu_tensor_ref *dst, const tpu_tensor_ref *src) {
+static bool copy_ref(tpu_tensor_ref *dst, const tpu_tensor_ref *src, bool writes) {
   dst->storage = src->storage;
   copy_view(&dst->view, &src->view);
   dst->host_scalar = src->host_scalar;
@@ -280,7 +304,7 @@ static bool copy_ref(tpu_tensor_ref *dst, const tpu_tensor_ref *src) {
     dst->host_scalar = arena_copy(src->host_scalar, tpu_dtype_size(src->view.dtype));
     if (dst->host_scalar == NULL) return false;
   }
-  return hold(src->storage, src->view.dtype);
+  return hold(src->storage, src->view.dtype, writes);
 }
 
 /* A copy of |src| whose pointers point into the arena (a tensor's sizes and
@@ -293,7 +317,7 @@ static bool copy_arg(tpu_eager_arg *dst, const tpu_eager_arg *src) {
   const tpu_lower_arg *sl = &src->lower;
   switch (l->kind) {
     case TPU_ARG_TENSOR:
-      return copy_ref(&dst->tensor, &src->tensor);
+      return copy_ref(&dst->tensor, &src->tensor, src->mutated);
     case TPU_ARG_TENSOR_LIST: {
       tpu_tensor_ref *items = arena_alloc((size_t)(l->n ? l->n : 1) * sizeof *items);
       int *ranks = arena_alloc((size_t)(l->n ? l->n : 1) * sizeof *ranks);
@@ -301,7 +325,7 @@ static bool copy_arg(tpu_eager_arg *dst, const tpu_eager_arg *src) {
       tpu_dtype_t *dtypes = arena_copy(sl->item_dtypes, (size_t)l->n * sizeof *dtypes);
       if (items == NULL || ranks == NULL || sizes == NULL || dtypes == NULL) return false;
       for (int i = 0; i < l->n; i++) {
-        if (!copy_ref(&items[i], &src->items[i])) return false;
+        if (!copy_ref(&items[i], &src->items[i], src->mutated)) return false;
         ranks[i] = sl->item_ranks[i];
         sizes[i] = items[i].view.sizes;
       }
@@ -473,7 +497,7 @@ static void reset(bool loop) {
   }
   __atomic_sub_fetch(&tpu_trace_pending, g.num_held, __ATOMIC_ACQ_REL);
   for (int i = 0; i < g.n; i++) tpu_eager_entry_release(g.recs[i].entry);
-  g.n = g.num_args = g.num_held = g.num_rng = 0;
+  g.n = g.num_args = g.num_held = g.num_rng = g.max_readers = 0;
   tpu_strbuf_clear(&g.key);
   arena_reset();
   if (!loop) g.stream = g.period = g.matched = g.loop_calls = 0;
@@ -689,7 +713,7 @@ tpu_status_t tpu_trace_record(tpu_eager_entry *e, const tpu_eager_call *call, tp
   tpu_stats_add(TPU_STAT_OPS, 1);
   note_call(tpu_eager_entry_hash(e));
   if (!g.no_loops && g.loop_calls > 0 && g.n >= g.loop_calls && g.n % g.period == 0) st = flush_locked(TPU_CUT_LOOP);
-  else if (g.n >= max_calls()) st = flush_locked(TPU_CUT_SIZE);
+  else if (g.n >= max_calls() || g.max_readers >= MAX_READERS) st = flush_locked(TPU_CUT_SIZE);
   pthread_mutex_unlock(&g.lock);
   return st;
 }
