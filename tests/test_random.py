@@ -146,6 +146,25 @@ def test_moments():
     assert_mean_var(torch.normal(torch.arange(N, device="tpu") * 0.0 + 3, 2.0).cpu(), 3, 4)
 
 
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_complex_draws_fill_the_real_view(dtype):
+    # PyTorch fills view_as_real(self): real and imaginary parts each drawn,
+    # a normal's parts with std / sqrt(2) (the imaginary parts were zeros)
+    z = torch.randn(N, device="tpu", dtype=dtype).cpu()
+    assert z.dtype == dtype
+    assert_mean_var(z.real, 0, 0.5)
+    assert_mean_var(z.imag, 0, 0.5)
+    assert abs(float(torch.corrcoef(torch.stack([z.real, z.imag]).double())[0, 1])) < 5 / math.sqrt(N)
+    z = torch.empty(N, device="tpu", dtype=dtype).normal_(2, 3).cpu()
+    assert_mean_var(z.real, 2, 4.5)
+    assert_mean_var(z.imag, 2, 4.5)
+    for z, lo, hi in ((torch.rand(N, device="tpu", dtype=dtype), 0, 1),
+                      (torch.empty(N, device="tpu", dtype=dtype).uniform_(-1, 3), -1, 3)):
+        for part in (z.cpu().real, z.cpu().imag):
+            assert lo <= part.min() and part.max() < hi
+            assert ks_distance(part, lambda v: ((v - lo) / (hi - lo)).clamp(0, 1)) < KS_BOUND
+
+
 # --- discrete distributions ---------------------------------------------------------
 
 def test_randint():

@@ -137,6 +137,16 @@ class TestCumulative:
         compare(lambda x: torch.logcumsumexp(x, 1), x)
         compare(lambda x: torch.logcumsumexp(x, 0), torch.tensor(2.0))
 
+    def test_logcumsumexp_of_complex_numbers(self):
+        # each step shifts by the value of larger real part, as the CPU's kernel
+        g = torch.Generator().manual_seed(5)
+        compare(lambda x: torch.logcumsumexp(x, 1), torch.randn(8, 700, dtype=torch.complex64, generator=g) * 4)
+        compare(lambda x: torch.logcumsumexp(x, 0), torch.randn(300, 3, dtype=torch.complex128, generator=g))
+        x = torch.tensor([complex(-INF, 0), complex(1, 2), complex(-INF, 1), complex(INF, 0.5), complex(2, 3),
+                          complex(NAN, 0), complex(1, 1)], dtype=torch.complex64)
+        compare(lambda x: torch.logcumsumexp(x, 0), x)
+        compare(lambda x: torch.logcumsumexp(x, 0), torch.tensor([3 - 1j, complex(-INF, 2), 1 + 2j, 3 + 2j]))
+
     def test_logcumsumexp_integer_is_an_error(self):
         with pytest.raises(NotImplementedError, match="logcumsumexp_out_cpu\" not implemented for 'Long'"):
             torch.logcumsumexp(torch.ones(3, dtype=torch.long, device="tpu"), 0)

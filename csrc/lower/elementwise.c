@@ -444,28 +444,11 @@ static tpu_status_t xlogy_rule(tpu_lower_ctx *c) {
   return done(c, sel(c, cmp(c, TPU_HLO_NE, y, y), y, r));
 }
 
-/* logaddexp of complex values as the CPU's kernel: the one of larger real
- * part is the shift; equal infinite real parts give the -inf one or
- * log(exp(a) + exp(x)); a NaN anywhere gives NaN. */
-static tpu_hlo_value complex_logaddexp(tpu_lower_ctx *c, tpu_hlo_value a, tpu_hlo_value x) {
-  tpu_hlo_value lt = cmp(c, TPU_HLO_LT, un(c, TPU_HLO_REAL, a), un(c, TPU_HLO_REAL, x));
-  tpu_hlo_value lo = sel(c, lt, a, x), hi = sel(c, lt, x, a);
-  tpu_hlo_value lo_re = un(c, TPU_HLO_REAL, lo), hi_re = un(c, TPU_HLO_REAL, hi);
-  tpu_hlo_value r = add(c, un(c, TPU_HLO_LOG1P, un(c, TPU_HLO_EXP, sub(c, lo, hi))), hi);
-  tpu_hlo_value both_inf = and_(c, cmp(c, TPU_HLO_EQ, lo_re, hi_re),
-                                cmp(c, TPU_HLO_EQ, un(c, TPU_HLO_ABS, lo_re), const_like(c, lo_re, INFINITY)));
-  tpu_hlo_value at_inf = sel(c, cmp(c, TPU_HLO_LT, lo_re, const_like(c, lo_re, 0.0)), lo,
-                             un(c, TPU_HLO_LOG, add(c, un(c, TPU_HLO_EXP, lo), un(c, TPU_HLO_EXP, hi))));
-  r = sel(c, both_inf, at_inf, r);
-  tpu_hlo_value nan = or_(c, is_nan(c, a), is_nan(c, x)), nan_re = const_like(c, lo_re, NAN);
-  return sel(c, nan, tpu_hlo_binary(B, TPU_HLO_COMPLEX, nan_re, nan_re), r);
-}
-
 /* logaddexp(a, b) = max + log1p(exp(-|a - b|)), and logaddexp2 in base 2. */
 enum { LOGADDEXP, LOGADDEXP2 };
 static tpu_status_t logaddexp_rule(tpu_lower_ctx *c) {
   tpu_hlo_value a = in(c, 0), x = in(c, 1);
-  if (tpu_dtype_is_complex(out_math(c))) return done(c, complex_logaddexp(c, a, x));
+  if (tpu_dtype_is_complex(out_math(c))) return done(c, complex_logaddexp_of(c, a, x));
   tpu_hlo_value m = tpu_hlo_binary(B, TPU_HLO_MAX, a, x);
   tpu_hlo_value d = un(c, TPU_HLO_NEG, un(c, TPU_HLO_ABS, sub(c, a, x)));
   tpu_hlo_value r;

@@ -47,10 +47,33 @@ static tpu_hlo_value scalar_arg(tpu_lower_ctx *c, int arg, tpu_dtype_t t, double
   return tpu_lower_scalar(c, arg, t);
 }
 
-static tpu_hlo_value bcast(tpu_lower_ctx *c, tpu_hlo_value s, tpu_dtype_t t) {
-  tpu_hlo_type to = *OUT;
+static tpu_hlo_value bcast_to(tpu_lower_ctx *c, tpu_hlo_value s, const tpu_hlo_type *shape, tpu_dtype_t t) {
+  tpu_hlo_type to = *shape;
   to.dtype = t;
   return tpu_hlo_broadcast_to(B, s, &to);
+}
+
+static tpu_hlo_value bcast(tpu_lower_ctx *c, tpu_hlo_value s, tpu_dtype_t t) { return bcast_to(c, s, OUT, t); }
+
+/* The shape uniform_ and normal_ draw in: the output's, or for a complex
+ * output its real view (view_as_real: real and imaginary parts along a last
+ * dim of 2), which PyTorch's kernels fill as a real tensor. */
+static tpu_hlo_type draw_shape(tpu_lower_ctx *c) {
+  tpu_hlo_type t = *OUT;
+  if (tpu_dtype_is_complex(t.dtype)) {
+    t.dtype = tpu_dtype_real(t.dtype);
+    t.dims[t.rank++] = 2;
+  }
+  return t;
+}
+
+/* Values drawn in draw_shape as the output. */
+static tpu_hlo_value from_draw_shape(tpu_lower_ctx *c, tpu_hlo_value v) {
+  if (!tpu_dtype_is_complex(OUT->dtype)) return v;
+  const int r = OUT->rank;
+  tpu_hlo_value re = tpu_hlo_reshape(B, tpu_hlo_slice_dim(B, v, r, 0, 1, 1), r, OUT->dims);
+  tpu_hlo_value im = tpu_hlo_reshape(B, tpu_hlo_slice_dim(B, v, r, 1, 2, 1), r, OUT->dims);
+  return tpu_hlo_binary(B, TPU_HLO_COMPLEX, re, im);
 }
 
 /* uniform_(self, from=0, to=1, *, generator) */
@@ -59,24 +82,25 @@ static tpu_status_t uniform_rule(tpu_lower_ctx *c) {
   if (from > to)
     return tpu_lower_error(c, TPU_ERR_RUNTIME, "uniform_ expects to return a [from, to) range, but found from=%g > to=%g",
                            from, to);
-  tpu_dtype_t t = float_math(OUT->dtype);
-  tpu_hlo_value u = uniform01(c, OUT, t);
-  tpu_hlo_value lo = bcast(c, scalar_arg(c, 1, t, 0.0), t), hi = bcast(c, scalar_arg(c, 2, t, 1.0), t);
+  const tpu_hlo_type shape = draw_shape(c);
+  tpu_dtype_t t = float_math(shape.dtype);
+  tpu_hlo_value u = uniform01(c, &shape, t);
+  tpu_hlo_value lo = bcast_to(c, scalar_arg(c, 1, t, 0.0), &shape, t), hi = bcast_to(c, scalar_arg(c, 2, t, 1.0), &shape, t);
   tpu_hlo_value r = tpu_hlo_binary(B, TPU_HLO_ADD, lo, tpu_hlo_binary(B, TPU_HLO_MUL, u, tpu_hlo_binary(B, TPU_HLO_SUB, hi, lo)));
   /* Rounding to a narrower type must not reach |to|. */
-  if (OUT->dtype != t) {
-    tpu_hlo_value n = tpu_hlo_convert(B, r, OUT->dtype);
+  if (shape.dtype != t) {
+    tpu_hlo_value n = tpu_hlo_convert(B, r, shape.dtype);
     tpu_hlo_value back = tpu_hlo_convert(B, n, t);
-    tpu_hlo_value prev = tpu_hlo_binary(B, TPU_HLO_NEXTAFTER, tpu_hlo_convert(B, hi, OUT->dtype), tpu_hlo_convert(B, lo, OUT->dtype));
+    tpu_hlo_value prev = tpu_hlo_binary(B, TPU_HLO_NEXTAFTER, tpu_hlo_convert(B, hi, shape.dtype), tpu_hlo_convert(B, lo, shape.dtype));
     r = tpu_hlo_select(B, tpu_hlo_compare(B, TPU_HLO_GE, back, hi), tpu_hlo_convert(B, prev, t), r);
   }
-  tpu_lower_set_output(c, 0, r);
+  tpu_lower_set_output(c, 0, from_draw_shape(c, r));
   return NULL;
 }
 
-/* Standard normals by Box-Muller on two uniform draws. */
-static tpu_hlo_value standard_normal(tpu_lower_ctx *c, tpu_dtype_t t) {
-  int64_t n = tpu_hlo_type_numel(OUT);
+/* Standard normals of |shape| by Box-Muller on two uniform draws. */
+static tpu_hlo_value standard_normal(tpu_lower_ctx *c, const tpu_hlo_type *shape, tpu_dtype_t t) {
+  int64_t n = tpu_hlo_type_numel(shape);
   int64_t two_n[2] = {2, n};
   tpu_hlo_type pair_t = tpu_hlo_make_type(t, 2, two_n);
   tpu_hlo_value u = uniform01(c, &pair_t, t);
@@ -89,22 +113,28 @@ static tpu_hlo_value standard_normal(tpu_lower_ctx *c, tpu_dtype_t t) {
       tpu_hlo_unary(B, TPU_HLO_LOG, tpu_hlo_binary(B, TPU_HLO_SUB, tpu_hlo_const_f64(B, &ft, 1.0), u1))));
   tpu_hlo_value th = tpu_hlo_binary(B, TPU_HLO_MUL, tpu_hlo_const_f64(B, &ft, 2.0 * M_PI), u2);
   tpu_hlo_value z = tpu_hlo_binary(B, TPU_HLO_MUL, r, tpu_hlo_unary(B, TPU_HLO_COS, th));
-  return tpu_hlo_reshape(B, z, OUT->rank, OUT->dims);
+  return tpu_hlo_reshape(B, z, shape->rank, shape->dims);
 }
 
-/* normal_(self, mean=0, std=1, *, generator) */
+/* normal_(self, mean=0, std=1, *, generator); a complex tensor's real and
+ * imaginary parts each get std / sqrt(2), as PyTorch's normal_ gives them
+ * (the variance of the complex value is std^2). */
 static tpu_status_t normal_rule(tpu_lower_ctx *c) {
-  tpu_dtype_t t = float_math(OUT->dtype);
-  tpu_hlo_value z = standard_normal(c, t);
-  tpu_hlo_value mean = bcast(c, scalar_arg(c, 1, t, 0.0), t), std = bcast(c, scalar_arg(c, 2, t, 1.0), t);
-  tpu_lower_set_output(c, 0, tpu_hlo_binary(B, TPU_HLO_ADD, mean, tpu_hlo_binary(B, TPU_HLO_MUL, z, std)));
+  const tpu_hlo_type shape = draw_shape(c);
+  tpu_dtype_t t = float_math(shape.dtype);
+  tpu_hlo_value z = standard_normal(c, &shape, t);
+  tpu_hlo_value std = scalar_arg(c, 2, t, 1.0);
+  if (tpu_dtype_is_complex(OUT->dtype)) std = tpu_hlo_binary(B, TPU_HLO_DIV, std, tpu_hlo_scalar_f64(B, t, M_SQRT2));
+  tpu_hlo_value mean = bcast_to(c, scalar_arg(c, 1, t, 0.0), &shape, t);
+  tpu_hlo_value r = tpu_hlo_binary(B, TPU_HLO_ADD, mean, tpu_hlo_binary(B, TPU_HLO_MUL, z, bcast_to(c, std, &shape, t)));
+  tpu_lower_set_output(c, 0, from_draw_shape(c, r));
   return NULL;
 }
 
 /* log_normal_(self, mean=1, std=2): exp of a normal. */
 static tpu_status_t log_normal_rule(tpu_lower_ctx *c) {
   tpu_dtype_t t = float_math(OUT->dtype);
-  tpu_hlo_value z = standard_normal(c, t);
+  tpu_hlo_value z = standard_normal(c, OUT, t);
   tpu_hlo_value mean = bcast(c, scalar_arg(c, 1, t, 1.0), t), std = bcast(c, scalar_arg(c, 2, t, 2.0), t);
   tpu_hlo_value x = tpu_hlo_binary(B, TPU_HLO_ADD, mean, tpu_hlo_binary(B, TPU_HLO_MUL, z, std));
   tpu_lower_set_output(c, 0, tpu_hlo_unary(B, TPU_HLO_EXP, x));
@@ -392,7 +422,7 @@ static tpu_status_t multinomial_rule(tpu_lower_ctx *c) {
 
 const tpu_lower_rule tpu_rules_random[] = {
     {{"uniform_", "uniform", "uniform.out"}, uniform_rule, TPU_RULE_RNG, 0,
-     {TPU_DTS_ANY_FLOAT, TPU_ADMIT_OUTPUT, "check_uniform_bounds"}},
+     {TPU_DTS_ANY_FLOAT | TPU_DTS_COMPLEX, TPU_ADMIT_OUTPUT, "check_uniform_bounds"}},
     {{"normal_", "normal_functional"}, normal_rule, TPU_RULE_RNG, 0},
     {{"log_normal_", "log_normal"}, log_normal_rule, TPU_RULE_RNG, 0},
     {{"exponential_", "exponential"}, exponential_rule, TPU_RULE_RNG, 0},

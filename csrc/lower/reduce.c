@@ -540,19 +540,54 @@ static tpu_status_t cumulative_rule(tpu_lower_ctx *c) {
   return NULL;
 }
 
+/* One step of a complex logcumsumexp along dim 0 of state[0]: the running
+ * value (state[1], one row) combined with row k, as the CPU's kernel
+ * combines them (the element first), written to row k of state[2]. */
+static void complex_logcumsumexp_step(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo_value *state) {
+  const tpu_hlo_type *t = tpu_hlo_type_of(B, state[0]);
+  tpu_hlo_value at[TPU_HLO_MAX_RANK];
+  int64_t row[TPU_HLO_MAX_RANK];
+  at[0] = k;
+  row[0] = 1;
+  for (int i = 1; i < t->rank; i++) {
+    at[i] = tpu_hlo_scalar_i64(B, TPU_S64, 0);
+    row[i] = t->dims[i];
+  }
+  tpu_hlo_value x = tpu_hlo_dynamic_slice(B, state[0], at, row);
+  state[1] = complex_logaddexp_of(c, x, state[1]);
+  state[2] = tpu_hlo_dynamic_update_slice(B, state[2], state[1], at);
+}
+
 /* logcumsumexp(self, dim): a scan of log(exp(a) + exp(b)) written as PyTorch
  * does, max + log1p(exp(min - max)), keeping a when both are the same
- * infinity; computed in opmath. */
+ * infinity; computed where the CPU's kernel accumulates (cpu_acc_of: in
+ * float32, 4000 elements came out 3.4x further from float64). Complex values combine as the CPU's kernel
+ * does, shifted by the one of larger real part (complex_logaddexp_of), in
+ * its order, one element after another: each step's log1p picks the
+ * principal branch, so another grouping reached imaginary parts 2 pi away. */
 static tpu_status_t logcumsumexp_rule(tpu_lower_ctx *c) {
-  tpu_dtype_t t = c->args[0].dtype;
   int rank = c->args[0].rank;
   int dim = tpu_lower_wrap_dim(tpu_lower_int(c, 1, 0), rank);
-  t = tpu_lower_opmath(OUT->dtype);
+  tpu_dtype_t t = cpu_acc_of(OUT->dtype);
   tpu_hlo_value x = input(c, t);
   if (rank == 0) x = tpu_hlo_reshape(B, x, 1, (int64_t[]){1});
   const tpu_hlo_type *xt = tpu_hlo_type_of(B, x);
   int64_t size = xt->dims[dim];
-  if (size > 1) {
+  if (size > 1 && tpu_dtype_is_complex(t)) {
+    int64_t perm[TPU_HLO_MAX_RANK], back[TPU_HLO_MAX_RANK];
+    for (int i = 0, k = 1; i < xt->rank; i++)
+      if (i != dim) perm[k++] = i;
+    perm[0] = dim;
+    for (int i = 0; i < xt->rank; i++) back[perm[i]] = i;
+    tpu_hlo_value state[3] = {tpu_hlo_transpose(B, x, perm)};
+    const tpu_hlo_type *st = tpu_hlo_type_of(B, state[0]);
+    tpu_hlo_type rt = *st; /* the running value: one row */
+    rt.dims[0] = 1;
+    state[1] = tpu_hlo_broadcast_to(B, tpu_hlo_scalar_f64(B, t, -INFINITY), &rt);
+    state[2] = state[0];
+    tpu_lower_loop(c, size, 3, state, complex_logcumsumexp_step);
+    x = tpu_hlo_transpose(B, state[2], back);
+  } else if (size > 1) {
     tpu_hlo_type s[2] = {tpu_hlo_make_type(t, 0, NULL), tpu_hlo_make_type(t, 0, NULL)};
     tpu_hlo_value a[2];
     tpu_hlo_region body;
@@ -639,6 +674,7 @@ const tpu_lower_rule tpu_rules_reduce[] = {
 
     {{"cumsum", "cumsum_", "cumsum.out"}, cumulative_rule, 0, TPU_HLO_ADD},
     {{"cumprod", "cumprod_", "cumprod.out"}, cumulative_rule, 0, TPU_HLO_MUL},
-    {{"logcumsumexp", "logcumsumexp.out"}, logcumsumexp_rule, 0, 0, {TPU_DTS_ANY_FLOAT, 0, "logcumsumexp_out_cpu"}},
+    {{"logcumsumexp", "logcumsumexp.out"}, logcumsumexp_rule, 0, 0,
+     {TPU_DTS_ANY_FLOAT | TPU_DTS_COMPLEX, 0, "logcumsumexp_out_cpu"}},
 };
 TPU_COUNT_RULES(reduce);

@@ -3,6 +3,8 @@
 #ifndef TPU_LOWER_RULES_H_
 #define TPU_LOWER_RULES_H_
 
+#include <math.h>
+
 #include "lower/lower.h"
 
 #define TPU_RULE_TABLE(family)                  \
@@ -108,6 +110,24 @@ static inline tpu_hlo_value lerp_of(tpu_lower_ctx *c, tpu_hlo_value a, tpu_hlo_v
   tpu_hlo_value lo = add(c, a, mul(c, w, diff));
   tpu_hlo_value hi = sub(c, b, mul(c, diff, sub(c, tpu_hlo_const_f64(B, &t, 1.0), w)));
   return sel(c, small, lo, hi);
+}
+
+/* logaddexp of complex values as the CPU's kernels (logaddexp, and each step
+ * of logcumsumexp): the one of larger real part is the shift; equal
+ * infinite real parts give the -inf one or log(exp(a) + exp(x)); a NaN
+ * anywhere gives NaN. */
+static inline tpu_hlo_value complex_logaddexp_of(tpu_lower_ctx *c, tpu_hlo_value a, tpu_hlo_value x) {
+  tpu_hlo_value lt = cmp(c, TPU_HLO_LT, un(c, TPU_HLO_REAL, a), un(c, TPU_HLO_REAL, x));
+  tpu_hlo_value lo = sel(c, lt, a, x), hi = sel(c, lt, x, a);
+  tpu_hlo_value lo_re = un(c, TPU_HLO_REAL, lo), hi_re = un(c, TPU_HLO_REAL, hi);
+  tpu_hlo_value r = add(c, un(c, TPU_HLO_LOG1P, un(c, TPU_HLO_EXP, sub(c, lo, hi))), hi);
+  tpu_hlo_value both_inf = and_(c, cmp(c, TPU_HLO_EQ, lo_re, hi_re),
+                                cmp(c, TPU_HLO_EQ, un(c, TPU_HLO_ABS, lo_re), const_like(c, lo_re, INFINITY)));
+  tpu_hlo_value at_inf = sel(c, cmp(c, TPU_HLO_LT, lo_re, const_like(c, lo_re, 0.0)), lo,
+                             un(c, TPU_HLO_LOG, add(c, un(c, TPU_HLO_EXP, lo), un(c, TPU_HLO_EXP, hi))));
+  r = sel(c, both_inf, at_inf, r);
+  tpu_hlo_value nan = or_(c, is_nan(c, a), is_nan(c, x)), nan_re = const_like(c, lo_re, NAN);
+  return sel(c, nan, tpu_hlo_binary(B, TPU_HLO_COMPLEX, nan_re, nan_re), r);
 }
 
 /* Tensor argument |i| as |dtype|. */
