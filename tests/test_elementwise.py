@@ -176,6 +176,50 @@ def test_a_real_tensor_refuses_a_complex_fill():
             torch.zeros(2, device=d).fill_(1j)
 
 
+
+@pytest.mark.parametrize("case", [
+    lambda r: torch.addcmul(r, r, r, value=1j),
+    lambda r: torch.addcdiv(r, r, r, value=1j),
+    lambda r: torch.lerp(r, r, 1j),
+    lambda r: torch.nn.functional.threshold(r, 1j, 2.0),
+    lambda r: torch.addcmul(r.half(), r.half(), r.half(), value=1j),
+    lambda r: torch._foreach_addcdiv([r], [r], [r], [1j]),
+    lambda r: torch._foreach_addcmul([r], [r], [r], 1j),
+    lambda r: torch._foreach_lerp([r], [r], 1j),
+    lambda r: torch.clamp(r, min=1j),
+    lambda r: torch.add(r, r, alpha=1j),
+    lambda r: torch.rsub(r, r, alpha=1j),
+    lambda r: torch._foreach_add([r], [r], alpha=1j),
+    lambda r: torch.add(r.long(), r.long(), alpha=0.5),
+    lambda r: torch.add(r, r, alpha=True),
+    lambda r: torch.clamp_min(r, 1j),
+    lambda r: torch.clamp(r.long(), min=2 + 0j),
+    lambda r: torch.clamp(r.to(torch.complex64), min=1),
+    lambda r: torch._foreach_clamp_min([r], [2 + 0j]),
+    lambda r: torch._foreach_maximum([r.to(torch.complex64)], 1.0),
+])
+def test_complex_numbers_a_real_computation_refuses(case):
+    """A CPU kernel converts a value, weight or bound to its real compute
+    type with a check (the imaginary part must be 0), and refuses complex
+    alphas and clamps; tpu computed with the real part, or a complex
+    result."""
+    r = torch.tensor([0.5, -1.5, 2.0])
+    with pytest.raises(Exception) as want:
+        case(r)
+    for mode in ("strict", "fused"):
+        with torchtpu.eager_mode(mode), pytest.raises(type(want.value)) as got:
+            case(r.to("tpu"))
+        assert str(got.value).split("\n")[0] == str(want.value).split("\n")[0]
+
+
+def test_complex_numbers_without_an_imaginary_part_are_real_enough():
+    r = torch.tensor([0.5, -1.5, 2.0])
+    for case in (lambda r: torch.addcmul(r, r, r, value=2 + 0j), lambda r: torch.lerp(r, r, 0.5 + 0j),
+                 lambda r: torch._foreach_addcdiv([r], [r], [r], [2 + 0j])[0]):
+        want, got = case(r), case(r.to("tpu"))
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got.cpu(), want)
+
 def test_complex_logaddexp_and_logsumexp():
     """Both raised internal errors on complex inputs (a comparison of a
     complex maximum with a real infinity). The CPU's kernels shift by the

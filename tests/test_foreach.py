@@ -122,6 +122,31 @@ def test_dtypes(dtype):
             torch.testing.assert_close(a.cpu(), b)
 
 
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_lists_of_complex_numbers(mode):
+    """A list with a complex number is one complex128 operand; its real
+    numbers keep their own types, as PyTorch's per-tensor op sees them."""
+    g = torch.Generator().manual_seed(3)
+    cs = [torch.randn(s, dtype=torch.complex64, generator=g) for s in SHAPES]
+    rs = [torch.randn(s, generator=g) for s in SHAPES]
+    numbers = [1j, 2 + 0.5j, 3]
+    calls = [lambda xs: torch._foreach_add(xs, numbers), lambda xs: torch._foreach_mul(xs, numbers),
+             lambda xs: torch._foreach_div(xs, numbers), lambda xs: torch._foreach_pow(xs, numbers)]
+    with torchtpu.eager_mode(mode):
+        for fn, xs in [(fn, xs) for fn in calls for xs in (cs, rs)] + [
+                (lambda xs: torch._foreach_addcmul(xs, xs, xs, numbers), cs)]:  # a real addcmul refuses 1j
+            for a, b in zip(fn([x.to("tpu") for x in xs]), fn(xs)):
+                assert a.dtype == b.dtype
+                torch.testing.assert_close(a.cpu(), b)
+        ys = [x.to("tpu") for x in cs]
+        torch._foreach_mul_(ys, numbers)
+        for a, b in zip(ys, torch._foreach_mul(cs, numbers)):
+            torch.testing.assert_close(a.cpu(), b)
+        with pytest.raises(RuntimeError, match="result type ComplexFloat can't be cast to the desired output type Float"):
+            torch._foreach_mul_([x.to("tpu") for x in rs], numbers)
+
+
 def test_mixed_dtypes_and_broadcasting_in_one_list():
     """Each item promotes and broadcasts on its own, as the per-tensor op does."""
     xs = [torch.rand(3, 4), torch.rand(5).to(torch.bfloat16), torch.arange(6).reshape(2, 3)]

@@ -133,6 +133,8 @@ static void build_key(tpu_strbuf *k, const tpu_eager_call *call, const flat_call
           tpu_strbuf_put_i64(k, l->i);
           tpu_strbuf_append(k, &l->f, sizeof l->f);
           tpu_strbuf_append(k, &l->fi, sizeof l->fi);
+        } else if (l->dtype == TPU_C128) { /* whether a real type can take it (tpu_lower_scalar) */
+          tpu_strbuf_put_i64(k, l->fi != 0);
         }
         break;
       case TPU_ARG_INT:
@@ -162,8 +164,9 @@ static void build_key(tpu_strbuf *k, const tpu_eager_call *call, const flat_call
         tpu_strbuf_put_i64(k, l->dtype);
         tpu_strbuf_append(k, l->item_dtypes, (size_t)l->n * sizeof(tpu_dtype_t));
         if (flags & TPU_RULE_CONST_SCALARS)
-          tpu_strbuf_append(k, l->dtype == TPU_F64 ? (const void *)l->floats : (const void *)l->ints,
-                            (size_t)l->n * 8);
+          tpu_strbuf_append(k, tpu_scalar_list_values(l), tpu_scalar_list_bytes(l));
+        else if (l->dtype == TPU_C128)
+          for (int j = 0; j < l->n; j++) tpu_strbuf_put_i64(k, l->floats[2 * j + 1] != 0);
         break;
       case TPU_ARG_STRING:
         tpu_strbuf_puts(k, l->s);
@@ -512,8 +515,15 @@ static void item_args(const tpu_eager_call *call, int k, tpu_lower_arg *out) {
     } else if (l->kind == TPU_ARG_SCALAR_LIST) {
       *o = (tpu_lower_arg){.kind = TPU_ARG_SCALAR, .dtype = l->item_dtypes[k]};
       o->is_const = (op->rule->flags & TPU_RULE_CONST_SCALARS) != 0;
-      o->f = l->dtype == TPU_F64 ? l->floats[k] : (double)l->ints[k];
-      o->i = l->dtype == TPU_F64 ? (int64_t)l->floats[k] : l->ints[k];
+      if (l->dtype == TPU_S64) {
+        o->i = l->ints[k];
+        o->f = (double)o->i;
+      } else {
+        const int step = l->dtype == TPU_C128 ? 2 : 1;
+        o->f = l->floats[step * k];
+        o->fi = step == 2 ? l->floats[2 * k + 1] : 0.0;
+        o->i = (int64_t)o->f;
+      }
     } else {
       *o = *l;
     }
@@ -779,7 +789,7 @@ tpu_status_t tpu_eager_execute_checked(const tpu_eager_entry *e, const tpu_eager
       case SRC_SCALAR_LIST: { /* one upload per call: the numbers change (a step size) */
         const tpu_lower_arg *l = &call->args[p->arg].lower;
         int64_t n = l->n;
-        const void *data = l->dtype == TPU_F64 ? (const void *)l->floats : (const void *)l->ints;
+        const void *data = tpu_scalar_list_values(l);
         TPU_GOTO_IF_ERROR(st, tpu_buffer_from_host(rt, call->device, data, l->dtype, &n, 1, &lists[num_lists]), done);
         args[i] = lists[num_lists++];
         break;

@@ -208,8 +208,10 @@ tpu_hlo_value tpu_program_scalar_item(tpu_program *p, int arg, int item) {
     param_src src = {.kind = SRC_SCALAR_LIST, .arg = arg, .dtype = l->dtype};
     p->scalar_value[arg] = add_param(p, &t, src);
   }
-  tpu_hlo_value v = tpu_hlo_slice_dim(p->b, p->scalar_value[arg], 0, item, item + 1, 1);
-  return tpu_hlo_convert(p->b, tpu_hlo_reshape(p->b, v, 0, NULL), l->item_dtypes[item]);
+  tpu_hlo_value v = tpu_hlo_reshape(p->b, tpu_hlo_slice_dim(p->b, p->scalar_value[arg], 0, item, item + 1, 1), 0, NULL);
+  if (l->dtype == TPU_C128 && !tpu_dtype_is_complex(l->item_dtypes[item])) /* a real number of a complex list */
+    v = tpu_hlo_unary(p->b, TPU_HLO_REAL, v);
+  return tpu_hlo_convert(p->b, v, l->item_dtypes[item]);
 }
 
 /* PyTorch's lazy view bits: the stored values negated or conjugated.

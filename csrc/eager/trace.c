@@ -337,9 +337,9 @@ static bool copy_arg(tpu_eager_arg *dst, const tpu_eager_arg *src) {
     }
     case TPU_ARG_SCALAR_LIST:
       l->item_dtypes = arena_copy(sl->item_dtypes, (size_t)l->n * sizeof *l->item_dtypes);
-      if (l->dtype == TPU_F64) l->floats = arena_copy(sl->floats, (size_t)l->n * sizeof *l->floats);
-      else l->ints = arena_copy(sl->ints, (size_t)l->n * sizeof *l->ints);
-      return l->item_dtypes != NULL && (l->dtype == TPU_F64 ? l->floats != NULL : l->ints != NULL);
+      if (l->dtype == TPU_S64) l->ints = arena_copy(sl->ints, tpu_scalar_list_bytes(sl));
+      else l->floats = arena_copy(sl->floats, tpu_scalar_list_bytes(sl));
+      return l->item_dtypes != NULL && tpu_scalar_list_values(l) != NULL;
     case TPU_ARG_INT_LIST:
       return (l->ints = arena_copy(sl->ints, (size_t)l->n * sizeof *l->ints)) != NULL;
     case TPU_ARG_FLOAT_LIST:

@@ -157,8 +157,44 @@ tpu_hlo_value tpu_lower_list_item(tpu_lower_ctx *c, int arg, int item) {
   return c->fetch(c, arg, item);
 }
 
+/* The C++ type PyTorch's checked scalar conversions name (c10::demangle). */
+static const char *cpp_type_name(tpu_dtype_t t) {
+  switch (t) {
+    case TPU_F32: return "float";
+    case TPU_F64: return "double";
+    case TPU_F16: return "c10::Half";
+    case TPU_BF16: return "c10::BFloat16";
+    case TPU_S64: return "int64_t";
+    case TPU_S32: return "int";
+    case TPU_S16: return "int16_t";
+    case TPU_S8: return "int8_t";
+    case TPU_U8: return "uint8_t";
+    default: return tpu_dtype_name(t);
+  }
+}
+
+/* A complex number that a CPU kernel converts to a real |dtype| (a value, a
+ * weight, a bound: Scalar::to<T>, checked) must have no imaginary part;
+ * eager's key says whether it has one (the number itself is a runtime
+ * value). */
+static bool real_enough(tpu_lower_ctx *c, const tpu_lower_arg *a, tpu_dtype_t dtype) {
+  if (a->kind != TPU_ARG_SCALAR || a->dtype != TPU_C128 || a->fi == 0 || tpu_dtype_is_complex(dtype) ||
+      dtype == TPU_BOOL)
+    return true;
+  tpu_hlo_fail(c->b, TPU_ERR_RUNTIME, "value cannot be converted to type %s without overflow", cpp_type_name(dtype));
+  return false;
+}
+
+/* A Scalar argument as |dtype|: a complex number's real part where
+ * real_enough allows it. */
+static tpu_hlo_value scalar_as(tpu_lower_ctx *c, int arg, tpu_hlo_value v, tpu_dtype_t dtype) {
+  if (!real_enough(c, &c->args[arg], dtype)) return TPU_HLO_NONE;
+  if (tpu_dtype_is_complex(tpu_hlo_dtype(c->b, v)) && !tpu_dtype_is_complex(dtype)) v = tpu_hlo_unary(c->b, TPU_HLO_REAL, v);
+  return v;
+}
+
 tpu_hlo_value tpu_lower_operand(tpu_lower_ctx *c, int arg, tpu_dtype_t dtype, const tpu_hlo_type *to) {
-  tpu_hlo_value v = tpu_lower_tensor(c, arg);
+  tpu_hlo_value v = scalar_as(c, arg, tpu_lower_tensor(c, arg), dtype);
   tpu_hlo_type t = *to;
   t.dtype = dtype;
   return tpu_hlo_broadcast_to(c->b, v, &t);
@@ -168,7 +204,7 @@ tpu_hlo_value tpu_lower_scalar(tpu_lower_ctx *c, int arg, tpu_dtype_t dtype) {
   tpu_hlo_value v = tpu_lower_tensor(c, arg);
   if (tpu_hlo_rank(c->b, v) != 0 && !tpu_hlo_failed(c->b))
     return tpu_hlo_fail(c->b, TPU_ERR_RUNTIME, "%s: internal: argument %d is not a scalar", c->op, arg);
-  return tpu_hlo_convert(c->b, v, dtype);
+  return tpu_hlo_convert(c->b, scalar_as(c, arg, v, dtype), dtype);
 }
 
 int64_t tpu_lower_int(const tpu_lower_ctx *c, int arg, int64_t if_none) {
@@ -182,6 +218,8 @@ int64_t tpu_lower_int(const tpu_lower_ctx *c, int arg, int64_t if_none) {
 double tpu_lower_float(const tpu_lower_ctx *c, int arg, double if_none) {
   if (tpu_lower_is_none(c, arg)) return if_none;
   const tpu_lower_arg *a = &c->args[arg];
+  if (a->kind == TPU_ARG_SCALAR && a->dtype == TPU_C128 && a->fi != 0) /* Scalar::toDouble, checked */
+    tpu_hlo_fail(c->b, TPU_ERR_RUNTIME, "value cannot be converted to type double without overflow");
   if (a->kind == TPU_ARG_INT) return (double)a->i;
   if (a->kind == TPU_ARG_SCALAR && a->is_const && !tpu_dtype_is_float(a->dtype)) return (double)a->i;
   return a->f;

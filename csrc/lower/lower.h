@@ -56,19 +56,29 @@ typedef struct tpu_lower_arg {
   tpu_dtype_t dtype;      /* DTYPE; the type of a SCALAR/TENSOR */
   bool wrapped_number;    /* TENSOR made from a Python number (promotion rules) */
   const int64_t *ints;    /* INT_LIST (n); SCALAR_LIST of dtype S64 */
-  const double *floats;   /* FLOAT_LIST (n); SCALAR_LIST of dtype F64 */
+  const double *floats;   /* FLOAT_LIST (n); SCALAR_LIST of dtype F64 (n) or C128 (2n: re, im) */
   const bool *bools;      /* BOOL_LIST (n) */
   const char *s;          /* STRING */
   int rank;               /* TENSOR: rank and sizes, known before reading */
   const int64_t *sizes;
   /* TENSOR_LIST: dtype per item (INVALID = None); SCALAR_LIST: each number's
-   * own type (S64, F64, BOOL), its value in |floats| when |dtype| is F64 (some
-   * number is a float), else in |ints|. */
+   * own type (S64, F64, C128, BOOL), its value in |floats| when |dtype| is
+   * C128 (some number is complex: pairs) or F64 (some number is a float),
+   * else in |ints|. */
   const tpu_dtype_t *item_dtypes;
   const int *item_ranks;
   const int64_t *const *item_sizes;
   const int64_t *strides; /* TENSOR: strides in elements where known (eager), else NULL */
 } tpu_lower_arg;
+
+/* A SCALAR_LIST's values (|n| of its dtype: int64, double, or complex128 as
+ * (re, im) pairs) and their size in bytes. */
+static inline const void *tpu_scalar_list_values(const tpu_lower_arg *l) {
+  return l->dtype == TPU_S64 ? (const void *)l->ints : (const void *)l->floats;
+}
+static inline size_t tpu_scalar_list_bytes(const tpu_lower_arg *l) {
+  return (size_t)l->n * (l->dtype == TPU_C128 ? 16 : 8);
+}
 
 typedef struct tpu_lower_ctx tpu_lower_ctx;
 

@@ -112,23 +112,30 @@ void describe_value(ArgType type, const c10::IValue& v, size_t i, unsigned rule_
     case ArgType::kScalar:
       describe_scalar(v, l, graph || (rule_flags & TPU_RULE_CONST_SCALARS));
       break;
-    case ArgType::kScalarList: {  // one runtime operand: float64 if any number is a float, else int64
+    case ArgType::kScalarList: {  // one runtime operand: complex128 if any number is complex, else
+                                  // float64 if any is a float, else int64
       l.kind = TPU_ARG_SCALAR_LIST;
       lists.spans[i].begin = lists.scalar_dtypes.size();
       l.dtype = TPU_S64;
       for (const c10::IValue& item : v.toListRef()) {
         tpu_lower_arg one{};
         describe_scalar(item, one, false);
-        TORCH_CHECK_NOT_IMPLEMENTED(one.dtype != TPU_C128, "lists of complex numbers are not supported on tpu yet");
         lists.scalar_dtypes.push_back(one.dtype);
-        if (one.dtype == TPU_F64) l.dtype = TPU_F64;
+        if (one.dtype == TPU_C128 || (one.dtype == TPU_F64 && l.dtype == TPU_S64)) l.dtype = one.dtype;
       }
       l.n = static_cast<int>(lists.scalar_dtypes.size() - lists.spans[i].begin);
-      lists.spans[i].values = l.dtype == TPU_F64 ? lists.floats.size() : lists.ints.size();
+      lists.spans[i].values = l.dtype == TPU_S64 ? lists.ints.size() : lists.floats.size();
       for (const c10::IValue& item : v.toListRef()) {
         c10::Scalar x = item.toScalar();
-        if (l.dtype == TPU_F64) lists.floats.push_back(x.toDouble());
-        else lists.ints.push_back(x.toLong());
+        if (l.dtype == TPU_S64) {
+          lists.ints.push_back(x.toLong());
+        } else if (l.dtype == TPU_F64) {
+          lists.floats.push_back(x.toDouble());
+        } else {  // (real, imaginary) pairs
+          c10::complex<double> z = x.toComplexDouble();
+          lists.floats.push_back(z.real());
+          lists.floats.push_back(z.imag());
+        }
       }
       break;
     }
@@ -196,8 +203,8 @@ void patch_lists(const ArgLists& lists, size_t i, tpu_lower_arg& l) {
   switch (l.kind) {
     case TPU_ARG_SCALAR_LIST:
       l.item_dtypes = lists.scalar_dtypes.data() + lists.spans[i].begin;
-      if (l.dtype == TPU_F64) l.floats = lists.floats.data() + lists.spans[i].values;
-      else l.ints = lists.ints.data() + lists.spans[i].values;
+      if (l.dtype == TPU_S64) l.ints = lists.ints.data() + lists.spans[i].values;
+      else l.floats = lists.floats.data() + lists.spans[i].values;
       break;
     case TPU_ARG_INT_LIST: l.ints = lists.ints.data() + lists.spans[i].begin; break;
     case TPU_ARG_FLOAT_LIST: l.floats = lists.floats.data() + lists.spans[i].begin; break;

@@ -134,6 +134,42 @@ void check_safe_cast(const c10::OperatorHandle& handle, const std::vector<bool>&
   }
 }
 
+// add and sub: TensorIterator's cast check, then the CPU's alpha_check on
+// the result type (the refs raised ValueError, "alpha argument of type
+// <class 'complex'> cannot be safely cast").
+void check_add_sub(const c10::OperatorHandle& handle, const std::vector<bool>& promotes,
+                   c10::ArrayRef<c10::IValue> ivs) {
+  check_safe_cast(handle, promotes, ivs);
+  std::optional<int> at = handle.schema().argumentIndexWithName("alpha");
+  if (!at || !ivs[*at].isScalar()) return;
+  const at::Scalar alpha = ivs[*at].toScalar();
+  const at::ScalarType t = promoted_type(promotes, ivs);
+  TORCH_CHECK(!alpha.isBoolean() || t == at::kBool, "Boolean alpha only supported for Boolean results.");
+  TORCH_CHECK(at::isFloatingType(t) || at::isComplexType(t) || alpha.isIntegral(true),
+              "For integral input tensors, argument alpha must not be a floating point number.");
+  TORCH_CHECK(at::isComplexType(t) || !alpha.isComplex(),
+              "For non-complex input tensors, argument alpha must not be a complex number.");
+}
+
+// The clamp family's meta functions: no complex tensors, and clamp_min and
+// clamp_max no complex bounds; clamp's bounds promote an integer tensor
+// (to a complex type: refused) and are read as double (a complex bound with
+// an imaginary part raises). The refs promoted to a complex result.
+void check_clamp(const c10::OperatorHandle& handle, const std::vector<bool>&, c10::ArrayRef<c10::IValue> ivs) {
+  static const char* const kComplex = "clamp is not supported for complex types";
+  const at::Tensor& self = ivs[0].toTensor();
+  TORCH_CHECK_NOT_IMPLEMENTED(!self.is_complex(), kComplex);
+  const std::string& name = handle.schema().name();
+  const bool one_bound = name.rfind("aten::clamp_m", 0) == 0;  // clamp_min, clamp_max
+  for (size_t i = 1; i < ivs.size(); i++) {
+    if (ivs[i].isTensor() && ivs[i].toTensor().defined())
+      TORCH_CHECK_NOT_IMPLEMENTED(!ivs[i].toTensor().is_complex(), kComplex);
+    if (!ivs[i].isScalar() || !ivs[i].toScalar().isComplex()) continue;
+    TORCH_CHECK_NOT_IMPLEMENTED(!one_bound && at::isFloatingType(self.scalar_type()), kComplex);
+    (void)ivs[i].toScalar().toDouble();  // checked: "value cannot be converted to type double without overflow"
+  }
+}
+
 void check_cat(const c10::OperatorHandle& handle, const std::vector<bool>& promotes,
                c10::ArrayRef<c10::IValue> ivs) {
   // The CPU's cat_meta: no 0-dim tensor; then each tensor against the first
@@ -264,12 +300,12 @@ using ParityCheck = void (*)(const c10::OperatorHandle& handle, const std::vecto
                              c10::ArrayRef<c10::IValue> ivs);
 const std::unordered_map<std::string, ParityCheck>& parity_checks() {
   static const std::unordered_map<std::string, ParityCheck> table = {
-      {"aten::add", check_safe_cast},
-      {"aten::add_", check_safe_cast},
-      {"aten::sub", check_safe_cast},
-      {"aten::sub_", check_safe_cast},
-      {"aten::subtract", check_safe_cast},
-      {"aten::subtract_", check_safe_cast},
+      {"aten::add", check_add_sub},
+      {"aten::add_", check_add_sub},
+      {"aten::sub", check_add_sub},
+      {"aten::sub_", check_add_sub},
+      {"aten::subtract", check_add_sub},
+      {"aten::subtract_", check_add_sub},
       {"aten::mul", check_safe_cast},
       {"aten::mul_", check_safe_cast},
       {"aten::multiply", check_safe_cast},
@@ -278,6 +314,15 @@ const std::unordered_map<std::string, ParityCheck>& parity_checks() {
       {"aten::addcmul_", check_safe_cast},
       {"aten::addcdiv", check_safe_cast},
       {"aten::addcdiv_", check_safe_cast},
+      {"aten::rsub", check_add_sub},
+      {"aten::clamp", check_clamp},
+      {"aten::clamp_", check_clamp},
+      {"aten::clip", check_clamp},
+      {"aten::clip_", check_clamp},
+      {"aten::clamp_min", check_clamp},
+      {"aten::clamp_min_", check_clamp},
+      {"aten::clamp_max", check_clamp},
+      {"aten::clamp_max_", check_clamp},
       {"aten::cat", check_cat},
       {"aten::masked_scatter", check_masked_scatter},
       {"aten::masked_scatter_", check_masked_scatter},
