@@ -4,6 +4,7 @@
 // Tables by op name; dispatch.cpp's generic kernel calls them.
 #include <ATen/ExpandUtils.h>
 #include <ATen/MemoryOverlap.h>
+#include <ATen/native/BinaryOps.h>
 #include <ATen/native/LinearAlgebraUtils.h>
 #include <ATen/native/TypeProperties.h>
 #include <ATen/ops/addmm_meta_dispatch.h>
@@ -142,13 +143,7 @@ void check_add_sub(const c10::OperatorHandle& handle, const std::vector<bool>& p
   check_safe_cast(handle, promotes, ivs);
   std::optional<int> at = handle.schema().argumentIndexWithName("alpha");
   if (!at || !ivs[*at].isScalar()) return;
-  const at::Scalar alpha = ivs[*at].toScalar();
-  const at::ScalarType t = promoted_type(promotes, ivs);
-  TORCH_CHECK(!alpha.isBoolean() || t == at::kBool, "Boolean alpha only supported for Boolean results.");
-  TORCH_CHECK(at::isFloatingType(t) || at::isComplexType(t) || alpha.isIntegral(true),
-              "For integral input tensors, argument alpha must not be a floating point number.");
-  TORCH_CHECK(at::isComplexType(t) || !alpha.isComplex(),
-              "For non-complex input tensors, argument alpha must not be a complex number.");
+  at::native::alpha_check(promoted_type(promotes, ivs), ivs[*at].toScalar());
 }
 
 // The clamp family's meta functions: no complex tensors, and clamp_min and
