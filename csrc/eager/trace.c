@@ -115,8 +115,8 @@ static struct {
   int num_rng, cap_rng;
   block *arena;
   int max_calls;
-  /* the calls' one-op keys since the last cut that was not a loop's */
   int max_readers; /* the most calls that read one storage no call writes (MAX_READERS) */
+  /* the calls' one-op keys since the last cut that was not a loop's */
   uint64_t history[HISTORY];
   int64_t stream;
   int period, matched, loop_calls;
