@@ -2,12 +2,13 @@
  *
  * runtime.c: plugin, client, devices, buffers, the PJRT error choke point;
  * compile.c: compile options, compile, (de)serialize; launch.c: execute,
- * pending launches, synchronize, markers. */
+ * pending launches, deferred buffer destroys, synchronize, markers. */
 #ifndef TPU_RUNTIME_INTERNAL_H_
 #define TPU_RUNTIME_INTERNAL_H_
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "base/profile.h"
 #include "base/strbuf.h"
@@ -18,10 +19,17 @@
 /* Launches kept in flight before the host waits for the oldest one. */
 #define TPU_MAX_PENDING 1024
 
-typedef struct pending_list {
-  PJRT_Event **events;
+/* A FIFO of (pointer, launch number) pairs: a device's tracked launches in
+ * flight (their completion events), or the buffers whose destroy waits for
+ * them (launch.c). */
+typedef struct seq_entry {
+  void *ptr;
+  uint64_t seq;
+} seq_entry;
+typedef struct seq_queue {
+  seq_entry *items;
   size_t head, count, cap;
-} pending_list;
+} seq_queue;
 
 struct tpu_runtime {
   const PJRT_Api *api;
@@ -32,8 +40,11 @@ struct tpu_runtime {
   char *platform_name;
   char *platform_version;
   char *plugin_path;
-  pthread_mutex_t lock; /* guards |pending| and |async_error| */
-  pending_list pending[TPU_MAX_DEVICES];
+  pthread_mutex_t lock; /* guards |pending|, |launches|, |doomed| and |async_error| */
+  seq_queue pending[TPU_MAX_DEVICES]; /* (PJRT_Event *, its launch's number) */
+  uint64_t launches;                  /* the number of the newest tracked launch */
+  seq_queue doomed;                   /* (PJRT_Buffer *, the newest launch when it was released) */
+  bool defer_destroys;                /* the plugin's buffer destroy waits for launches (CPU) */
   tpu_status_t async_error;
   tpu_strbuf compile_options; /* serialized CompileOptionsProto for every compile; under |lock| */
   unsigned dropped_overrides;  /* kCpuOverrides the plugin refused; under |lock| */
@@ -69,6 +80,10 @@ void tpu_runtime_event_destroy(const PJRT_Api *api, PJRT_Event *ev);
 tpu_status_t tpu_runtime_event_await(const PJRT_Api *api, PJRT_Event *ev, const char *what) TPU_MUST_USE;
 /* TPU_ERR_RUNTIME unless |device| is one of |rt|'s. */
 tpu_status_t tpu_runtime_check_device(const tpu_runtime *rt, int device) TPU_MUST_USE;
+/* Keeps |buf| from being destroyed while launches that may read it are in
+ * flight (launch.c); false when it can be destroyed now. */
+bool tpu_runtime_defer_destroy(tpu_runtime *rt, PJRT_Buffer *buf);
+void tpu_runtime_destroy_now(const PJRT_Api *api, PJRT_Buffer *buf);
 /* Fills |rt->compile_options| (compile.c), once the platform is known. */
 tpu_status_t tpu_runtime_init_compile_options(tpu_runtime *rt) TPU_MUST_USE;
 

@@ -1,9 +1,11 @@
 /* Launching: execute (one device or replicated), the in-flight launches
- * per device and synchronize, markers, the profiler's device spans. */
+ * per device, deferred buffer destroys and synchronize, markers, the
+ * profiler's device spans. */
 
 #include "runtime/runtime.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -32,34 +34,92 @@ static void note_async_error(tpu_runtime *rt, tpu_status_t st) {
   else tpu_status_free(st);
 }
 
-/* Adds |ev| to |device|'s in-flight list, dropping finished launches from the
- * front and waiting for the oldest when too many are in flight. */
+static bool queue_push(seq_queue *q, void *ptr, uint64_t seq) {
+  if (q->count == q->cap) {
+    size_t cap = q->cap ? q->cap * 2 : 64;
+    seq_entry *items = tpu_alloc_or_null(cap * sizeof *items);
+    if (items == NULL) return false;
+    for (size_t i = 0; i < q->count; i++) items[i] = q->items[(q->head + i) % q->cap];
+    free(q->items);
+    q->items = items;
+    q->cap = cap;
+    q->head = 0;
+  }
+  q->items[(q->head + q->count) % q->cap] = (seq_entry){ptr, seq};
+  q->count++;
+  return true;
+}
+
+static void queue_pop(seq_queue *q) {
+  q->head = (q->head + 1) % q->cap;
+  q->count--;
+}
+
+/* Drops |p|'s finished launches from the front, waiting for the oldest
+ * while more than |max| are in flight. Lock held. */
+static void drop_finished(tpu_runtime *rt, seq_queue *p, size_t max) {
+  while (p->count > 0) {
+    PJRT_Event *front = p->items[p->head].ptr;
+    if (p->count <= max && !event_ready(rt->api, front)) break;
+    note_async_error(rt, tpu_runtime_event_await(rt->api, front, "a program failed"));
+    queue_pop(p);
+  }
+}
+
+/* --- deferred buffer destroys ----------------------------------------------
+ * On the CPU plugin, destroying a buffer donated to a launch in flight (an
+ * in-place op's old buffer, a fused trace's written storage) waits until
+ * that launch finishes: each `x.mul_` waited for the one before it, and the
+ * host never ran ahead of the device. A buffer released while tracked
+ * launches are in flight waits in |rt->doomed| with the number of the newest
+ * launch, and is destroyed once every launch up to that one has finished:
+ * when a later launch or release finds them finished, or at synchronize.
+ * Untracked launches (programs the plugin runs inline) are done when they
+ * return. */
+
+/* Destroys the doomed buffers that no launch in flight can read. Lock held. */
+static void destroy_released(tpu_runtime *rt) {
+  uint64_t in_flight = UINT64_MAX; /* the oldest launch in flight */
+  for (int d = 0; d < rt->num_devices; d++) {
+    const seq_queue *p = &rt->pending[d];
+    if (p->count > 0 && p->items[p->head].seq < in_flight) in_flight = p->items[p->head].seq;
+  }
+  seq_queue *q = &rt->doomed;
+  while (q->count > 0 && q->items[q->head].seq < in_flight) {
+    tpu_runtime_destroy_now(rt->api, q->items[q->head].ptr);
+    queue_pop(q);
+  }
+}
+
+bool tpu_runtime_defer_destroy(tpu_runtime *rt, PJRT_Buffer *buf) {
+  if (!rt->defer_destroys || tpu_runtime_in_forked_child()) return false;
+  pthread_mutex_lock(&rt->lock);
+  bool in_flight = false;
+  for (int d = 0; d < rt->num_devices; d++) {
+    drop_finished(rt, &rt->pending[d], SIZE_MAX);
+    in_flight |= rt->pending[d].count > 0;
+  }
+  bool deferred = in_flight && queue_push(&rt->doomed, buf, rt->launches);
+  destroy_released(rt);
+  pthread_mutex_unlock(&rt->lock);
+  return deferred;
+}
+
+/* Adds |ev| to |device|'s launches in flight, dropping finished ones from
+ * the front (and the buffers only they read) and waiting for the oldest
+ * when too many are in flight. */
 static void pending_push(tpu_runtime *rt, int device, PJRT_Event *ev) {
   pthread_mutex_lock(&rt->lock);
-  pending_list *p = &rt->pending[device];
-  while (p->count > 0) {
-    PJRT_Event *front = p->events[p->head];
-    if (p->count < TPU_MAX_PENDING && !event_ready(rt->api, front)) break;
-    note_async_error(rt, tpu_runtime_event_await(rt->api, front, "a program failed"));
-    p->head = (p->head + 1) % p->cap;
-    p->count--;
-  }
-  if (p->count == p->cap) {
-    size_t cap = p->cap ? p->cap * 2 : 64;
-    PJRT_Event **ev2 = tpu_alloc_or_null(cap * sizeof *ev2);
-    if (ev2 == NULL) {
-      pthread_mutex_unlock(&rt->lock);
-      note_async_error(rt, tpu_runtime_event_await(rt->api, ev, "a program failed"));
-      return;
-    }
-    for (size_t i = 0; i < p->count; i++) ev2[i] = p->events[(p->head + i) % p->cap];
-    free(p->events);
-    p->events = ev2;
-    p->cap = cap;
-    p->head = 0;
-  }
-  p->events[(p->head + p->count) % p->cap] = ev;
-  p->count++;
+  seq_queue *p = &rt->pending[device];
+  drop_finished(rt, p, TPU_MAX_PENDING - 1);
+  bool pushed = queue_push(p, ev, rt->launches + 1);
+  if (pushed) rt->launches++;
+  destroy_released(rt);
+  pthread_mutex_unlock(&rt->lock);
+  if (pushed) return;
+  tpu_status_t st = tpu_runtime_event_await(rt->api, ev, "a program failed"); /* no room to keep it */
+  pthread_mutex_lock(&rt->lock);
+  note_async_error(rt, st);
   pthread_mutex_unlock(&rt->lock);
 }
 
@@ -67,15 +127,9 @@ tpu_status_t tpu_runtime_synchronize(tpu_runtime *rt, int device) {
   /* Before the lock, which a launching thread of the parent may have held. */
   TPU_RETURN_IF_ERROR(tpu_runtime_check_fork());
   pthread_mutex_lock(&rt->lock);
-  for (int d = 0; d < rt->num_devices; d++) {
-    if (device >= 0 && d != device) continue;
-    pending_list *p = &rt->pending[d];
-    while (p->count > 0) {
-      note_async_error(rt, tpu_runtime_event_await(rt->api, p->events[p->head], "a program failed"));
-      p->head = (p->head + 1) % p->cap;
-      p->count--;
-    }
-  }
+  for (int d = 0; d < rt->num_devices; d++)
+    if (device < 0 || d == device) drop_finished(rt, &rt->pending[d], 0);
+  destroy_released(rt);
   tpu_status_t st = rt->async_error;
   rt->async_error = NULL;
   pthread_mutex_unlock(&rt->lock);
@@ -138,8 +192,8 @@ tpu_marker *tpu_marker_record(tpu_runtime *rt, int device) {
   pthread_mutex_lock(&rt->lock);
   PJRT_Event *last = NULL;
   if (device >= 0 && device < rt->num_devices && rt->pending[device].count > 0) {
-    pending_list *p = &rt->pending[device];
-    last = p->events[(p->head + p->count - 1) % p->cap];
+    const seq_queue *p = &rt->pending[device];
+    last = p->items[(p->head + p->count - 1) % p->cap].ptr;
   }
   bool waiting = false;
   if (last != NULL && TPU_PJRT_HAS(rt->api, PJRT_Event_OnReady) && !event_ready(rt->api, last)) {

@@ -221,6 +221,7 @@ tpu_status_t tpu_runtime_create(const tpu_runtime_options *opts, tpu_runtime **o
 
   TPU_GOTO_IF_ERROR(st, client_string(api, rt->client, false, &rt->platform_name), fail);
   TPU_GOTO_IF_ERROR(st, client_string(api, rt->client, true, &rt->platform_version), fail);
+  rt->defer_destroys = strcmp(rt->platform_name, "cpu") == 0; /* see launch.c */
   TPU_GOTO_IF_ERROR(st, tpu_runtime_init_compile_options(rt), fail);
 
   PJRT_Client_AddressableDevices_Args devs = {
@@ -248,7 +249,7 @@ void tpu_runtime_destroy(tpu_runtime *rt) {
   if (rt == NULL) return;
   tpu_status_free(tpu_runtime_synchronize(rt, -1));
   for (int i = 0; i < TPU_MAX_DEVICES; i++) {
-    free(rt->pending[i].events);
+    free(rt->pending[i].items);
     free(rt->kinds[i]);
   }
   if (rt->client != NULL) {
@@ -256,6 +257,7 @@ void tpu_runtime_destroy(tpu_runtime *rt) {
                                   .client = rt->client};
     tpu_status_free(CALL(rt->api, PJRT_Client_Destroy, &d, "destroying the client"));
   }
+  free(rt->doomed.items);
   tpu_status_free(rt->async_error);
   free(rt->platform_name);
   free(rt->platform_version);
@@ -430,11 +432,14 @@ tpu_status_t tpu_buffer_host_pointer(tpu_runtime *rt, tpu_buffer *buf, void **ou
   return NULL;
 }
 
+void tpu_runtime_destroy_now(const PJRT_Api *api, PJRT_Buffer *buf) {
+  PJRT_Buffer_Destroy_Args a = {.struct_size = TPU_PJRT_SIZE(PJRT_Buffer_Destroy_Args, buffer), .buffer = buf};
+  tpu_status_free(CALL(api, PJRT_Buffer_Destroy, &a, "releasing a buffer"));
+}
+
 void tpu_buffer_destroy(tpu_runtime *rt, tpu_buffer *buf) {
-  if (buf == NULL) return;
-  PJRT_Buffer_Destroy_Args a = {.struct_size = TPU_PJRT_SIZE(PJRT_Buffer_Destroy_Args, buffer),
-                                .buffer = (PJRT_Buffer *)buf};
-  tpu_status_free(CALL(rt->api, PJRT_Buffer_Destroy, &a, "releasing a buffer"));
+  if (buf == NULL || tpu_runtime_defer_destroy(rt, (PJRT_Buffer *)buf)) return;
+  tpu_runtime_destroy_now(rt->api, (PJRT_Buffer *)buf);
 }
 
 tpu_status_t tpu_runtime_register_ffi(tpu_runtime *rt, const char *name, void *handler) {
