@@ -177,7 +177,7 @@ static const char *cpp_type_name(tpu_dtype_t t) {
  * weight, a bound: Scalar::to<T>, checked) must have no imaginary part;
  * eager's key says whether it has one (the number itself is a runtime
  * value). */
-static bool real_enough(tpu_lower_ctx *c, const tpu_lower_arg *a, tpu_dtype_t dtype) {
+static bool real_enough(const tpu_lower_ctx *c, const tpu_lower_arg *a, tpu_dtype_t dtype) {
   if (a->kind != TPU_ARG_SCALAR || a->dtype != TPU_C128 || a->fi == 0 || tpu_dtype_is_complex(dtype) ||
       dtype == TPU_BOOL)
     return true;
@@ -218,8 +218,7 @@ int64_t tpu_lower_int(const tpu_lower_ctx *c, int arg, int64_t if_none) {
 double tpu_lower_float(const tpu_lower_ctx *c, int arg, double if_none) {
   if (tpu_lower_is_none(c, arg)) return if_none;
   const tpu_lower_arg *a = &c->args[arg];
-  if (a->kind == TPU_ARG_SCALAR && a->dtype == TPU_C128 && a->fi != 0) /* Scalar::toDouble, checked */
-    tpu_hlo_fail(c->b, TPU_ERR_RUNTIME, "value cannot be converted to type double without overflow");
+  (void)real_enough(c, a, TPU_F64); /* Scalar::toDouble, checked */
   if (a->kind == TPU_ARG_INT) return (double)a->i;
   if (a->kind == TPU_ARG_SCALAR && a->is_const && !tpu_dtype_is_float(a->dtype)) return (double)a->i;
   return a->f;
