@@ -80,7 +80,7 @@ void tpu_runtime_event_destroy(const PJRT_Api *api, PJRT_Event *ev);
 tpu_status_t tpu_runtime_event_await(const PJRT_Api *api, PJRT_Event *ev, const char *what) TPU_MUST_USE;
 /* TPU_ERR_RUNTIME unless |device| is one of |rt|'s. */
 tpu_status_t tpu_runtime_check_device(const tpu_runtime *rt, int device) TPU_MUST_USE;
-/* Keeps |buf| from being destroyed while launches that may read it are in
+/* Keeps |buf| from being destroyed while launches that may use it are in
  * flight (launch.c); false when it can be destroyed now. */
 bool tpu_runtime_defer_destroy(tpu_runtime *rt, PJRT_Buffer *buf);
 void tpu_runtime_destroy_now(const PJRT_Api *api, PJRT_Buffer *buf);

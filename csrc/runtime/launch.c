@@ -77,8 +77,9 @@ static void drop_finished(tpu_runtime *rt, seq_queue *p, size_t max) {
  * Untracked launches (programs the plugin runs inline) are done when they
  * return. */
 
-/* Destroys the doomed buffers that no launch in flight can read. Lock held. */
+/* Destroys the doomed buffers that no launch in flight can use. Lock held. */
 static void destroy_released(tpu_runtime *rt) {
+  if (rt->doomed.count == 0) return; /* every tracked launch passes here */
   uint64_t in_flight = UINT64_MAX; /* the oldest launch in flight */
   for (int d = 0; d < rt->num_devices; d++) {
     const seq_queue *p = &rt->pending[d];
@@ -106,7 +107,7 @@ bool tpu_runtime_defer_destroy(tpu_runtime *rt, PJRT_Buffer *buf) {
 }
 
 /* Adds |ev| to |device|'s launches in flight, dropping finished ones from
- * the front (and the buffers only they read) and waiting for the oldest
+ * the front (and the buffers only they used) and waiting for the oldest
  * when too many are in flight. */
 static void pending_push(tpu_runtime *rt, int device, PJRT_Event *ev) {
   pthread_mutex_lock(&rt->lock);
