@@ -382,6 +382,89 @@ class TestCuts:
                 torch.tpu.synchronize()
         assert_same(z, (x * 2).exp() + 1)
 
+    def test_what_a_failed_trace_never_computed_raises_when_read(self):
+        """Strict raises at the failing call, so a program never holds what
+        the calls after it make; fused eager handed those tensors out. A
+        read of one raises (it read whatever the memory held): at the call
+        in either mode, or, for a call that writes it in place, when the
+        call runs; a write of the whole tensor gives it a value again."""
+        x = torch.arange(5.0, device="tpu")
+        with torchtpu.eager_mode("fused"):
+            bad = x.index_select(0, torch.tensor([9], device="tpu"))
+            z = x * 2
+            with pytest.raises(IndexError, match="index out of range in self"):
+                torch.tpu.synchronize()
+        never = r"never computed: .*aten::mul.Tensor.*\(index out of range in self\)"
+        with pytest.raises(RuntimeError, match=never):
+            z.cpu()
+        with pytest.raises(RuntimeError, match="never computed: .*aten::index_select"):
+            bad.cpu()
+        with pytest.raises(RuntimeError, match=never):
+            z + 1
+        with torchtpu.eager_mode("fused"):
+            with pytest.raises(RuntimeError, match=never):
+                z + 1
+            z.mul_(2)  # recorded: its program reads z, and raises at the cut as a data check does
+            with pytest.raises(RuntimeError, match=never):
+                torch.tpu.synchronize()
+            torch.tpu.synchronize()  # raised once
+        with pytest.raises(RuntimeError, match=never):
+            z.mul_(2)
+        with pytest.raises(RuntimeError, match="never computed"):
+            bad.resize_(10)  # keeps the old contents: reads them
+        z.zero_()
+        assert_same(z, torch.zeros(5, device="tpu"))
+
+    def test_resize_keeps_a_recorded_value(self):
+        """Growing a tensor whose value recorded calls make keeps that value
+        (it had no buffer yet, and the new storage began empty)."""
+        x = torch.arange(5.0, device="tpu")
+        with torchtpu.eager_mode("fused"):
+            y = x * 2
+            y.resize_(10)
+            head = y[:5].clone()
+        assert_same(head, x * 2)
+
+    def test_a_failed_step_then_training_goes_on_as_strict(self):
+        """A bad target fails the step's forward; its backward and optimizer
+        step, recorded after it, never ran: the gradients they made raise
+        when read (strict has none: set to None before the forward), and
+        training after it gives strict's weights bit for bit, whether the
+        next step drops those gradients or zeroes them in place."""
+        def run(mode):
+            torch.manual_seed(0)
+            model = MLP().to("tpu")
+            opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+            x, y = torch.randn(16, 32, device="tpu"), torch.randint(0, 10, (16,), device="tpu")
+
+            def step(target, to_none=True):
+                opt.zero_grad(set_to_none=to_none)
+                loss = F.cross_entropy(model(x), target)
+                loss.backward()
+                opt.step()
+                return loss.item()
+
+            losses = []
+            with torchtpu.eager_mode(mode):
+                losses += [step(y) for _ in range(2)]
+                with pytest.raises(IndexError, match="Target 12 is out of bounds"):
+                    step(torch.full((16,), 12, device="tpu"))
+                grad = next(model.parameters()).grad
+                if mode == "fused":
+                    with pytest.raises(RuntimeError, match="never computed: .*after a call that failed"):
+                        grad.sum().item()
+                else:
+                    assert grad is None
+                losses += [step(y, to_none) for _ in range(2)]
+            return losses, [p.detach() for p in model.parameters()]
+
+        for to_none in (True, False):
+            strict_losses, strict_params = run("strict")
+            fused_losses, fused_params = run("fused")
+            assert fused_losses == strict_losses
+            for a, b in zip(fused_params, strict_params):
+                assert_same(a, b)
+
     def test_data_checks_in_a_training_loop(self):
         """cross_entropy checks its targets: the loop still records whole
         steps (one program each, no replays), and a bad target raises the

@@ -428,7 +428,32 @@ tpu_eager_mode tpu_eager_current_mode(void) {
   return (tpu_eager_mode)(t_mode >= 0 ? t_mode : __atomic_load_n(&g_default_mode, __ATOMIC_RELAXED));
 }
 
+/* The poison of |s| (a value a failed fused trace never computed), unless
+ * a recorded call uses it: one that writes it whole gives it a value, and
+ * the launch raises what is still poisoned when it reads it. */
+static tpu_status_t check_input(const tpu_storage *s) {
+  if (s == NULL || __atomic_load_n(&s->traced, __ATOMIC_ACQUIRE)) return NULL;
+  return tpu_storage_check_value(s);
+}
+
+/* A call that reads a tensor a failed fused trace never computed raises at
+ * the call, in every mode (trace.c, poison_outputs). An argument the call
+ * writes is left to the launch, which raises if the program reads it: a
+ * write of the whole tensor gives it a value again. */
+static tpu_status_t check_inputs(const tpu_eager_call *call) {
+  if (__atomic_load_n(&tpu_poisoned_storages, __ATOMIC_ACQUIRE) == 0) return NULL;
+  for (int a = 0; a < call->num_args; a++) {
+    const tpu_eager_arg *arg = &call->args[a];
+    if (arg->mutated) continue;
+    if (arg->lower.kind == TPU_ARG_TENSOR) TPU_RETURN_IF_ERROR(check_input(arg->tensor.storage));
+    if (arg->lower.kind == TPU_ARG_TENSOR_LIST)
+      for (int i = 0; i < arg->lower.n; i++) TPU_RETURN_IF_ERROR(check_input(arg->items[i].storage));
+  }
+  return NULL;
+}
+
 tpu_status_t tpu_eager_run(tpu_eager_entry *e, const tpu_eager_call *call, tpu_storage *const *new_outputs) {
+  TPU_RETURN_IF_ERROR(check_inputs(call));
   tpu_eager_mode mode = tpu_eager_current_mode();
   if (mode == TPU_EAGER_FUSED) return tpu_trace_record(e, call, new_outputs);
   tpu_status_t st = tpu_eager_execute(e, call, new_outputs);
@@ -772,6 +797,10 @@ tpu_status_t tpu_eager_execute_checked(const tpu_eager_entry *e, const tpu_eager
     switch (p->kind) {
       case SRC_STORAGE: {
         tpu_storage *s = f.refs[p->ref].ref->storage;
+        if ((st = tpu_storage_check_value(s)) != NULL) { /* the data's failure (no value), as a failed check's */
+          *out_check_failed = true;
+          goto done;
+        }
         if (s->buf == NULL) TPU_GOTO_IF_ERROR(st, tpu_storage_materialize(s, p->dtype), done);
         args[i] = s->buf;
         break;

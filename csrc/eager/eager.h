@@ -57,6 +57,12 @@ typedef struct tpu_storage {
   int trace_slot; /* while traced: its index among the trace's storages */
   int trace_readers, trace_reader; /* while traced: calls that read it (trace.c, MAX_READERS); the last counted */
   struct tpu_storage *live_prev, *live_next; /* the live list (storage.c), for memory snapshots */
+  /* Fused eager: why the storage has no value (NULL: it has one, or is
+   * merely unwritten, as torch.empty's). A failed trace sets it on what the
+   * calls it did not run would have made (trace.c, replay); reading the
+   * storage raises it, a new buffer (a write of the whole storage) clears
+   * it. Set and cleared under the trace's lock or by the storage's user. */
+  char *poison;
 } tpu_storage;
 
 /* A tensor argument. */
@@ -297,6 +303,11 @@ const tpu_hlo_type *tpu_storage_type_in(const tpu_storage *s, tpu_dtype_t reader
  * a [1, n] sum and one accumulated in place as [n] run the same programs.
  * |rank| is at most TPU_MAX_TENSOR_RANK (the glue refuses more). */
 tpu_hlo_type tpu_storage_dense_type(tpu_dtype_t dtype, int rank, const int64_t *sizes);
+/* Marks |s| as having no value, read as the RuntimeError |why| (copied; a
+ * later mark replaces it). */
+tpu_status_t tpu_storage_poison(tpu_storage *s, const char *why) TPU_MUST_USE;
+/* The error a read of |s| raises: its poison (NULL: none). */
+tpu_status_t tpu_storage_check_value(const tpu_storage *s) TPU_MUST_USE;
 /* Gives |s| a buffer of |dtype| elements if it has none (contents unspecified). */
 tpu_status_t tpu_storage_materialize(tpu_storage *s, tpu_dtype_t dtype) TPU_MUST_USE;
 

@@ -74,6 +74,7 @@ const tpu_dtype_t *tpu_eager_entry_item_common_dtypes(const tpu_eager_entry *e);
 const tpu_eager_out_meta *tpu_eager_entry_metas(const tpu_eager_entry *e);
 /* Trace hooks (trace.c). */
 extern int tpu_trace_pending; /* storages a trace holds (atomic) */
+extern int tpu_poisoned_storages; /* storages with a poison (storage.c; atomic) */
 tpu_status_t tpu_trace_settle_call(const tpu_eager_call *call, tpu_cut_reason why) TPU_MUST_USE;
 bool tpu_trace_call_touches(const tpu_eager_call *call);
 tpu_status_t tpu_trace_record(tpu_eager_entry *e, const tpu_eager_call *call,

@@ -66,8 +66,18 @@ void tpu_storage_each_live(int device, void (*fn)(void *ctx, const tpu_storage *
   pthread_mutex_unlock(&g_live_lock);
 }
 
+int tpu_poisoned_storages;
+
+static void clear_poison(tpu_storage *s) {
+  char *old = __atomic_exchange_n(&s->poison, NULL, __ATOMIC_ACQ_REL);
+  if (old == NULL) return;
+  free(old);
+  __atomic_sub_fetch(&tpu_poisoned_storages, 1, __ATOMIC_RELEASE);
+}
+
 void tpu_storage_destroy(tpu_storage *s) {
   tpu_buffer_destroy(s->ctx->rt, s->buf);
+  clear_poison(s);
   free(s);
 }
 
@@ -123,6 +133,7 @@ void tpu_storage_put(tpu_storage *s, tpu_buffer *buf, const tpu_hlo_type *type) 
   tpu_buffer *old = s->buf;
   s->buf = buf;
   s->type = *type;
+  clear_poison(s); /* written: it has a value now */
   if (old != NULL && old != buf) tpu_buffer_destroy(s->ctx->rt, old);
 }
 
@@ -147,6 +158,20 @@ tpu_hlo_type tpu_storage_dense_type(tpu_dtype_t dtype, int rank, const int64_t *
   return t;
 }
 
+tpu_status_t tpu_storage_poison(tpu_storage *s, const char *why) {
+  char *copy = NULL;
+  TPU_RETURN_IF_ERROR(tpu_strdup(why, &copy));
+  clear_poison(s);
+  __atomic_add_fetch(&tpu_poisoned_storages, 1, __ATOMIC_RELEASE);
+  __atomic_store_n(&s->poison, copy, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+tpu_status_t tpu_storage_check_value(const tpu_storage *s) {
+  const char *why = __atomic_load_n(&s->poison, __ATOMIC_ACQUIRE);
+  return why != NULL ? tpu_status_new(TPU_ERR_RUNTIME, "%s", why) : NULL;
+}
+
 tpu_status_t tpu_storage_materialize(tpu_storage *s, tpu_dtype_t dtype) {
   if (s->buf != NULL) return NULL;
   tpu_hlo_type t = tpu_storage_type(s, dtype);
@@ -158,6 +183,7 @@ tpu_status_t tpu_storage_materialize(tpu_storage *s, tpu_dtype_t dtype) {
 
 tpu_status_t tpu_storage_copy_prefix(tpu_storage *dst, const tpu_storage *src) {
   TPU_RETURN_IF_ERROR(tpu_storage_settle((tpu_storage *)src, TPU_CUT_OTHER));
+  TPU_RETURN_IF_ERROR(tpu_storage_check_value(src));
   if (src->buf == NULL || dst->nbytes == 0) return NULL;
   tpu_runtime *rt = dst->ctx->rt;
   tpu_hlo_builder *b = NULL;

@@ -463,14 +463,44 @@ static tpu_status_t unpark(void) {
   return st;
 }
 
+#define NEVER_COMPUTED "this tensor's value was never computed: "
+
+/* Marks the storages call |r| makes as having no value: it failed with
+ * |error|, or did not run after its thread's call that did. Strict eager
+ * raises at the failing call, so a program never holds these tensors
+ * there; fused eager handed them out, and a read raises instead of
+ * returning whatever the memory held. A call that failed by reading such a
+ * storage passes its message on as it is. */
+static void poison_outputs(const rec *r, const char *error) {
+  char why[1280];
+  if (strncmp(error, NEVER_COMPUTED, strlen(NEVER_COMPUTED)) == 0)
+    snprintf(why, sizeof why, "%s", error);
+  else
+    snprintf(why, sizeof why,
+             NEVER_COMPUTED "fused eager recorded the %s call that makes it after a call that failed (%s), "
+             "where strict eager raises",
+             r->op->name, error);
+  for (int o = 0; o < r->num_outs; o++) {
+    const tpu_eager_arg *a = &g.args[r->base + r->num_args + o];
+    if (a->lower.kind != TPU_ARG_TENSOR) continue;
+    tpu_status_t st = tpu_storage_poison(a->tensor.storage, why);
+    if (st != NULL) park(r->thread, st); /* out of memory: the thread's error, not this one's */
+  }
+}
+
 /* The calls one by one, on their own programs: what strict eager does. A
  * thread's calls stop at its first that fails (strict raises there, and
  * the thread's later calls would not have been made); its error is parked
- * for it, and other threads' calls go on. */
+ * for it, and other threads' calls go on. What the failing call and those
+ * after it would have made has no value (poison_outputs). */
 static void replay(void) {
   for (int i = 0; i < g.n; i++) {
     const rec *r = &g.recs[i];
-    if (parked_index(r->thread) >= 0) continue;
+    int parked = parked_index(r->thread);
+    if (parked >= 0) {
+      poison_outputs(r, tpu_status_message(g.parked[parked].st));
+      continue;
+    }
     tpu_eager_call c = rec_call(r);
     tpu_storage *outs_small[16], **outs = r->num_outs <= 16 ? outs_small : tpu_alloc_or_null((size_t)r->num_outs * sizeof *outs);
     if (outs == NULL) {
@@ -485,7 +515,10 @@ static void replay(void) {
     }
     tpu_status_t st = tpu_eager_execute_raw(r->entry, &c, outs);
     if (outs != outs_small) free(outs);
-    if (st != NULL) park(r->thread, st);
+    if (st != NULL) {
+      poison_outputs(r, tpu_status_message(st));
+      park(r->thread, st);
+    }
   }
 }
 
@@ -570,10 +603,15 @@ tpu_status_t tpu_eager_flush(tpu_cut_reason why) {
 }
 
 tpu_status_t tpu_storage_settle(tpu_storage *s, tpu_cut_reason why) {
-  if (s == NULL || !__atomic_load_n(&s->traced, __ATOMIC_ACQUIRE)) return unpark();
-  pthread_mutex_lock(&g.lock);
-  tpu_status_t st = s->traced ? flush_locked(why) : unpark_locked();
-  pthread_mutex_unlock(&g.lock);
+  tpu_status_t st;
+  if (s == NULL || !__atomic_load_n(&s->traced, __ATOMIC_ACQUIRE)) {
+    st = unpark();
+  } else {
+    pthread_mutex_lock(&g.lock);
+    st = s->traced ? flush_locked(why) : unpark_locked();
+    pthread_mutex_unlock(&g.lock);
+  }
+  if (st == NULL && s != NULL && why == TPU_CUT_HOST_READ) st = tpu_storage_check_value(s);
   return st;
 }
 

@@ -51,8 +51,9 @@ struct TpuHooks final : public at::PrivateUse1HooksInterface {
     c10::DeviceGuard guard(storage.device());
     c10::DataPtr fresh = allocator()->allocate(newsize);
     tpu_storage* box = static_cast<tpu_storage*>(fresh.get());
-    if (old != nullptr && box != nullptr && old->buf != nullptr)
-      TPU_CHECK(tpu_storage_copy_prefix(box, old));
+    // (copy_prefix runs fused eager's recorded calls on |old| first: before
+    // them it has no buffer yet, and the value they give it is kept)
+    if (old != nullptr && box != nullptr) TPU_CHECK(tpu_storage_copy_prefix(box, old));
     storage.unsafeGetStorageImpl()->set_data_ptr_noswap(std::move(fresh));
     storage.unsafeGetStorageImpl()->set_nbytes(newsize);
   }
