@@ -38,6 +38,9 @@ TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) { m.fallback(torch::CppFunction::m
 TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
   using namespace at::autocast;
   using at::IntArrayRef, at::Scalar, at::ScalarType, at::Tensor;  // named unqualified in the lists
+#if __has_include(<ATen/core/Dimname.h>)
+  using at::DimnameList;  // PyTorch 2.11's lists name it too (named tensors, gone by 2.13)
+#endif
 #define TPU_LOWER_PRECISION(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, lower_precision_fp)
 #define TPU_FP32(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, fp32)
 #define TPU_FP32_SET_OPT_DTYPE(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, fp32_set_opt_dtype)

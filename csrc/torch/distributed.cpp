@@ -607,7 +607,8 @@ class ProcessGroupTpu : public c10d::Backend {
   static bool has_premul(const c10d::ReduceOp& op) { return op.op_ == c10d::ReduceOp::PREMUL_SUM; }
 
   static at::Scalar factor_of(const c10d::ReduceOp& op) {
-    auto* sup = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
+    // NCCLPreMulSumSupplement: PyTorch 2.11's name, kept as an alias since.
+    auto* sup = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
     TORCH_CHECK(sup != nullptr, "tpu_dist: PREMUL_SUM without a factor");
     if (sup->tensor_factor.defined()) return sup->tensor_factor.to(at::kCPU).item();
     return at::Scalar(sup->double_factor);

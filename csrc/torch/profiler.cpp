@@ -1,5 +1,8 @@
-// torch.profiler for tpu: the Kineto activity profiler PyTorch 2.13 creates
-// for the PrivateUse1 activity (profile(activities=[CPU, PrivateUse1])).
+// torch.profiler for tpu: a Kineto child activity profiler, registered with
+// libkineto::api() when the extension loads, for the PrivateUse1 activity
+// (profile(activities=[CPU, PrivateUse1])). Kineto queues the factory until
+// its activity profiler starts; PyTorch 2.13's REGISTER_PRIVATEUSE1_PROFILER
+// does the same through a header that PyTorch 2.11 does not ship.
 // A session turns the runtime's trace buffer (base/profile.h) into Kineto
 // activities: each program's device span a kernel on the device's row,
 // linked to the ATen op that launched it (its correlation id), and the
@@ -20,7 +23,6 @@
 #include <IActivityProfiler.h>
 #include <libkineto.h>
 #include <output_base.h>
-#include <torch/csrc/profiler/standalone/privateuse1_profiler.h>
 
 #include "base/profile.h"
 #include "torch/tpu_torch.h"
@@ -207,7 +209,10 @@ class TpuActivityProfiler final : public libkineto::IActivityProfiler {
                                                 libkineto::ActivityType::PRIVATEUSE1_RUNTIME};
 };
 
-REGISTER_PRIVATEUSE1_PROFILER(TpuActivityProfiler);
+const bool registered = [] {
+  libkineto::api().registerProfilerFactory([] { return std::make_unique<TpuActivityProfiler>(); });
+  return true;
+}();
 
 }  // namespace
 }  // namespace torchtpu
