@@ -37,6 +37,13 @@ def timed(fn, repeats):
     return statistics.median(samples)
 
 
+def sync(device):
+    if device == "tpu":
+        torch.tpu.synchronize()
+    elif device == "cuda":
+        torch.cuda.synchronize()
+
+
 def torch_chain(device, n):
     y = torch.randn(8, device=device)
     z0 = torch.randn(8, device=device)
@@ -45,10 +52,9 @@ def torch_chain(device, n):
         z = z0
         for _ in range(n):
             z = z + y
-        if device == "tpu":
-            torch.tpu.synchronize()
-        else:
+        if device == "cpu":
             z.sum().item()
+        sync(device)
     return run
 
 
@@ -59,8 +65,7 @@ def torch_mm(device, n):
     def run():
         for _ in range(n):
             c = a @ b
-        if device == "tpu":
-            torch.tpu.synchronize()
+        sync(device)
         return c
     return run
 

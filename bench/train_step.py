@@ -3,12 +3,13 @@ forward+backward+AdamW, side by side in one run:
 
   torchtpu compiled     torch.compile(model, backend="tpu"), optimizer step compiled too
   torchtpu eager        the same model on "tpu", op by op
-  torch cpu eager       PyTorch on the CPU
-  torch inductor        torch.compile with Inductor on the CPU
+  torch cpu eager       PyTorch on the CPU (on the GPU with --ref-device cuda)
+  torch inductor        torch.compile with Inductor on the CPU (or the GPU)
   jax jit               the same model written in JAX, step under jax.jit (jaxlib's own XLA)
   jax jit, xla-cpu-pjrt the same JAX program compiled by the XLA CPU plugin torchtpu runs on
 
     python bench/train_step.py [--repeats 7] [--layers 8] [--skip inductor,jax]
+                               [--ref-device cuda] [--json results.json]
 
 Each system lives in a worker process of its own (four runtimes in one
 process share thread pools, the allocator and the caches, and one system's
@@ -33,11 +34,11 @@ import subprocess
 import sys
 import time
 
-SYSTEMS = {  # name -> (skip key, kind)
+SYSTEMS = {  # name ({ref}: --ref-device) -> (skip key, kind)
     "torchtpu compiled": ("tpu_compiled", "tpu"),
     "torchtpu eager": ("tpu_eager", "eager"),
-    "torch cpu eager": ("cpu", "cpu"),
-    "torch inductor (cpu)": ("inductor", "inductor"),
+    "torch {ref} eager": ("cpu", "cpu"),
+    "torch inductor ({ref})": ("inductor", "inductor"),
     "jax jit (jaxlib)": ("jax", "jax"),
     "jax jit (xla-cpu-pjrt)": ("jax_plugin", "jax_plugin"),
 }
@@ -98,7 +99,7 @@ def build_gpt(a):
 def torch_case(a, kind):
     import torch
     model, data = build_gpt(a)
-    device = "tpu" if kind in ("tpu", "eager") else "cpu"
+    device = "tpu" if kind in ("tpu", "eager") else a.ref_device
     if device == "tpu":
         import torchtpu  # noqa: F401
     m = copy.deepcopy(model).to(device)
@@ -110,7 +111,7 @@ def torch_case(a, kind):
         fwd, opt_step = torch.compile(m), torch.compile(opt.step)
     else:
         fwd, opt_step = m, opt.step
-    sync = torch.tpu.synchronize if device == "tpu" else (lambda: None)
+    sync = {"tpu": torch.tpu.synchronize, "cuda": torch.cuda.synchronize}.get(device, lambda: None)
 
     def forward():
         with torch.no_grad():
@@ -258,9 +259,9 @@ def worker(a):
 # --- the driver -----------------------------------------------------------------
 
 class Worker:
-    def __init__(self, name, argv):
+    def __init__(self, system, name, argv):
         self.name = name
-        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", name] + argv,
+        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", system] + argv,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
         if not line:
@@ -290,6 +291,8 @@ def main():
     p.add_argument("--skip", default="", help="comma-separated systems to skip: "
                    + ",".join(k for k, _ in SYSTEMS.values() if k != "tpu_compiled"))
     p.add_argument("--disk-cache", action="store_true", help="use the on-disk compile cache")
+    p.add_argument("--ref-device", default="cpu", help="the device of the torch eager and Inductor systems (cuda)")
+    p.add_argument("--json", help="also write the medians to this file, as JSON")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     a = p.parse_args()
     # Compile times here are cold compiles: keep the on-disk cache out of the
@@ -298,7 +301,8 @@ def main():
         os.environ["TORCHTPU_CACHE_DIR"] = "off"
     if a.worker:
         return worker(a)
-    argv = [f"--{k}={getattr(a, k)}" for k in ("layers", "d", "heads", "vocab", "seq", "batch")]
+    argv = [f"--{k.replace('_', '-')}={getattr(a, k)}"
+            for k in ("layers", "d", "heads", "vocab", "seq", "batch", "ref_device")]
     if a.disk_cache:
         argv.append("--disk-cache")
     skip = set(filter(None, a.skip.split(",")))
@@ -311,7 +315,7 @@ def main():
                 import jax  # noqa: F401
             except ImportError:
                 continue
-        workers.append(Worker(name, argv))
+        workers.append(Worker(name, name.format(ref=a.ref_device), argv))
     samples = {w.name: {"forward": [], "step": []} for w in workers}
     for _ in range(a.repeats):  # interleaved rounds
         for w in workers:
@@ -340,6 +344,12 @@ def main():
         need = 3 * (3 * fwd_flops) / med["torchtpu eager"]["step"] / 1e6
         print(f"a compiled step 3x faster than torchtpu eager would run at {need:.0f} GFLOP/s")
     print(f"stats: {info['fallbacks'] or 'no fallbacks'}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"platform": info["platform"], "torch": info["torch"], "params": info["params"],
+                       "repeats": a.repeats, "fallbacks": info["fallbacks"], "matmul_ceiling_gflops": ceiling,
+                       "systems": {w.name: {"forward_ms": med[w.name]["forward"], "step_ms": med[w.name]["step"],
+                                            "first_step_ms": w.info["first_step"]} for w in workers}}, f, indent=1)
 
 
 if __name__ == "__main__":

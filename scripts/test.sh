@@ -25,8 +25,9 @@ $PY -m pytest -q tests "$@"
 # (their strict_eager marker); left out are the files about other paths
 # (compiled graphs, export, the model zoos, processes and the distributed
 # backend, the profiler's strict events, the fuzzer, which runs its fused mode
-# itself), to keep CI short.
+# itself, the device check's run of the benches), to keep CI short.
 TORCHTPU_EAGER=fused $PY -m pytest -q tests \
   --ignore=tests/test_compile.py --ignore=tests/test_export.py --ignore=tests/test_hf_models.py \
   --ignore=tests/test_models_sweep.py --ignore=tests/test_distributed.py --ignore=tests/test_multiprocessing.py \
-  --ignore=tests/test_processes.py --ignore=tests/test_profiler.py --ignore=tests/test_fuzz.py "$@"
+  --ignore=tests/test_processes.py --ignore=tests/test_profiler.py --ignore=tests/test_fuzz.py \
+  --ignore=tests/test_device_check.py "$@"
