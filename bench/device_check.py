@@ -218,6 +218,18 @@ def summary(a):
         t = r["trace"]
         lines += ["", f"Profiler trace (trace.json.gz): {t['events']} events, {t['device_events']} device events; "
                   f"PJRT profiler extension: {t['profiler_extension']}; mem_get_info: {t['memory_info']}"]
+    targets = []  # issue 46's, for a GPU against torch's CUDA
+    if "matmul" in r and "bfloat16" in r["matmul"]:
+        ratio = r["matmul"]["bfloat16"]["ratio"]
+        targets.append(f"bf16 product at least 0.90x torch {r['matmul']['ref_device']}'s: {ratio:.2f}x, "
+                       f"{'met' if ratio >= 0.9 else 'NOT met'}")
+    key = f"compiled step / inductor ({r.get('gpt', {}).get('ref_device')}) step"
+    if key in r.get("gpt", {}).get("ratios", {}):
+        ratio = r["gpt"]["ratios"][key]
+        targets.append(f"compiled GPT step within 1.10x of Inductor's: {ratio:.2f}x, "
+                       f"{'met' if ratio <= 1.1 else 'NOT met'}")
+    if targets:
+        lines += ["", "Targets:", ""] + [f"- {t}" for t in targets]
     with open(os.path.join(a.out, "summary.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

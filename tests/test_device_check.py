@@ -89,7 +89,8 @@ def test_trace_has_device_events(checked):
 
 def test_summary(checked):
     summary = (checked["out"] / "summary.md").read_text()
-    for line in ("| suite | ok |", "| bfloat16 |", "| torchtpu compiled |", "| add8 |", "Profiler trace"):
+    for line in ("| suite | ok |", "| bfloat16 |", "| torchtpu compiled |", "| add8 |", "Profiler trace",
+                 "- bf16 product at least 0.90x torch cpu's: "):
         assert line in summary, summary
 
 
