@@ -50,7 +50,7 @@ torch.utils.generate_methods_for_privateuse1_backend(
 
 _C._set_fallback_mode(os.environ.get("TORCHTPU_FALLBACK", "warn"))
 from . import _decomp  # noqa: E402
-from . import _meta  # noqa: E402,F401
+from . import _meta  # noqa: E402
 from . import _flex  # noqa: E402
 from . import _reductions  # noqa: E402
 from . import _distributed  # noqa: E402
@@ -77,6 +77,7 @@ def _route_inductor():
 
 
 _route_inductor()
+_meta.enable()
 _flex.enable()
 _reductions.enable()
 _distributed.enable()

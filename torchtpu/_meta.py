@@ -1,6 +1,14 @@
 """Repairs to PyTorch meta functions that tpu ops depend on: eager sizes every
 op's outputs with its meta function, and compiled graphs trace through them.
 
+They are tpu's alone: PyTorch's meta functions, which CPU and CUDA code and
+meta tensors use, stay as they are. TPU_META maps an op to tpu's meta
+function; eager's sizing (csrc/torch/dispatch.cpp, run_meta) asks it before
+the op's Meta kernel, and FakeTensor (torch.compile, torch.export) asks it
+for fake tensors on tpu, through the first of FakeTensor's op
+implementations, which passes every other call on. The convolutions' layout
+(below) takes FakeTensor's convolution the same way.
+
 _thnn_fused_lstm_cell (the cell nn.LSTM and nn.LSTMCell run on every device
 but the CPU) fails without biases in torch 2.13: its size check reads
 `.device` of each bias, None for `bias=False`. Without biases the check runs
@@ -52,6 +60,28 @@ import torch
 import torch._decomp
 import torch._meta_registrations as _registrations
 
+aten = torch.ops.aten
+
+# op -> tpu's meta function, for tpu tensors only.
+TPU_META = {}
+# "aten::name.overload" (c10's spelling, which the C++ asks by) -> the same.
+_BY_NAME = {}
+
+
+def _for_tpu(*ops):
+    def register(fn):
+        for op in ops:
+            TPU_META[op] = fn
+            _BY_NAME[f"aten::{op._schema.name.split('::', 1)[1]}"
+                     + (f".{op._schema.overload_name}" if op._schema.overload_name else "")] = fn
+        return fn
+    return register
+
+
+def _pytorch_meta(op):
+    """PyTorch's own meta function of |op|."""
+    return torch._decomp.meta_table[op]
+
 
 class _NoBias:
     """What the check reads of a [gates] bias on the gates' device."""
@@ -65,21 +95,11 @@ class _NoBias:
         return self.shape[0]
 
 
-def _repair_rnn_cell_check():
-    check = getattr(_registrations, "rnn_cell_checkSizes", None)
-    if check is None or getattr(check, "_torchtpu", False):
-        return
-
-    def checked(input_gates, hidden_gates, input_bias, hidden_bias, factor, prev_hidden):
-        if input_bias is None and hidden_bias is None:
-            input_bias = hidden_bias = _NoBias(input_gates)
-        return check(input_gates, hidden_gates, input_bias, hidden_bias, factor, prev_hidden)
-
-    checked._torchtpu = True
-    _registrations.rnn_cell_checkSizes = checked
-
-
-_repair_rnn_cell_check()
+@_for_tpu(aten._thnn_fused_lstm_cell.default)
+def _thnn_fused_lstm_cell(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=None):
+    if input_bias is None and hidden_bias is None:
+        input_bias = hidden_bias = _NoBias(input_gates)
+    return _pytorch_meta(aten._thnn_fused_lstm_cell.default)(input_gates, hidden_gates, cx, input_bias, hidden_bias)
 
 
 _SCALAR_TYPE = {torch.float64: "Double", torch.float32: "Float", torch.float16: "Half", torch.bfloat16: "BFloat16",
@@ -101,69 +121,45 @@ def _grouped_mm_strides(mat):
     torch._check(lead % alignment == 0, lambda: "strides should be multiple of 16 bytes")
 
 
-def _repair_grouped_mm_dtypes():
-    common = getattr(_registrations, "_meta_grouped_mm_common", None)
-    make_output = getattr(_registrations, "_create_grouped_mm_output_tensor", None)
-    if common is None or make_output is None or getattr(common, "_torchtpu", False):
-        return
-
-    def checked(mat_a, mat_b, scale_a, scale_b, offs, bias, scale_result, out_dtype, *args, **kwargs):
-        if scale_a is not None or scale_b is not None or mat_a.dtype == torch.bfloat16:
-            return common(mat_a, mat_b, scale_a, scale_b, offs, bias, scale_result, out_dtype, *args, **kwargs)
-        for name, mat in (("mat_a", mat_a), ("mat_b", mat_b)):
-            torch._check(mat.dtype in (torch.float32, torch.bfloat16, torch.float16),
-                         lambda: f"Expected {name} to be Float32, BFloat16 or Float16 matrix, got "
-                                 f"{_SCALAR_TYPE.get(mat.dtype, mat.dtype)}")
-        torch._check(mat_a.dim() in (2, 3), lambda: "mat_a has to be 2 or 3d")
-        torch._check(mat_b.dim() in (2, 3), lambda: "mat_b has to be 2 or 3d")
-        two_d = mat_a.dim() == 2 and mat_b.dim() == 2
-        torch._check(two_d or mat_a.size(-1) == mat_b.size(-2),
-                     lambda: "contraction dimension of mat_a and mat_b must match")
-        _grouped_mm_strides(mat_a)
-        _grouped_mm_strides(mat_b)
-        torch._check((offs is not None) == (mat_a.dim() == 2 or mat_b.dim() == 2),
-                     lambda: "Have to provide offsets if there is a 2d matrix, or no offset if both matrices are 3d")
-        if offs is not None:
-            torch._check(offs.dim() == 1, lambda: "offs has to be 1D")
-            torch._check(offs.dtype == torch.int32, lambda: "Offsets have to be int32")
-        torch._check(bias is None, lambda: "Bias not supported yet")
-        torch._check(out_dtype is None or out_dtype == mat_a.dtype,
-                     lambda: "Grouped gemm output dtype must match `mat_a` dtype")
-        torch._check(mat_a.dtype == mat_b.dtype,
-                     lambda: f"expected mat_a and mat_b to have the same dtype, but got: {mat_a.dtype} != {mat_b.dtype}")
-        torch._check(not two_d or mat_a.size(1) == mat_b.size(0),
-                     lambda: "contraction dimension of mat_a and mat_b must match")
-        return make_output(mat_a, mat_b, offs, out_dtype)
-
-    checked._torchtpu = True
-    _registrations._meta_grouped_mm_common = checked
+@_for_tpu(aten._grouped_mm.default)
+def _grouped_mm(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
+    if mat_a.dtype == torch.bfloat16:
+        return _pytorch_meta(aten._grouped_mm.default)(mat_a, mat_b, offs, bias, out_dtype)
+    for name, mat in (("mat_a", mat_a), ("mat_b", mat_b)):
+        torch._check(mat.dtype in (torch.float32, torch.bfloat16, torch.float16),
+                     lambda: f"Expected {name} to be Float32, BFloat16 or Float16 matrix, got "
+                             f"{_SCALAR_TYPE.get(mat.dtype, mat.dtype)}")
+    torch._check(mat_a.dim() in (2, 3), lambda: "mat_a has to be 2 or 3d")
+    torch._check(mat_b.dim() in (2, 3), lambda: "mat_b has to be 2 or 3d")
+    two_d = mat_a.dim() == 2 and mat_b.dim() == 2
+    torch._check(two_d or mat_a.size(-1) == mat_b.size(-2),
+                 lambda: "contraction dimension of mat_a and mat_b must match")
+    _grouped_mm_strides(mat_a)
+    _grouped_mm_strides(mat_b)
+    torch._check((offs is not None) == (mat_a.dim() == 2 or mat_b.dim() == 2),
+                 lambda: "Have to provide offsets if there is a 2d matrix, or no offset if both matrices are 3d")
+    if offs is not None:
+        torch._check(offs.dim() == 1, lambda: "offs has to be 1D")
+        torch._check(offs.dtype == torch.int32, lambda: "Offsets have to be int32")
+    torch._check(bias is None, lambda: "Bias not supported yet")
+    torch._check(out_dtype is None or out_dtype == mat_a.dtype,
+                 lambda: "Grouped gemm output dtype must match `mat_a` dtype")
+    torch._check(mat_a.dtype == mat_b.dtype,
+                 lambda: f"expected mat_a and mat_b to have the same dtype, but got: {mat_a.dtype} != {mat_b.dtype}")
+    torch._check(not two_d or mat_a.size(1) == mat_b.size(0),
+                 lambda: "contraction dimension of mat_a and mat_b must match")
+    return _registrations._create_grouped_mm_output_tensor(mat_a, mat_b, offs, out_dtype)
 
 
-_repair_grouped_mm_dtypes()
-
-
-_LIB = torch.library.Library("aten", "IMPL")
-
-
-def _repair_fractional_max_pool2d_message():
-    meta = getattr(_registrations, "meta_fractional_max_pool2d", None)
-    if meta is None:
-        return
-
-    def checked(self, kernel_size, output_size, random_samples):
-        if self.ndim in (3, 4) and len(kernel_size) == 2 and len(output_size) == 2:
-            for i, name in enumerate(("height", "width")):
-                size = self.size(i - 2)
-                torch._check(output_size[i] + kernel_size[i] - 1 <= size,
-                             lambda: f"fractional_max_pool2d(): pool {name} {kernel_size[i]} too large relative to "
-                                     f"input {name} {size}")
-        return meta(self, kernel_size, output_size, random_samples)
-
-    _LIB.impl("fractional_max_pool2d", checked, "Meta")
-
-
-_repair_fractional_max_pool2d_message()
-
+@_for_tpu(aten.fractional_max_pool2d.default)
+def _fractional_max_pool2d(self, kernel_size, output_size, random_samples):
+    if self.ndim in (3, 4) and len(kernel_size) == 2 and len(output_size) == 2:
+        for i, name in enumerate(("height", "width")):
+            size = self.size(i - 2)
+            torch._check(output_size[i] + kernel_size[i] - 1 <= size,
+                         lambda: f"fractional_max_pool2d(): pool {name} {kernel_size[i]} too large relative to "
+                                 f"input {name} {size}")
+    return _pytorch_meta(aten.fractional_max_pool2d.default)(self, kernel_size, output_size, random_samples)
 
 
 def _class_target_dtype(target):
@@ -233,11 +229,11 @@ def _with_out(meta, names):
     return out_meta
 
 
-for _name, _meta, _outs in (("nll_loss_forward", _nll_loss_forward, ("output", "total_weight")),
-                            ("nll_loss2d_forward", _nll_loss2d_forward, ("output", "total_weight")),
-                            ("multi_margin_loss", _multi_margin_loss, ("out",))):
-    _LIB.impl(_name, _meta, "Meta")
-    _LIB.impl(_name + "." + ("output" if len(_outs) > 1 else "out"), _with_out(_meta, _outs), "Meta")
+for _packet, _meta, _out, _outs in ((aten.nll_loss_forward, _nll_loss_forward, "output", ("output", "total_weight")),
+                                    (aten.nll_loss2d_forward, _nll_loss2d_forward, "output", ("output", "total_weight")),
+                                    (aten.multi_margin_loss, _multi_margin_loss, "out", ("out",))):
+    _for_tpu(_packet.default)(_meta)
+    _for_tpu(getattr(_packet, _out))(_with_out(_meta, _outs))
 
 
 def _multinomial_checks(self, num_samples, replacement, out_dtype=torch.int64):
@@ -252,80 +248,94 @@ def _multinomial_checks(self, num_samples, replacement, out_dtype=torch.int64):
     return self.new_empty((*self.shape[:-1], num_samples), dtype=torch.int64)
 
 
+@_for_tpu(aten.multinomial.default)
 def _multinomial(self, num_samples, replacement=False, *, generator=None):
     return _multinomial_checks(self, num_samples, replacement)
 
 
+@_for_tpu(aten.multinomial.out)
 def _multinomial_out(self, num_samples, replacement=False, *, generator=None, out):
     from torch._prims_common.wrappers import _maybe_resize_out
     _maybe_resize_out(out, _multinomial_checks(self, num_samples, replacement, out.dtype).shape)
     return out
 
 
-_LIB.impl("multinomial", _multinomial, "Meta")
-_LIB.impl("multinomial.out", _multinomial_out, "Meta")
-
-
-def _repair_max_pool2d_rank_check():
-    check = getattr(_registrations, "max_pool2d_checks_and_compute_shape", None)
-    if check is None or getattr(check, "_torchtpu", False):
-        return
-
-    def checked(input, *args):
+def _max_pool2d_rank_first(op, at):
+    """PyTorch's max_pool2d meta functions read the input's third-last size
+    before checking its rank; the rank check comes first here."""
+    def checked(*args, **kwargs):
+        input = args[at]
         torch._check(input.dim() >= 3, lambda: "non-empty 3D or 4D (batch mode) tensor expected for input")
-        return check(input, *args)
-
-    checked._torchtpu = True
-    _registrations.max_pool2d_checks_and_compute_shape = checked
+        return _pytorch_meta(op)(*args, **kwargs)
+    _for_tpu(op)(checked)
 
 
-_repair_max_pool2d_rank_check()
+_max_pool2d_rank_first(aten.max_pool2d_with_indices.default, 0)
+_max_pool2d_rank_first(aten.max_pool2d_with_indices_backward.default, 1)
 
 
-def _repair_multilabel_margin_shape():
-    decomposition = torch._decomp.decomposition_table.get(torch.ops.aten.multilabel_margin_loss_forward.default)
-    if decomposition is None:
-        return
-
-    def sized(self, target, reduction):
-        torch._check((self.dim() == 2 and self.size(1) != 0) or (self.dim() == 1 and self.size(0) != 0)
-                     or self.dim() == 0,
-                     lambda: f"Expected non-empty vector or matrix with optional 0-dim batch size, but got: "
-                             f"{list(self.shape)}")
-        torch._check(target.shape == self.shape or (self.dim() <= 1 and target.dim() <= 1
-                                                    and target.numel() == self.numel()),
-                     lambda: f"inconsistent target size: {list(target.shape)} for input of size: {list(self.shape)}")
-        loss, is_target = decomposition(self, target, reduction)
-        return (loss.reshape(()) if target.dim() <= 1 else loss), is_target
-
-    _LIB.impl("multilabel_margin_loss_forward", sized, "Meta")
-    _LIB.impl("multilabel_margin_loss_forward.output", _with_out(sized, ("output", "is_target")), "Meta")
+def _multilabel_margin_loss_forward(self, target, reduction):
+    torch._check((self.dim() == 2 and self.size(1) != 0) or (self.dim() == 1 and self.size(0) != 0)
+                 or self.dim() == 0,
+                 lambda: f"Expected non-empty vector or matrix with optional 0-dim batch size, but got: "
+                         f"{list(self.shape)}")
+    torch._check(target.shape == self.shape or (self.dim() <= 1 and target.dim() <= 1
+                                                and target.numel() == self.numel()),
+                 lambda: f"inconsistent target size: {list(target.shape)} for input of size: {list(self.shape)}")
+    decomposition = torch._decomp.decomposition_table[aten.multilabel_margin_loss_forward.default]
+    loss, is_target = decomposition(self, target, reduction)
+    return (loss.reshape(()) if target.dim() <= 1 else loss), is_target
 
 
-_repair_multilabel_margin_shape()
+_for_tpu(aten.multilabel_margin_loss_forward.default)(_multilabel_margin_loss_forward)
+_for_tpu(aten.multilabel_margin_loss_forward.output)(_with_out(_multilabel_margin_loss_forward, ("output", "is_target")))
 
 
-def _repair_cumulative_rank():
+def _cumulative(packet, ref):
     import torch._prims_common as utils
+
+    def meta(self, dim, *, dtype=None):
+        if self.dim() < 64:
+            return ref(self, dim, dtype=dtype)
+        dim = utils.canonicalize_dim(self.dim(), dim)
+        return self.new_empty(self.shape, dtype=ref(self.new_empty(self.shape[dim]), 0, dtype=dtype).dtype)
+
+    def out_meta(self, dim, *, dtype=None, out):
+        if self.dim() < 64:
+            return ref(self, dim, dtype=dtype, out=out)
+        return _with_out(meta, ("out",))(self, dim, dtype=dtype, out=out)
+
+    _for_tpu(packet.default)(meta)
+    _for_tpu(packet.out)(out_meta)
+
+
+def _cumulatives():
     import torch._refs as refs
-
-    for name, ref in (("cumsum", refs.cumsum), ("cumprod", refs.cumprod)):
-        def meta(self, dim, *, dtype=None, ref=ref):
-            if self.dim() < 64:
-                return ref(self, dim, dtype=dtype)
-            dim = utils.canonicalize_dim(self.dim(), dim)
-            return self.new_empty(self.shape, dtype=ref(self.new_empty(self.shape[dim]), 0, dtype=dtype).dtype)
-
-        def out_meta(self, dim, *, dtype=None, out, ref=ref, meta=meta):
-            if self.dim() < 64:
-                return ref(self, dim, dtype=dtype, out=out)
-            return _with_out(meta, ("out",))(self, dim, dtype=dtype, out=out)
-
-        _LIB.impl(name, meta, "Meta")
-        _LIB.impl(name + ".out", out_meta, "Meta")
+    _cumulative(aten.cumsum, refs.cumsum)
+    _cumulative(aten.cumprod, refs.cumprod)
 
 
-_repair_cumulative_rank()
+_cumulatives()
+
+
+def _cpp_meta_functions():
+    """tpu's meta functions in C++ (csrc/torch/meta.cpp), for ops PyTorch
+    has none for on tpu: registered as torchtpu::meta_<op>, which eager's
+    sizing calls directly and FakeTensor through TPU_META."""
+    for name in ("_thnn_fused_gru_cell", "_thnn_fused_gru_cell_backward", "convolution_overrideable",
+                 "convolution_backward_overrideable", "multi_margin_loss_backward", "multilabel_margin_loss_backward",
+                 "fractional_max_pool3d_backward", "geqrf"):
+        TPU_META[getattr(aten, name).default] = getattr(torch.ops.torchtpu, "meta_" + name).default
+
+
+def run(name, args, kwargs):
+    """tpu's meta function of op |name| (c10's "aten::op.overload") on meta
+    tensors: eager's sizing calls this for the ops in names()."""
+    return _BY_NAME[name](*args, **kwargs)
+
+
+def names():
+    return list(_BY_NAME)
 
 
 def _channels_last_format(input, weight):
@@ -338,33 +348,53 @@ def _channels_last_format(input, weight):
     return cl if cl in (suggest_memory_format(input), suggest_memory_format(weight)) else None
 
 
-def _repair_fake_convolution_layout():
+def _fake_convolution(fake_mode, func, *args, **kwargs):
+    """FakeTensor's convolution (and backward) on tpu, laid out as the CPU
+    lays it out."""
     from torch._subclasses import fake_impls
-    ops = (torch.ops.aten.convolution.default, torch.ops.aten.convolution_backward.default)
-    table = getattr(fake_impls, "op_implementations_dict", None)
-    if table is None or any(op not in table or getattr(table[op], "_torchtpu", False) for op in ops):
-        return
-    for op in ops:
-        fake_conv = table[op]
-
-        def conv(fake_mode, func, *args, _fake_conv=fake_conv, **kwargs):
-            out = _fake_conv(fake_mode, func, *args, **kwargs)
-            first = out if isinstance(out, torch.Tensor) else out[0]
-            if first is None or first.fake_device.type != "tpu":
-                return out
-            at = 0 if func is ops[0] else 1  # convolution_backward's grad_output comes first
-            input = args[at] if len(args) > at else kwargs["input"]
-            weight = args[at + 1] if len(args) > at + 1 else kwargs["weight"]
-            fmt = _channels_last_format(input, weight)
-            if fmt is None:
-                return out
-            with fake_mode:
-                if isinstance(out, torch.Tensor):
-                    return out.contiguous(memory_format=fmt)
-                return tuple(t if t is None or i == 2 else t.contiguous(memory_format=fmt) for i, t in enumerate(out))
-
-        conv._torchtpu = True
-        table[op] = conv
+    out = fake_impls.op_implementations_dict[func](fake_mode, func, *args, **kwargs)
+    at = 0 if func is aten.convolution.default else 1  # convolution_backward's grad_output comes first
+    input = args[at] if len(args) > at else kwargs["input"]
+    weight = args[at + 1] if len(args) > at + 1 else kwargs["weight"]
+    fmt = _channels_last_format(input, weight)
+    if fmt is None:
+        return out
+    with fake_mode:
+        if isinstance(out, torch.Tensor):
+            return out.contiguous(memory_format=fmt)
+        return tuple(t if t is None or i == 2 else t.contiguous(memory_format=fmt) for i, t in enumerate(out))
 
 
-_repair_fake_convolution_layout()
+_FAKE = {aten.convolution.default: _fake_convolution, aten.convolution_backward.default: _fake_convolution}
+
+
+def _on_tpu(args, kwargs):
+    from torch._subclasses.fake_tensor import FakeTensor
+    return any(isinstance(a, FakeTensor) and a.fake_device.type == "tpu"
+               for a in torch.utils._pytree.tree_leaves((args, kwargs)))
+
+
+def _fake_tpu(fake_mode, func, *args, **kwargs):
+    """FakeTensor's implementation of |func| for calls on tpu tensors;
+    NotImplemented (FakeTensor's own path) for every other call."""
+    if not _on_tpu(args, kwargs):
+        return NotImplemented
+    if func in _FAKE:
+        return _FAKE[func](fake_mode, func, *args, **kwargs)
+    from torch._subclasses.fake_tensor import in_kernel_invocation_manager
+    with in_kernel_invocation_manager(fake_mode):
+        out = TPU_META[func](*args, **kwargs)
+    flat_args = torch.utils._pytree.tree_leaves((args, kwargs))
+    return fake_mode.wrap_meta_outputs_with_default_device_logic(out, func, flat_args, device=kwargs.get("device"))
+
+
+def enable():
+    """Hands tpu's meta functions to eager's sizing and to FakeTensor."""
+    from torch._subclasses import fake_impls
+    from . import _C
+
+    _cpp_meta_functions()
+    _C._set_meta_functions(run, names())
+    checks = fake_impls.op_implementations_checks
+    if not any(impl is _fake_tpu for _, impl in checks):
+        checks.insert(0, (lambda func: func in TPU_META or func in _FAKE, _fake_tpu))

@@ -134,6 +134,9 @@ PYBIND11_MODULE(_C, m) {
     else TORCH_CHECK_VALUE(false, "TORCHTPU_FALLBACK must be warn, error or silent, got '", mode, "'");
   });
   m.def("_set_decomposer", [](py::object fn) { set_decomposer(fn.ptr()); });
+  m.def("_set_meta_functions", [](py::object fn, const std::vector<std::string>& names) {
+    set_tpu_meta(fn.ptr(), names);
+  });
   m.def("_set_dump_dir", [](const std::string& dir) { TPU_CHECK(tpu_eager_set_dump_dir(dir.c_str())); });
   m.def("_cache_clear", []() { TPU_CHECK(tpu_eager_cache_clear()); });
   m.def("_default_generator", [](int device) {

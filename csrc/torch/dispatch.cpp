@@ -192,7 +192,7 @@ std::vector<at::Tensor> run_meta(const c10::OperatorHandle& handle, const std::v
   torch::jit::Stack stack;
   stack.reserve(ivs.size());
   for (const c10::IValue& v : ivs) stack.push_back(mm.convert(v));
-  handle.callBoxed(stack);
+  if (!run_tpu_meta(handle, stack)) handle.callBoxed(stack);
   std::vector<at::Tensor> outs;
   for (const c10::IValue& v : stack) outs.push_back(v.isTensor() ? v.toTensor() : at::Tensor());
   return outs;

@@ -66,6 +66,13 @@ void check_out_dtypes(const c10::OperatorHandle& handle, c10::ArrayRef<c10::IVal
 // named in namespace |ns| ("aten": unqualified names; others: "ns::op").
 void register_rules(torch::Library& m, const char* ns);
 
+// tpu's own meta functions (torchtpu/_meta.py's run) for the ops |names|
+// ("aten::op.overload"), where PyTorch's do not fit tpu (meta.cpp).
+void set_tpu_meta(PyObject* fn, const std::vector<std::string>& names);
+// Runs tpu's meta function of |op| on the stack's meta tensors, replacing
+// its arguments with its results; false (stack untouched) when it has none.
+bool run_tpu_meta(const c10::OperatorHandle& op, torch::jit::Stack& stack);
+
 // The per-tensor op a _foreach_ op runs item by item through its rule, as
 // eager runs it, and per argument of that op the _foreach_ op's argument it
 // comes from (item k of a list; -1: its default); nullopt where there is none.

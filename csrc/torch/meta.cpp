@@ -5,9 +5,21 @@
 // metadata of the core ops, whose meta functions PyTorch has. Some CPU ops
 // have no meta function at all, nor some CUDA-only ones PyTorch sends every
 // non-CPU device (the fused GRU cell).
+//
+// These are tpu's alone (torchtpu::meta_<op>, below): aten's Meta key, which
+// every device's meta tensors and fake tensors use, stays PyTorch's. Where
+// PyTorch's meta function exists but does not fit tpu (another check's
+// wording, a dtype it refuses), tpu's own is in torchtpu/_meta.py. Eager's
+// sizing asks run_tpu_meta for both before the op's Meta kernel.
 #include <ATen/ATen.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/library.h>
 
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "torch/dispatch.h"
 #include "torch/tpu_torch.h"
 
 namespace {
@@ -125,15 +137,93 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> thnn_fuse
   return {g_in, g_hid, at::empty_like(grad_hy, at::MemoryFormat::Contiguous), b_in, b_hid};
 }
 
+// The aten ops whose meta functions above are tpu's.
+const char* const kCppMetaOps[] = {"_thnn_fused_gru_cell", "_thnn_fused_gru_cell_backward",
+                                   "convolution_overrideable", "convolution_backward_overrideable",
+                                   "multi_margin_loss_backward", "multilabel_margin_loss_backward",
+                                   "fractional_max_pool3d_backward", "geqrf"};
+
+PyObject* g_tpu_meta = nullptr;                  // torchtpu._meta.run, set at import
+std::unordered_set<c10::OperatorName> g_tpu_meta_ops;  // written at import, before any tpu op
+
 }  // namespace
 
-TORCH_LIBRARY_IMPL(aten, Meta, m) {
-  m.impl("_thnn_fused_gru_cell", TORCH_FN(thnn_fused_gru_cell_meta));
-  m.impl("_thnn_fused_gru_cell_backward", TORCH_FN(thnn_fused_gru_cell_backward_meta));
-  m.impl("convolution_overrideable", TORCH_FN(convolution_overrideable_meta));
-  m.impl("convolution_backward_overrideable", TORCH_FN(convolution_backward_overrideable_meta));
-  m.impl("multi_margin_loss_backward", TORCH_FN(multi_margin_loss_backward_meta));
-  m.impl("multilabel_margin_loss_backward", TORCH_FN(multilabel_margin_loss_backward_meta));
-  m.impl("fractional_max_pool3d_backward", TORCH_FN(fractional_max_pool3d_backward_meta));
-  m.impl("geqrf", TORCH_FN(geqrf_meta));
+namespace torchtpu {
+
+void set_tpu_meta(PyObject* fn, const std::vector<std::string>& names) {
+  for (const std::string& name : names) {
+    size_t dot = name.find('.');
+    g_tpu_meta_ops.emplace(name.substr(0, dot), dot == std::string::npos ? "" : name.substr(dot + 1));
+  }
+  Py_XINCREF(fn);
+  Py_XDECREF(g_tpu_meta);
+  g_tpu_meta = fn;
+}
+
+bool run_tpu_meta(const c10::OperatorHandle& op, torch::jit::Stack& stack) {
+  static const auto* cpp = [] {
+    auto* table = new std::unordered_map<c10::OperatorName, c10::OperatorHandle>();
+    for (const char* name : kCppMetaOps)
+      table->emplace(c10::OperatorName(std::string("aten::") + name, ""),
+                     c10::Dispatcher::singleton().findSchemaOrThrow((std::string("torchtpu::meta_") + name).c_str(), ""));
+    return table;
+  }();
+  auto found = cpp->find(op.operator_name());
+  if (found != cpp->end()) {
+    found->second.callBoxed(stack);
+    return true;
+  }
+  if (g_tpu_meta == nullptr || g_tpu_meta_ops.count(op.operator_name()) == 0) return false;
+  const c10::FunctionSchema& schema = op.schema();
+  const size_t n = schema.arguments().size();
+  pybind11::gil_scoped_acquire gil;
+  pybind11::list args;
+  pybind11::dict kwargs;
+  auto ivs = torch::jit::last(stack, n);
+  for (size_t i = 0; i < n; i++) {
+    pybind11::object v = torch::jit::toPyObject(ivs[i]);
+    if (schema.arguments()[i].kwarg_only()) kwargs[pybind11::str(schema.arguments()[i].name())] = v;
+    else args.append(v);
+  }
+  // A refusal raises the Python error itself (error_already_set), which
+  // reaches the caller as PyTorch's Python meta functions' errors do.
+  pybind11::object result = pybind11::reinterpret_borrow<pybind11::object>(g_tpu_meta)(
+      pybind11::str(c10::toString(op.operator_name())), pybind11::tuple(args), kwargs);
+  torch::jit::drop(stack, n);
+  const auto& rets = schema.returns();
+  if (rets.size() == 1) {
+    stack.push_back(torch::jit::toIValue(result, rets[0].type()));
+  } else {
+    auto items = result.cast<pybind11::tuple>();
+    TORCH_INTERNAL_ASSERT(items.size() == rets.size(), "tpu's meta function of ", op.operator_name(), " returned ",
+                          items.size(), " results, not ", rets.size());
+    for (size_t i = 0; i < rets.size(); i++) stack.push_back(torch::jit::toIValue(items[i], rets[i].type()));
+  }
+  return true;
+}
+
+}  // namespace torchtpu
+
+// The aten ops above, whose meta functions are tpu's: each is registered as
+// torchtpu::meta_<op> (the aten schema, renamed) on the Meta key, which
+// eager's sizing (run_tpu_meta) and FakeTensor on tpu (torchtpu/_meta.py)
+// call; aten's own Meta key stays PyTorch's.
+
+TORCH_LIBRARY_FRAGMENT(torchtpu, m) {
+  for (const char* name : kCppMetaOps) {
+    const c10::FunctionSchema& aten =
+        c10::Dispatcher::singleton().findSchemaOrThrow((std::string("aten::") + name).c_str(), "").schema();
+    m.def(aten.cloneWithName(std::string("torchtpu::meta_") + name, ""));
+  }
+}
+
+TORCH_LIBRARY_IMPL(torchtpu, Meta, m) {
+  m.impl("meta__thnn_fused_gru_cell", TORCH_FN(thnn_fused_gru_cell_meta));
+  m.impl("meta__thnn_fused_gru_cell_backward", TORCH_FN(thnn_fused_gru_cell_backward_meta));
+  m.impl("meta_convolution_overrideable", TORCH_FN(convolution_overrideable_meta));
+  m.impl("meta_convolution_backward_overrideable", TORCH_FN(convolution_backward_overrideable_meta));
+  m.impl("meta_multi_margin_loss_backward", TORCH_FN(multi_margin_loss_backward_meta));
+  m.impl("meta_multilabel_margin_loss_backward", TORCH_FN(multilabel_margin_loss_backward_meta));
+  m.impl("meta_fractional_max_pool3d_backward", TORCH_FN(fractional_max_pool3d_backward_meta));
+  m.impl("meta_geqrf", TORCH_FN(geqrf_meta));
 }
