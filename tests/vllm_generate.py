@@ -15,11 +15,24 @@ import sys
 
 WORDS = [f"w{i}" for i in range(250)]
 
+# Two layers, 4 query heads over 2 KV heads (GQA), head_dim 64 (vLLM's CPU
+# attention takes no smaller); where a model alternates sliding-window and
+# global layers, a 16-token window, under the longest prompts.
+_BASE = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, head_dim=64, max_position_embeddings=512, rms_norm_eps=1e-6)
+_WINDOWED = dict(sliding_window=16, layer_types=["sliding_attention", "full_attention"],
+                 query_pre_attn_scalar=64)
 CONFIGS = {
-    "llama": dict(model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=128,
-                  intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, head_dim=64, max_position_embeddings=512,
-                  rms_norm_eps=1e-6, tie_word_embeddings=False),
+    "llama": dict(_BASE, model_type="llama", architectures=["LlamaForCausalLM"],
+                  tie_word_embeddings=False),
+    "qwen3": dict(_BASE, model_type="qwen3", architectures=["Qwen3ForCausalLM"],
+                  tie_word_embeddings=False),
+    "gemma3": dict(_BASE, **_WINDOWED, model_type="gemma3_text",
+                   architectures=["Gemma3ForCausalLM"]),
+    "gemma2": dict(_BASE, **_WINDOWED, model_type="gemma2", architectures=["Gemma2ForCausalLM"],
+                   attn_logit_softcapping=50.0, final_logit_softcapping=30.0),
+    "mixtral": dict(_BASE, model_type="mixtral", architectures=["MixtralForCausalLM"],
+                    num_local_experts=4, num_experts_per_tok=2, tie_word_embeddings=False),
 }
 
 

@@ -8,7 +8,7 @@ tpu tensors. What it asks of CUDA (streams and events) it gets from
 torch.tpu. The worker is vLLM's CPU worker less its NUMA binding, with the
 device, the process group ("tpu_dist") and the memory budget of tpu.
 """
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import torch
 from vllm.logger import init_logger
@@ -71,6 +71,11 @@ class TpuWorker(CPUWorker):
                                             current_platform.dist_backend)
         set_random_seed(self.model_config.seed)
         self.model_runner = TpuModelRunner(self.vllm_config, self.device)
+
+    def _maybe_get_memory_pool_context(self, tag):
+        if self.vllm_config.model_config.enable_sleep_mode:
+            raise NotImplementedError("tpu: sleep mode is not supported")
+        return nullcontext()
 
     def determine_available_memory(self) -> int:
         """The KV cache's bytes: the size asked for, else the device's share
