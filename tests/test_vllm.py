@@ -4,8 +4,8 @@ vLLM's own CPU platform on the same float32 weights.
 vLLM lives in its own environment (scripts/vllm_env.sh makes .venv-vllm,
 which scripts/test.sh does when it is missing); these tests run its python
 on tests/vllm_generate.py and are skipped only where that environment is
-absent. The engine runs in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0): one
-vLLM import per platform instead of three.
+absent. Each engine runs in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0): one
+vLLM import per run instead of three; the runs go side by side.
 """
 import json
 import os
@@ -43,42 +43,62 @@ def metadata(tmp_path_factory):
     return base
 
 
-def _venv(metadata, *args, plugins=None, timeout=900):
+def _env(metadata, plugins):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(metadata), str(ROOT)]),
-               VLLM_ENABLE_V1_MULTIPROCESSING="0",
-               TORCHTPU_PROGRESS="0", TOKENIZERS_PARALLELISM="false")
+               VLLM_ENABLE_V1_MULTIPROCESSING="0", TORCHTPU_PROGRESS="0",
+               TOKENIZERS_PARALLELISM="false")
     env.pop("TORCHTPU_EAGER", None)
     if plugins is not None:
         env["VLLM_PLUGINS"] = plugins
-    proc = subprocess.run([str(PYTHON), str(SCRIPT), *args], env=env, cwd=str(ROOT),
-                          capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    return proc
+    return env
+
+
+def _start(metadata, *args, plugins=None):
+    return subprocess.Popen([str(PYTHON), str(SCRIPT), *args], env=_env(metadata, plugins),
+                            cwd=str(ROOT), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_all(procs, timeout=1200):
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=timeout)
+            assert proc.returncode == 0, out[-3000:] + err[-6000:]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory, metadata):
     base = tmp_path_factory.mktemp("vllm_models")
     paths = [str(base / arch) for arch in ARCHS]
-    for arch, path in zip(ARCHS, paths):
-        _venv(metadata, "make", arch, path)
+    _wait_all([_start(metadata, "make", arch, path) for arch, path in zip(ARCHS, paths)])
     return paths
 
 
-def _generate(tmp_path_factory, metadata, models, mode, plugins):
-    out = tmp_path_factory.mktemp("vllm_out") / "out.json"
-    _venv(metadata, "run", str(out), mode, *models, plugins=plugins)
-    return json.loads(out.read_text())
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, metadata, models):
+    """The engines side by side (each is one process): vLLM's CPU platform
+    (VLLM_PLUGINS=""), tpu eager on every model, tpu compiled on Llama."""
+    out = tmp_path_factory.mktemp("vllm_out")
+    jobs = {"cpu": ("eager", models, ""), "tpu": ("eager", models, None),
+            "tpu_compiled": ("compiled", models[:1], None)}
+    procs = {name: _start(metadata, "run", str(out / f"{name}.json"), mode, *paths, plugins=plugins)
+             for name, (mode, paths, plugins) in jobs.items()}
+    _wait_all(list(procs.values()))
+    return {name: json.loads((out / f"{name}.json").read_text()) for name in jobs}
 
 
 @pytest.fixture(scope="module")
-def cpu(tmp_path_factory, metadata, models):
-    return _generate(tmp_path_factory, metadata, models, "eager", plugins="")
+def cpu(runs):
+    return runs["cpu"]
 
 
 @pytest.fixture(scope="module")
-def tpu(tmp_path_factory, metadata, models):
-    return _generate(tmp_path_factory, metadata, models, "eager", plugins=None)
+def tpu(runs):
+    return runs["tpu"]
 
 
 def test_plugin_picks_tpu(cpu, tpu):
@@ -112,3 +132,11 @@ def test_greedy_matches_cpu_platform(cpu, tpu, models, arch):
     # at logprob 0, would hide a wrong attention).
     assert max(max(step.values()) for r in reference for step in r["logprobs"]) < -0.1
     _compare(reference, result)
+
+
+def test_compiled_matches_cpu_platform(runs, models):
+    # Without enforce_eager vLLM compiles the forward with backend "tpu"
+    # (the platform's choice; attention runs eagerly between the pieces).
+    path = models[0]
+    assert runs["tpu_compiled"]["platform"] == "tpu"
+    _compare(runs["cpu"]["models"][path], runs["tpu_compiled"]["models"][path])

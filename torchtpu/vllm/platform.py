@@ -123,6 +123,9 @@ class TpuPlatform(Platform):
             # (vLLM's piecewise splitting exists for CUDA graphs).
             compilation_config.mode = CompilationMode.DYNAMO_TRACE_ONCE
             compilation_config.backend = "tpu"
+            # torch's aot_compile, vLLM's default, wants a serializable
+            # compiled function; torchtpu's persist through its own caches.
+            os.environ.setdefault("VLLM_USE_AOT_COMPILE", "0")
         vllm_config.profiler_config.torch_profiler_dump_cuda_time_total = False
         # The engine process must not inherit an initialized tpu client.
         os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"
