@@ -150,6 +150,18 @@ def test_pin_memory_pins():
     assert not t.clone().is_pinned()
 
 
+def test_host_cache_calls_after_device_use():
+    """torch.accelerator.empty_host_cache() (vLLM's shutdown calls it) asks
+    tpu's host allocator: there was none, and the process crashed."""
+    code = ("import torch, torchtpu\n"
+            "torch.ones(3, device='tpu').cpu()\n"
+            "torch.accelerator.empty_host_cache()\n"
+            "print('ok')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])))
+    assert r.returncode == 0 and r.stdout.split() == ["ok"], r.stderr[-2000:]
+
+
 def test_dataloader_pins_its_batches():
     data = torch.utils.data.TensorDataset(torch.arange(40.0).reshape(10, 4), torch.arange(10))
     loader = torch.utils.data.DataLoader(data, batch_size=4, pin_memory=True)

@@ -1,5 +1,6 @@
 // PrivateUse1 hooks: availability, generators, storage resizing, device
 // queries that PyTorch makes through the accelerator interface.
+#include <ATen/core/CachingHostAllocator.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 
 #include "base/pinned.h"
@@ -14,8 +15,11 @@ void free_pinned(void* block) { tpu_pinned_free(block); }
 // pin_memory() for tpu (a tensor's, DataLoader's pin thread's): CPU memory
 // from base/pinned.c, which is_pinned() then recognises, as CUDA's host
 // allocator's blocks are. On the CPU plugin device memory is host memory, so
-// the block is ordinary page-aligned memory with nothing to lock.
-struct PinnedAllocator final : public c10::Allocator {
+// the block is ordinary page-aligned memory with nothing to lock. It is also
+// tpu's host allocator (torch.accelerator.empty_host_cache and the host
+// memory stats ask for one; without it they crash): blocks are freed at
+// once, so there is no cache to empty and no stream use to wait for.
+struct PinnedAllocator final : public at::HostAllocator {
   c10::DataPtr allocate(size_t nbytes) override {
     void* block = tpu_pinned_alloc(nbytes);
     TORCH_CHECK_WITH(OutOfMemoryError, block != nullptr, "tpu: out of host memory pinning ", nbytes, " bytes");
@@ -23,6 +27,11 @@ struct PinnedAllocator final : public c10::Allocator {
   }
   c10::DeleterFnPtr raw_deleter() const override { return &free_pinned; }
   void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
+  bool record_event(void*, void*, c10::Stream) override { return true; }
+  void empty_cache() override {}
+  at::HostStats get_stats() override { return {}; }
+  void reset_accumulated_stats() override {}
+  void reset_peak_stats() override {}
 };
 
 PinnedAllocator g_pinned;
@@ -70,7 +79,10 @@ struct TpuHooks final : public at::PrivateUse1HooksInterface {
 };
 
 struct Registrar {
-  Registrar() { at::RegisterPrivateUse1HooksInterface(new TpuHooks()); }
+  Registrar() {
+    at::RegisterPrivateUse1HooksInterface(new TpuHooks());
+    at::setHostAllocator(c10::DeviceType::PrivateUse1, &g_pinned);
+  }
 } g_registrar;
 
 }  // namespace

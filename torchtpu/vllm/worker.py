@@ -1,0 +1,97 @@
+"""vLLM's worker and model runner on tpu.
+
+The model runner is vLLM's GPU model runner, as vLLM's XPU and CPU runners
+are: it keeps each input buffer twice (a host copy the scheduler's output is
+written into, a device copy the model reads) and copies one to the other
+each step, so the model, the attention metadata and the sampler all run on
+tpu tensors. What it asks of CUDA (streams and events) it gets from
+torch.tpu. The worker is vLLM's CPU worker less its NUMA binding, with the
+device, the process group ("tpu_dist") and the memory budget of tpu.
+"""
+from contextlib import contextmanager, nullcontext
+
+import torch
+from vllm.logger import init_logger
+from vllm.platforms import current_platform
+from vllm.utils.mem_utils import format_gib
+from vllm.utils.torch_utils import set_random_seed
+from vllm.v1.worker.cpu_model_runner import CPUModelRunner
+from vllm.v1.worker.cpu_worker import CPUWorker
+from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+from vllm.v1.worker.gpu_worker import Worker, init_worker_distributed_environment
+
+logger = init_logger(__name__)
+
+
+@contextmanager
+def _cuda_streams_from_tpu():
+    """The runner's constructor makes CUDA streams and events: tpu's instead."""
+    saved = {name: getattr(torch.cuda, name)
+             for name in ("Stream", "Event", "current_stream", "stream")}
+
+    def event(*args, blocking=None, **kwargs):
+        return torch.tpu.Event(*args, **kwargs)
+
+    torch.cuda.Stream = torch.tpu.Stream
+    torch.cuda.Event = event
+    torch.cuda.current_stream = torch.tpu.current_stream
+    torch.cuda.stream = torch.tpu.stream
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(torch.cuda, name, value)
+
+
+class TpuModelRunner(CPUModelRunner):
+    """vLLM's GPU model runner with its buffers on tpu; loading, warm-up and
+    the host-side steps (no CUDA graphs, no events) are the CPU runner's."""
+
+    def __init__(self, vllm_config, device: torch.device):
+        with _cuda_streams_from_tpu():
+            GPUModelRunner.__init__(self, vllm_config, device)
+        self.use_cuda_graph = False
+
+    def _sync_device(self) -> None:
+        torch.tpu.synchronize(self.device)
+
+
+class TpuWorker(CPUWorker):
+    def __init__(self, vllm_config, local_rank, rank, distributed_init_method,
+                 is_driver_worker=False):
+        Worker.__init__(self, vllm_config, local_rank, rank, distributed_init_method,
+                        is_driver_worker=is_driver_worker)
+        self.parallel_config.disable_custom_all_reduce = True
+
+    def init_device(self):
+        self.device = torch.device("tpu", self.local_rank % torch.tpu.device_count())
+        current_platform.set_device(self.device)
+        init_worker_distributed_environment(self.vllm_config, self.rank,
+                                            self.distributed_init_method, self.local_rank,
+                                            current_platform.dist_backend)
+        set_random_seed(self.model_config.seed)
+        self.model_runner = TpuModelRunner(self.vllm_config, self.device)
+
+    def _maybe_get_memory_pool_context(self, tag):
+        if self.vllm_config.model_config.enable_sleep_mode:
+            raise NotImplementedError("tpu: sleep mode is not supported")
+        return nullcontext()
+
+    def determine_available_memory(self) -> int:
+        """The KV cache's bytes: the size asked for, else the device's share
+        (gpu_memory_utilization) less what the weights and warm-up hold."""
+        if self._should_warm_up_model():
+            self.model_runner.warming_up_model()
+        explicit = self.cache_config.kv_cache_memory_bytes
+        if explicit is not None:
+            return explicit
+        total = torch.tpu.get_device_properties(self.device).total_memory
+        used = torch.tpu.memory_allocated(self.device)
+        budget = int(total * self.cache_config.gpu_memory_utilization) - used
+        if budget <= 0:
+            raise ValueError(
+                f"tpu: the weights take {format_gib(used)} GiB of the "
+                f"{format_gib(total * self.cache_config.gpu_memory_utilization)} GiB that "
+                "gpu_memory_utilization allows: raise it or set kv_cache_memory_bytes")
+        logger.info("tpu: %s GiB for the KV cache", format_gib(budget))
+        return budget
