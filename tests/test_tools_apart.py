@@ -8,9 +8,8 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _run(code_or_args):
-    args = [sys.executable] + (["-c", code_or_args] if isinstance(code_or_args, str) else code_or_args)
-    return subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=ROOT)
+def _run(code):
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
 
 
 def test_import_torchtpu_loads_no_tool():
@@ -23,12 +22,18 @@ def test_import_torchtpu_loads_no_tool():
 
 
 def test_old_commands_forward_to_the_tools():
-    fuzz = _run(["-m", "torchtpu.fuzz", "--help"])
-    assert fuzz.returncode == 0, fuzz.stderr
-    assert "usage: python -m torchtpu.fuzz" in fuzz.stdout and "--replay" in fuzz.stdout
-    cov = _run(["-m", "torchtpu.coverage", "--help"])
-    assert cov.returncode == 0, cov.stderr
-    assert "usage: python -m torchtpu.coverage" in cov.stdout and "{ops,errors,modules,models,report}" in cov.stdout
-    models = _run(["-m", "torchtpu.coverage", "models", "--help"])
-    assert models.returncode == 0, models.stderr
-    assert "usage: python -m torchtpu.coverage models" in models.stdout
+    # python -m torchtpu.fuzz --help, ... run as runpy runs them, in one process.
+    r = _run("import runpy, sys\n"
+             "for argv in (['torchtpu.fuzz', '--help'], ['torchtpu.coverage', '--help'],\n"
+             "             ['torchtpu.coverage', 'models', '--help']):\n"
+             "    sys.argv = argv\n"
+             "    try:\n"
+             "        runpy.run_module(argv[0], run_name='__main__', alter_sys=True)\n"
+             "    except SystemExit as e:\n"
+             "        assert e.code == 0, e.code\n"
+             "    print('=====')\n")
+    assert r.returncode == 0, r.stderr
+    fuzz, cov, models, _ = r.stdout.split("=====\n")
+    assert "usage: python -m torchtpu.fuzz" in fuzz and "--replay" in fuzz
+    assert "usage: python -m torchtpu.coverage" in cov and "{ops,errors,modules,models,report}" in cov
+    assert "usage: python -m torchtpu.coverage models" in models and "--only" in models
