@@ -8,7 +8,7 @@ a family's lowering, the sweep's comparison or the compile path shows here.
 import pytest
 import torch
 
-from torchtpu import coverage
+from torchtpu_tools import coverage_tasks as coverage
 
 # op -> dtypes (float32 also checks gradients where the op is differentiable)
 SLICE = {

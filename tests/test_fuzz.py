@@ -8,7 +8,8 @@ import json
 import pytest
 import torch
 
-from torchtpu import fuzz
+from torchtpu_tools import fuzz
+from torchtpu_tools.fuzz.run import _blocks, _cpu_random
 
 # Seeds of the CI slice; `python -m torchtpu.fuzz --seed S --programs N`
 # runs more. Programs are deterministic, so a failure here replays with
@@ -20,7 +21,7 @@ SLICE = {"eager": range(0, 10), "compiled": range(0, 6), "fused": range(0, 10)}
 # instead of its view; 60004, an
 # index out of range in t[idx] = v, where PyTorch's CPU kernel writes the
 # elements before the bad index and torchtpu writes none (the fuzzer's CPU
-# run is put back, fuzz.py's "undo").
+# run is put back, the "undo" of fuzz/generate.py).
 FOUND = [("compiled", 54156), ("compiled", 60137), ("eager", 60004), ("fused", 60004)]
 
 
@@ -41,7 +42,7 @@ def _first_float_op(program, pred=lambda t: t.numel() > 0):
     env = fuzz.Env("cpu")
     for n, ins in enumerate(program["instrs"]):
         try:
-            env.run(ins, fuzz._cpu_random(ins, env) if ins["k"] == "random" else None)
+            env.run(ins, _cpu_random(ins, env) if ins["k"] == "random" else None)
         except fuzz.Refused:
             continue
         if ins["k"] == "op" and len(ins.get("outs", [])) == 1:
@@ -76,7 +77,7 @@ def test_a_wrong_element_is_found_where_it_was_made(mode, rel):
         fuzz.run_program(program, fault=_perturb(at, tid, _nudge(rel)))
     assert info.value.kind == "mismatch"
     # reported at the instruction, or at the first of the compiled block holding it
-    assert info.value.step == next(start for start, end in fuzz._blocks(program) if start <= at < end)
+    assert info.value.step == next(start for start, end in _blocks(program) if start <= at < end)
     assert f"t{tid}" in info.value.detail
 
 

@@ -1,4 +1,4 @@
-"""python -m torchtpu.coverage models (torchtpu/_models_sweep.py): the
+"""python -m torchtpu.coverage models (torchtpu_tools/models_sweep.py): the
 Hugging Face sweep's pieces, on one small architecture in this process, its
 comparison failing where numbers differ, its time limit, and its report."""
 import pytest
@@ -6,7 +6,7 @@ import torch
 
 pytest.importorskip("transformers")
 
-from torchtpu import _models_sweep as sweep  # noqa: E402
+from torchtpu_tools import models_sweep as sweep  # noqa: E402
 
 
 def test_one_class_per_model_type_from_a_small_config():

@@ -193,16 +193,16 @@ def _forward_backward(run, model, inputs):
 
 def _referee(g, w, r):
     """"" when the float64 value |r| shows tpu's |g| as close as the CPU's |w|
-    (tpu's RMSE at most twice the CPU's, the OpInfo sweep's rule), else why
-    not; the NaNs must agree."""
+    (referee.as_close, the OpInfo sweep's rule), else why not."""
     import torch
-    from .coverage import _rmse
+    from .referee import as_close, rmse
     if r is None:
         return " (no float64 reference)"
     if not torch.equal(torch.isnan(g), torch.isnan(w)):
         return " (NaNs differ)"
-    tpu, cpu = _rmse(g, r), _rmse(w, r)
-    return "" if tpu <= 2 * cpu + 1e-12 else f" (float64 reference: tpu RMSE {tpu:.3g}, CPU {cpu:.3g})"
+    if as_close(g, w, r):
+        return ""
+    return f" (float64 reference: tpu RMSE {rmse(g, r):.3g}, CPU {rmse(w, r):.3g})"
 
 
 def _compare(got, want, ref=None):
@@ -397,7 +397,7 @@ def report(state, out_path, command):
     entries = [e for e in state.values()]
     ran_cpu = [e for e in entries if e["results"].get("cpu", {}).get("status") == "pass"]
     lines = ["# Hugging Face architectures on tpu", "",
-             "Written by `python -m torchtpu.coverage models` (torchtpu/_models_sweep.py): each architecture "
+             "Written by `python -m torchtpu.coverage models` (torchtpu_tools/models_sweep.py): each architecture "
              "transformers registers, one class per model type (a head where there is one), built from a small "
              "config, forward and one backward on tpu against the CPU, eager and compiled, each model in its own "
              "process with a time limit. Forward outputs within rtol/atol 1e-4, every parameter gradient within "
