@@ -297,6 +297,21 @@ static tpu_hlo_value div_floor_int(tpu_lower_ctx *c, tpu_hlo_value a, tpu_hlo_va
   return sel(c, fix, sub(c, q, out_const(c, 1.0)), q);
 }
 
+/* |x|, a divisor, checked not to be zero anywhere when the division is an
+ * integer one: PyTorch's CPU kernels raise RuntimeError "ZeroDivisionError"
+ * there (CUDA's give whatever the hardware does; XLA's integer division by
+ * zero gives -1). A data check: the op raises when its flag comes back.
+ * Floats divide to inf or NaN. */
+static tpu_hlo_value checked_divisor(tpu_lower_ctx *c, tpu_hlo_value x) {
+  if (!is_integral_out(c)) return x;
+  int64_t dims[TPU_HLO_MAX_RANK];
+  for (int i = 0; i < OUT->rank; i++) dims[i] = i;
+  tpu_hlo_value nonzero = cmp(c, TPU_HLO_NE, x, out_const(c, 0.0));
+  tpu_lower_require(c, tpu_lower_reduce(B, nonzero, TPU_HLO_AND, dims, OUT->rank), TPU_ERR_RUNTIME,
+                    "ZeroDivisionError");
+  return x;
+}
+
 /* div(self, other, *, rounding_mode=None|"trunc"|"floor"); floor_divide
  * always floors. */
 enum { DIV, FLOOR_DIVIDE };
@@ -306,6 +321,7 @@ static tpu_status_t div_rule(tpu_lower_ctx *c) {
                      : (!tpu_lower_is_none(c, 2) && c->args[2].kind == TPU_ARG_STRING) ? c->args[2].s : NULL;
   bool integral = is_integral_out(c);
   if (mode == NULL) return done(c, dvd(c, a, x));
+  x = checked_divisor(c, x);
   if (strcmp(mode, "trunc") == 0) return done(c, integral ? dvd(c, a, x) : trunc_of(c, half_step(c, dvd(c, a, x))));
   if (strcmp(mode, "floor") == 0) return done(c, integral ? div_floor_int(c, a, x) : div_floor_float(c, a, x));
   return tpu_lower_error(c, TPU_ERR_RUNTIME,
@@ -314,7 +330,7 @@ static tpu_status_t div_rule(tpu_lower_ctx *c) {
 
 /* remainder: Python modulo (the result takes the divisor's sign). */
 static tpu_status_t remainder_rule(tpu_lower_ctx *c) {
-  tpu_hlo_value a = in(c, 0), x = in(c, 1);
+  tpu_hlo_value a = in(c, 0), x = checked_divisor(c, in(c, 1));
   tpu_hlo_value r = tpu_hlo_binary(B, TPU_HLO_REM, a, x), zero = out_const(c, 0.0);
   tpu_hlo_value fix = tpu_hlo_binary(B, TPU_HLO_AND, cmp(c, TPU_HLO_NE, r, zero),
                                      cmp(c, TPU_HLO_NE, cmp(c, TPU_HLO_LT, x, zero), cmp(c, TPU_HLO_LT, r, zero)));
@@ -332,6 +348,7 @@ static tpu_status_t binary(tpu_lower_ctx *c) {
   tpu_hlo_value a = own_type ? tpu_lower_operand(c, 0, OUT->dtype, OUT) : in(c, 0);
   tpu_hlo_value x = own_type ? tpu_lower_operand(c, 1, OUT->dtype, OUT) : in(c, 1);
   if (op == TPU_HLO_SHR_ARITH && tpu_dtype_is_unsigned_int(OUT->dtype)) op = TPU_HLO_SHR_LOGIC;
+  if (op == TPU_HLO_REM) x = checked_divisor(c, x); /* fmod */
   return done(c, tpu_hlo_binary(B, op, a, x));
 }
 

@@ -63,7 +63,7 @@ static tpu_hlo_value fft_complex(tpu_lower_ctx *c, tpu_hlo_value x, bool forward
 /* The transformed dims of argument 1, wrapped, and their count. */
 static int fft_dim_list(tpu_lower_ctx *c, int64_t *out_dims) {
   const tpu_lower_arg *d = &c->args[1];
-  for (int i = 0; i < d->n; i++) out_dims[i] = tpu_lower_wrap_dim(d->ints[i], c->args[0].rank);
+  for (int i = 0; i < d->n; i++) out_dims[i] = tpu_lower_wrap_dim(c, d->ints[i], c->args[0].rank);
   return d->n;
 }
 

@@ -236,7 +236,7 @@ static tpu_hlo_value coords_along(tpu_lower_ctx *c, tpu_hlo_value idx, int dim) 
 /* index_select(self, dim, index) */
 static tpu_status_t index_select_rule(tpu_lower_ctx *c) {
   tpu_hlo_value x = at_least_1d(c, tpu_lower_tensor(c, 0));
-  int rank = tpu_hlo_rank(B, x), dim = tpu_lower_wrap_dim(tpu_lower_int(c, 1, 0), rank);
+  int rank = tpu_hlo_rank(B, x), dim = tpu_lower_wrap_dim(c, tpu_lower_int(c, 1, 0), rank);
   tpu_hlo_value idx = flat(c, index_arg(c, 2));
   int64_t size = tpu_hlo_type_of(B, x)->dims[dim];
   if (size == 0 && rank > 1 && numel_of(c, idx) > 0) /* the CPU kernel's shape check, before any index */
@@ -262,7 +262,7 @@ static tpu_status_t gather_rule(tpu_lower_ctx *c) {
   if (tpu_hlo_type_numel(OUT) == 0) return done(c, tpu_hlo_const_f64(B, OUT, 0.0));
   tpu_hlo_value x = at_least_1d(c, tpu_lower_tensor(c, 0));
   tpu_hlo_value idx = at_least_1d(c, index_arg(c, 2));
-  int rank = tpu_hlo_rank(B, x), dim = tpu_lower_wrap_dim(tpu_lower_int(c, 1, 0), rank);
+  int rank = tpu_hlo_rank(B, x), dim = tpu_lower_wrap_dim(c, tpu_lower_int(c, 1, 0), rank);
   require_index(c, idx, 0, tpu_hlo_type_of(B, x)->dims[dim], dim, TPU_ERR_RUNTIME, IN_BOUNDS);
   index_plan p = by_coords(rank, rank);
   return done(c, plan_gather(c, &p, x, coords_along(c, idx, dim)));
@@ -401,7 +401,7 @@ static tpu_status_t scatter_rule(tpu_lower_ctx *c) {
   tpu_dtype_t t = so.op == REPLACE ? OUT->dtype : tpu_lower_opmath(OUT->dtype);
   tpu_hlo_value x = tpu_hlo_convert(B, at_least_1d(c, tpu_lower_tensor(c, 0)), t);
   tpu_hlo_value idx = at_least_1d(c, index_arg(c, 2));
-  int rank = tpu_hlo_rank(B, x), dim = tpu_lower_wrap_dim(tpu_lower_int(c, 1, 0), rank);
+  int rank = tpu_hlo_rank(B, x), dim = tpu_lower_wrap_dim(c, tpu_lower_int(c, 1, 0), rank);
   tpu_hlo_type it = *tpu_hlo_type_of(B, idx);
   tpu_hlo_type ut = with_dtype(&it, t);
   tpu_hlo_value upd;
@@ -424,7 +424,7 @@ static tpu_status_t scatter_rule(tpu_lower_ctx *c) {
  * the index's length along dim; returns the wrapped dim. */
 static int index_operands(tpu_lower_ctx *c, tpu_dtype_t t, tpu_hlo_value *x, tpu_hlo_value *idx, tpu_hlo_value *src) {
   *x = tpu_hlo_convert(B, at_least_1d(c, tpu_lower_tensor(c, 0)), t);
-  int rank = tpu_hlo_rank(B, *x), dim = tpu_lower_wrap_dim(tpu_lower_int(c, 1, 0), rank);
+  int rank = tpu_hlo_rank(B, *x), dim = tpu_lower_wrap_dim(c, tpu_lower_int(c, 1, 0), rank);
   *idx = flat(c, index_arg(c, 2));
   tpu_hlo_type st = *tpu_hlo_type_of(B, *x);
   st.dims[dim] = numel_of(c, *idx);
@@ -470,7 +470,7 @@ static tpu_status_t index_reduce_rule(tpu_lower_ctx *c) {
 static tpu_status_t index_fill_rule(tpu_lower_ctx *c) {
   tpu_hlo_value x = at_least_1d(c, tpu_lower_tensor(c, 0));
   tpu_hlo_type xt = *tpu_hlo_type_of(B, x);
-  int rank = xt.rank, dim = tpu_lower_wrap_dim(tpu_lower_int(c, 1, 0), rank);
+  int rank = xt.rank, dim = tpu_lower_wrap_dim(c, tpu_lower_int(c, 1, 0), rank);
   int64_t size = xt.dims[dim];
   tpu_hlo_value idx = flat(c, index_arg(c, 2));
   require_index(c, idx, -size, size, dim, TPU_ERR_INDEX, IN_BOUNDS);

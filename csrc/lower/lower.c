@@ -230,10 +230,14 @@ bool tpu_lower_bool(const tpu_lower_ctx *c, int arg, bool if_none) {
   return a->kind == TPU_ARG_BOOL ? a->b : a->i != 0;
 }
 
-int tpu_lower_wrap_dim(int64_t dim, int rank) {
-  int r = rank > 0 ? rank : 1;
-  if (dim < 0) dim += r;
-  return (int)dim;
+int tpu_lower_wrap_dim(const tpu_lower_ctx *c, int64_t dim, int rank) {
+  int64_t r = rank > 0 ? rank : 1;
+  if (dim < -r || dim >= r) {
+    tpu_hlo_fail(c->b, TPU_ERR_INDEX, "Dimension out of range (expected to be in range of [%lld, %lld], but got %lld)",
+                 (long long)-r, (long long)(r - 1), (long long)dim);
+    return 0;
+  }
+  return (int)(dim < 0 ? dim + r : dim);
 }
 
 tpu_dtype_t tpu_lower_opmath(tpu_dtype_t t) {
@@ -246,9 +250,9 @@ int tpu_lower_reduce_dims(const tpu_lower_ctx *c, int arg, int rank, int64_t *ou
   if (a == NULL || a->kind == TPU_ARG_NONE || (a->kind == TPU_ARG_INT_LIST && a->n == 0)) {
     for (int i = 0; i < rank; i++) seen[i] = true;
   } else if (a->kind == TPU_ARG_INT) {
-    seen[tpu_lower_wrap_dim(a->i, rank)] = true;
+    seen[tpu_lower_wrap_dim(c, a->i, rank)] = true;
   } else {
-    for (int i = 0; i < a->n; i++) seen[tpu_lower_wrap_dim(a->ints[i], rank)] = true;
+    for (int i = 0; i < a->n; i++) seen[tpu_lower_wrap_dim(c, a->ints[i], rank)] = true;
   }
   int n = 0;
   for (int i = 0; i < rank; i++)

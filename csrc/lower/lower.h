@@ -223,8 +223,13 @@ tpu_hlo_value tpu_lower_scalar(tpu_lower_ctx *c, int arg, tpu_dtype_t dtype);
 int64_t tpu_lower_int(const tpu_lower_ctx *c, int arg, int64_t if_none);
 double tpu_lower_float(const tpu_lower_ctx *c, int arg, double if_none);
 bool tpu_lower_bool(const tpu_lower_ctx *c, int arg, bool if_none);
-/* Wraps a dim into [0, rank). */
-int tpu_lower_wrap_dim(int64_t dim, int rank);
+/* Wraps dim argument |dim| of a tensor of |rank| dims into [0, rank) (a
+ * 0-dim tensor takes -1 and 0, as PyTorch's maybe_wrap_dim). A dim out of
+ * range fails the builder with PyTorch's IndexError ("Dimension out of
+ * range (expected to be in range of [-1, 0], but got 5)") and gives 0, so
+ * a rule may go on indexing with it; every rule wraps its dims here, which
+ * is the range check PyTorch's kernels make before they run. */
+int tpu_lower_wrap_dim(const tpu_lower_ctx *c, int64_t dim, int rank);
 /* The type PyTorch computes in for elementwise math: float32 for half types
  * (CPU and CUDA kernels compute f16/bf16 math in float32), else |t|. */
 tpu_dtype_t tpu_lower_opmath(tpu_dtype_t t);
@@ -233,7 +238,8 @@ tpu_dtype_t tpu_lower_opmath(tpu_dtype_t t);
 void tpu_lower_set_output(tpu_lower_ctx *c, int i, tpu_hlo_value v);
 /* --- reduction scaffolding, shared by the reduce and nn families ------------- */
 /* The reduced dims named by argument |arg| (an int, an int list, or None / an
- * empty list meaning all dims), wrapped and sorted; returns how many. */
+ * empty list meaning all dims), wrapped (tpu_lower_wrap_dim) and sorted;
+ * returns how many. */
 int tpu_lower_reduce_dims(const tpu_lower_ctx *c, int arg, int rank, int64_t *out_dims);
 /* |x| reduced over |dims| with |op| (ADD, MUL, MAX, MIN, AND, OR), starting
  * from the op's identity. */

@@ -156,7 +156,7 @@ static tpu_status_t embedding_renorm_rule(tpu_lower_ctx *c) {
  * in the opmath type (its norms are float32 for half types). */
 static tpu_status_t weight_norm_backward_rule(tpu_lower_ctx *c) {
   const tpu_lower_arg *v = &c->args[1], *norms = &c->args[3];
-  const int dim = tpu_lower_wrap_dim(tpu_lower_int(c, 4, 0), v->rank);
+  const int dim = tpu_lower_wrap_dim(c, tpu_lower_int(c, 4, 0), v->rank);
   const tpu_dtype_t acc = tpu_lower_opmath(v->dtype);
   int64_t others[MAXR];
   int n = 0;

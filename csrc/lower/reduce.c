@@ -154,7 +154,7 @@ static tpu_status_t max_all_rule(tpu_lower_ctx *c) {
 /* max.dim/min.dim(self, dim, keepdim) -> (values, indices); data: MAX or MIN. */
 static tpu_status_t max_dim_rule(tpu_lower_ctx *c) {
   int rank = c->args[0].rank;
-  int dim = tpu_lower_wrap_dim(tpu_lower_int(c, 1, 0), rank);
+  int dim = tpu_lower_wrap_dim(c, tpu_lower_int(c, 1, 0), rank);
   if (rank > 0 && c->args[0].sizes[dim] == 0)
     return tpu_lower_error(c, TPU_ERR_INDEX, "%s(): Expected reduction dim %d to have non-zero size.",
                            minmax_name(c), dim);
@@ -179,7 +179,7 @@ static tpu_status_t argmax_rule(tpu_lower_ctx *c) {
     int64_t numel = numel_of(c, 0);
     x = tpu_hlo_reshape(B, x, 1, &numel);
   } else {
-    dim = tpu_lower_wrap_dim(c->args[1].i, rank);
+    dim = tpu_lower_wrap_dim(c, c->args[1].i, rank);
   }
   tpu_hlo_value value, index;
   arg_extreme(c, x, c->data == TPU_HLO_MAX, dim, &value, &index);
@@ -388,7 +388,7 @@ static tpu_hlo_value seg_identity(tpu_lower_ctx *c, int kind, tpu_hlo_value like
 static tpu_status_t segment_reduce_rule(tpu_lower_ctx *c) {
   int kind = seg_kind(c, 1);
   if (kind < 0) return seg_kind_error(c, 1);
-  int axis = tpu_lower_wrap_dim(tpu_lower_int(c, 5, 0), c->args[0].rank);
+  int axis = tpu_lower_wrap_dim(c, tpu_lower_int(c, 5, 0), c->args[0].rank);
   tpu_dtype_t t = tpu_lower_opmath(OUT->dtype);
   tpu_hlo_value mask, len;
   segments(c, 0, 2, 4, axis, &mask, &len);
@@ -436,7 +436,7 @@ static tpu_status_t segment_reduce_rule(tpu_lower_ctx *c) {
 static tpu_status_t segment_reduce_backward_rule(tpu_lower_ctx *c) {
   int kind = seg_kind(c, 3);
   if (kind < 0) return seg_kind_error(c, 3);
-  int axis = tpu_lower_wrap_dim(tpu_lower_int(c, 6, 0), c->args[2].rank);
+  int axis = tpu_lower_wrap_dim(c, tpu_lower_int(c, 6, 0), c->args[2].rank);
   tpu_dtype_t t = tpu_lower_opmath(OUT->dtype);
   tpu_hlo_value mask, len;
   segments(c, 2, 4, 5, axis, &mask, &len);
@@ -476,7 +476,7 @@ enum { SOFTMAX, LOG_SOFTMAX };
 
 /* The softmax dim of argument |arg| as a dims list: none for a 0-dim input. */
 static int softmax_dims(const tpu_lower_ctx *c, int arg, int rank, int64_t *dims) {
-  dims[0] = tpu_lower_wrap_dim(tpu_lower_int(c, arg, 0), rank);
+  dims[0] = tpu_lower_wrap_dim(c, tpu_lower_int(c, arg, 0), rank);
   return rank > 0 ? 1 : 0;
 }
 
@@ -533,7 +533,7 @@ static tpu_status_t softmax_backward_rule(tpu_lower_ctx *c) {
  * (acc_type<float, false>): scanned in float32, a cumsum over 4096 elements
  * came out 5x further from float64 than the CPU's. */
 static tpu_status_t cumulative_rule(tpu_lower_ctx *c) {
-  int dim = tpu_lower_wrap_dim(tpu_lower_int(c, 1, 0), c->args[0].rank);
+  int dim = tpu_lower_wrap_dim(c, tpu_lower_int(c, 1, 0), c->args[0].rank);
   tpu_hlo_value x = acc_input(c);
   x = tpu_hlo_convert(B, x, cpu_acc_of(tpu_hlo_dtype(B, x)));
   tpu_lower_set_output(c, 0, tpu_lower_scan(B, x, dim, (tpu_hlo_binary_t)c->data));
@@ -567,7 +567,7 @@ static void complex_logcumsumexp_step(tpu_lower_ctx *c, tpu_hlo_value k, tpu_hlo
  * principal branch, so another grouping reached imaginary parts 2 pi away. */
 static tpu_status_t logcumsumexp_rule(tpu_lower_ctx *c) {
   int rank = c->args[0].rank;
-  int dim = tpu_lower_wrap_dim(tpu_lower_int(c, 1, 0), rank);
+  int dim = tpu_lower_wrap_dim(c, tpu_lower_int(c, 1, 0), rank);
   tpu_dtype_t t = cpu_acc_of(OUT->dtype);
   tpu_hlo_value x = input(c, t);
   if (rank == 0) x = tpu_hlo_reshape(B, x, 1, (int64_t[]){1});

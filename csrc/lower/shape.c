@@ -16,7 +16,7 @@
  * rank relative to the others). */
 static tpu_status_t cat_rule(tpu_lower_ctx *c) {
   const tpu_lower_arg *l = &c->args[0];
-  int dim = tpu_lower_wrap_dim(tpu_lower_int(c, 1, 0), OUT->rank);
+  int dim = tpu_lower_wrap_dim(c, tpu_lower_int(c, 1, 0), OUT->rank);
   tpu_hlo_value parts[64];
   int k = 0;
   for (int i = 0; i < l->n; i++) {
@@ -143,7 +143,7 @@ static tpu_status_t flip_rule(tpu_lower_ctx *c) {
   const tpu_lower_arg *a = &c->args[1];
   int64_t dims[TPU_HLO_MAX_RANK];
   int rank = c->args[0].rank;
-  for (int i = 0; i < a->n; i++) dims[i] = tpu_lower_wrap_dim(a->ints[i], rank);
+  for (int i = 0; i < a->n; i++) dims[i] = tpu_lower_wrap_dim(c, a->ints[i], rank);
   return done(c, tpu_hlo_reverse(B, tpu_lower_tensor(c, 0), dims, rank == 0 ? 0 : a->n));
 }
 
@@ -165,7 +165,7 @@ static tpu_status_t roll_rule(tpu_lower_ctx *c) {
     return done(c, roll_dim(c, tpu_hlo_reshape(B, x, 1, &n), 0, shifts->ints[0]));
   }
   for (int i = 0; i < dims->n; i++)
-    x = roll_dim(c, x, tpu_lower_wrap_dim(dims->ints[i], c->args[0].rank), shifts->ints[i]);
+    x = roll_dim(c, x, tpu_lower_wrap_dim(c, dims->ints[i], c->args[0].rank), shifts->ints[i]);
   return done(c, x);
 }
 

@@ -19,7 +19,7 @@ static tpu_hlo_value input_vector(tpu_lower_ctx *c) {
 
 /* The dim argument |arg| of input 0 wrapped (0 for a 0-dim input). */
 static int dim_arg(const tpu_lower_ctx *c, int arg, int64_t if_none) {
-  return tpu_lower_wrap_dim(tpu_lower_int(c, arg, if_none), c->args[0].rank);
+  return tpu_lower_wrap_dim(c, tpu_lower_int(c, arg, if_none), c->args[0].rank);
 }
 
 /* A comparator of PyTorch's order on (key, index) pairs: |a| precedes |b|. */

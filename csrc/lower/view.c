@@ -30,7 +30,7 @@ static tpu_status_t expand_rule(tpu_lower_ctx *c) {
 static tpu_status_t permute_rule(tpu_lower_ctx *c) {
   int rank = c->args[0].rank;
   int64_t perm[TPU_HLO_MAX_RANK];
-  for (int i = 0; i < rank; i++) perm[i] = tpu_lower_wrap_dim(c->args[1].ints[i], rank);
+  for (int i = 0; i < rank; i++) perm[i] = tpu_lower_wrap_dim(c, c->args[1].ints[i], rank);
   return done(c, tpu_hlo_transpose(B, tpu_lower_tensor(c, 0), perm));
 }
 
@@ -40,8 +40,8 @@ static tpu_status_t transpose_rule(tpu_lower_ctx *c) {
   int64_t perm[TPU_HLO_MAX_RANK];
   for (int i = 0; i < rank; i++) perm[i] = i;
   if (rank >= 2) {
-    int d0 = c->num_args > 1 ? tpu_lower_wrap_dim(tpu_lower_int(c, 1, 0), rank) : 0;
-    int d1 = c->num_args > 2 ? tpu_lower_wrap_dim(tpu_lower_int(c, 2, 1), rank) : 1;
+    int d0 = c->num_args > 1 ? tpu_lower_wrap_dim(c, tpu_lower_int(c, 1, 0), rank) : 0;
+    int d1 = c->num_args > 2 ? tpu_lower_wrap_dim(c, tpu_lower_int(c, 2, 1), rank) : 1;
     perm[d0] = d1;
     perm[d1] = d0;
   }
@@ -61,7 +61,7 @@ static void slice_bounds(int64_t size, int64_t *start, int64_t *end) {
 /* slice.Tensor(self, dim, start?, end?, step) */
 static tpu_status_t slice_rule(tpu_lower_ctx *c) {
   int rank = c->args[0].rank;
-  int dim = tpu_lower_wrap_dim(tpu_lower_int(c, 1, 0), rank);
+  int dim = tpu_lower_wrap_dim(c, tpu_lower_int(c, 1, 0), rank);
   int64_t size = c->args[0].sizes[dim];
   int64_t start = tpu_lower_int(c, 2, 0), end = tpu_lower_int(c, 3, INT64_MAX), step = tpu_lower_int(c, 4, 1);
   slice_bounds(size, &start, &end);
@@ -71,7 +71,7 @@ static tpu_status_t slice_rule(tpu_lower_ctx *c) {
 /* select.int(self, dim, index) */
 static tpu_status_t select_rule(tpu_lower_ctx *c) {
   int rank = c->args[0].rank;
-  int dim = tpu_lower_wrap_dim(tpu_lower_int(c, 1, 0), rank);
+  int dim = tpu_lower_wrap_dim(c, tpu_lower_int(c, 1, 0), rank);
   int64_t i = tpu_lower_int(c, 2, 0);
   if (i < 0) i += c->args[0].sizes[dim];
   tpu_hlo_value x = tpu_hlo_slice_dim(B, tpu_lower_tensor(c, 0), dim, i, i + 1, 1);
@@ -82,7 +82,7 @@ static tpu_status_t select_rule(tpu_lower_ctx *c) {
  * a dim whose sizes the outputs carry. data: the index of the dim argument. */
 static tpu_status_t split_rule(tpu_lower_ctx *c) {
   int rank = c->args[0].rank;
-  int dim = tpu_lower_wrap_dim(tpu_lower_int(c, (int)c->data, 0), rank);
+  int dim = tpu_lower_wrap_dim(c, tpu_lower_int(c, (int)c->data, 0), rank);
   tpu_hlo_value x = tpu_lower_tensor(c, 0);
   bool unbind = rank > 0 && c->num_outputs > 0 && c->out_types[0].rank == rank - 1;
   int64_t at = 0;
@@ -172,7 +172,7 @@ static int diagonal_view(const int64_t *in, int rank, int64_t off, int d1, int d
 /* diagonal(self, offset, dim1, dim2) */
 static tpu_status_t diagonal_rule(tpu_lower_ctx *c) {
   int rank = c->args[0].rank;
-  int d1 = tpu_lower_wrap_dim(tpu_lower_int(c, 2, 0), rank), d2 = tpu_lower_wrap_dim(tpu_lower_int(c, 3, 1), rank);
+  int d1 = tpu_lower_wrap_dim(c, tpu_lower_int(c, 2, 0), rank), d2 = tpu_lower_wrap_dim(c, tpu_lower_int(c, 3, 1), rank);
   int64_t sizes[TPU_HLO_MAX_RANK], strides[TPU_HLO_MAX_RANK], offset;
   int k = diagonal_view(c->args[0].sizes, rank, tpu_lower_int(c, 1, 0), d1, d2, OUT->dims[OUT->rank - 1], sizes,
                         strides, &offset);
@@ -183,7 +183,7 @@ static tpu_status_t diagonal_rule(tpu_lower_ctx *c) {
  * replaced by src. */
 static tpu_status_t diagonal_scatter_rule(tpu_lower_ctx *c) {
   int rank = c->args[0].rank;
-  int d1 = tpu_lower_wrap_dim(tpu_lower_int(c, 3, 0), rank), d2 = tpu_lower_wrap_dim(tpu_lower_int(c, 4, 1), rank);
+  int d1 = tpu_lower_wrap_dim(c, tpu_lower_int(c, 3, 0), rank), d2 = tpu_lower_wrap_dim(c, tpu_lower_int(c, 4, 1), rank);
   const tpu_lower_arg *src_arg = &c->args[1];
   int64_t sizes[TPU_HLO_MAX_RANK], strides[TPU_HLO_MAX_RANK], offset;
   int k = diagonal_view(c->args[0].sizes, rank, tpu_lower_int(c, 2, 0), d1, d2,
@@ -195,7 +195,7 @@ static tpu_status_t diagonal_scatter_rule(tpu_lower_ctx *c) {
  * elements replaced by src. */
 static tpu_status_t slice_scatter_rule(tpu_lower_ctx *c) {
   int rank = c->args[0].rank;
-  int dim = tpu_lower_wrap_dim(tpu_lower_int(c, 2, 0), rank);
+  int dim = tpu_lower_wrap_dim(c, tpu_lower_int(c, 2, 0), rank);
   int64_t start = tpu_lower_int(c, 3, 0), end = tpu_lower_int(c, 4, INT64_MAX), step = tpu_lower_int(c, 5, 1);
   slice_bounds(c->args[0].sizes[dim], &start, &end);
   int64_t sizes[TPU_HLO_MAX_RANK], strides[TPU_HLO_MAX_RANK];
@@ -207,7 +207,7 @@ static tpu_status_t slice_scatter_rule(tpu_lower_ctx *c) {
  * replaced by src (self's shape without dim). */
 static tpu_status_t select_scatter_rule(tpu_lower_ctx *c) {
   int rank = c->args[0].rank;
-  int dim = tpu_lower_wrap_dim(tpu_lower_int(c, 2, 0), rank);
+  int dim = tpu_lower_wrap_dim(c, tpu_lower_int(c, 2, 0), rank);
   int64_t i = tpu_lower_int(c, 3, 0);
   if (i < 0) i += c->args[0].sizes[dim];
   int64_t sizes[TPU_HLO_MAX_RANK], strides[TPU_HLO_MAX_RANK];
@@ -222,7 +222,7 @@ static tpu_status_t select_scatter_rule(tpu_lower_ctx *c) {
 /* unfold(self, dimension, size, step) */
 static tpu_status_t unfold_rule(tpu_lower_ctx *c) {
   int rank = c->args[0].rank;
-  int d = tpu_lower_wrap_dim(tpu_lower_int(c, 1, 0), rank);
+  int d = tpu_lower_wrap_dim(c, tpu_lower_int(c, 1, 0), rank);
   int64_t size = tpu_lower_int(c, 2, 1), step = tpu_lower_int(c, 3, 1);
   int64_t in_strides[TPU_HLO_MAX_RANK], strides[TPU_HLO_MAX_RANK];
   contiguous_strides(c->args[0].sizes, rank, in_strides);

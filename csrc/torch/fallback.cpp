@@ -8,6 +8,7 @@
 #include <atomic>
 
 #include "torch/dispatch.h"
+#include "torch/kernel.h"
 #include "torch/tpu_torch.h"
 
 extern "C" {
@@ -30,6 +31,7 @@ bool decompose(const c10::OperatorHandle& op, const std::string& name, torch::ji
   for (const auto& ret : schema.returns())
     if (ret.type()->kind() != c10::TypeKind::TensorType) return false;
   const size_t n = schema.arguments().size();
+  check_before_decomposition(op, torch::jit::last(*stack, n));
   check_matmul_family(op, torch::jit::last(*stack, n));
   check_out_dtypes(op, torch::jit::last(*stack, n));
   pybind11::gil_scoped_acquire gil;

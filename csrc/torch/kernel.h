@@ -96,6 +96,10 @@ void for_each_read(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs, Fn fn) {
 // take part in type promotion.
 void check_before_meta(const c10::OperatorHandle& handle, const std::vector<bool>& promotes,
                        c10::ArrayRef<c10::IValue> ivs);
+// The checks of check_before_meta that PyTorch's decompositions miss too
+// (fallback.cpp runs them before one): a `dim` argument's range, the random
+// ops' parameters.
+void check_before_decomposition(const c10::OperatorHandle& handle, c10::ArrayRef<c10::IValue> ivs);
 // The out= overlap checks of the ops whose CPU kernels make them before resizing.
 void check_out_overlap(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs);
 // The in-place ops whose CPU kernels write a self that overlaps itself.

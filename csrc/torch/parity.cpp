@@ -293,6 +293,67 @@ void check_complex(const c10::OperatorHandle&, const std::vector<bool>&, c10::Ar
 // The checks by op name (the overload's base name).
 using ParityCheck = void (*)(const c10::OperatorHandle& handle, const std::vector<bool>& promotes,
                              c10::ArrayRef<c10::IValue> ivs);
+// The parameter checks of the CPU's (and CUDA's) random kernels, worded
+// as theirs (the Python meta functions print -1.0 where they print -1).
+double float_arg(const c10::OperatorHandle& handle, c10::ArrayRef<c10::IValue> ivs, const char* name) {
+  const auto& args = handle.schema().arguments();
+  for (size_t i = 0; i < args.size() && i < ivs.size(); i++)
+    if (args[i].name() == name && ivs[i].isDouble()) return ivs[i].toDouble();
+  return 1.0;  // absent: the default, which passes
+}
+void check_normal(const c10::OperatorHandle& h, const std::vector<bool>&, c10::ArrayRef<c10::IValue> ivs) {
+  const double std = float_arg(h, ivs, "std");
+  TORCH_CHECK(std >= 0.0, "normal expects std >= 0.0, but found std ", std);
+}
+void check_log_normal(const c10::OperatorHandle& h, const std::vector<bool>&, c10::ArrayRef<c10::IValue> ivs) {
+  const double std = float_arg(h, ivs, "std");
+  TORCH_CHECK(std > 0.0, "log_normal_ expects std > 0.0, but found std=", std);
+}
+void check_exponential(const c10::OperatorHandle& h, const std::vector<bool>&, c10::ArrayRef<c10::IValue> ivs) {
+  const double lambda = float_arg(h, ivs, "lambd");
+  TORCH_CHECK(lambda > 0.0, "exponential_ expects lambda > 0.0, but found lambda=", lambda);
+}
+void check_cauchy(const c10::OperatorHandle& h, const std::vector<bool>&, c10::ArrayRef<c10::IValue> ivs) {
+  const double sigma = float_arg(h, ivs, "sigma");
+  TORCH_CHECK(sigma > 0.0, "cauchy_ expects sigma > 0.0, but found sigma=", sigma);
+}
+void check_geometric(const c10::OperatorHandle& h, const std::vector<bool>&, c10::ArrayRef<c10::IValue> ivs) {
+  const double p = float_arg(h, ivs, "p");
+  TORCH_CHECK(0 < p && p < 1, "geometric_ expects p to be in (0, 1), but got p=", p);
+}
+// normal(mean, std) (decomposed): a tensor std is checked on its data, a
+// sync, as the CPU's and CUDA's kernels check it (CHECK_NORMAL_TENSOR_STD).
+void check_normal_overloads(const c10::OperatorHandle& h, const std::vector<bool>& promotes,
+                            c10::ArrayRef<c10::IValue> ivs) {
+  const auto& args = h.schema().arguments();
+  for (size_t i = 0; i < args.size() && i < ivs.size(); i++) {
+    if (args[i].name() != "std" || !ivs[i].isTensor()) continue;
+    const at::Tensor& std = ivs[i].toTensor();
+    TORCH_CHECK(!std.is_complex(), "normal expects standard deviation to be non-complex");
+    TORCH_CHECK(std.numel() == 0 || std.min().ge(0).item<bool>(), "normal expects all elements of std >= 0.0");
+  }
+  check_normal(h, promotes, ivs);
+}
+
+// The random ops' parameter checks, before their meta functions or their
+// decompositions run.
+const std::unordered_map<std::string, ParityCheck>& random_checks() {
+  static const std::unordered_map<std::string, ParityCheck> table = {
+      {"aten::normal", check_normal_overloads},
+      {"aten::normal_", check_normal},
+      {"aten::normal_functional", check_normal},
+      {"aten::log_normal_", check_log_normal},
+      {"aten::log_normal", check_log_normal},
+      {"aten::exponential_", check_exponential},
+      {"aten::exponential", check_exponential},
+      {"aten::cauchy_", check_cauchy},
+      {"aten::cauchy", check_cauchy},
+      {"aten::geometric_", check_geometric},
+      {"aten::geometric", check_geometric},
+  };
+  return table;
+}
+
 const std::unordered_map<std::string, ParityCheck>& parity_checks() {
   static const std::unordered_map<std::string, ParityCheck> table = {
       {"aten::add", check_add_sub},
@@ -337,7 +398,36 @@ const std::unordered_map<std::string, ParityCheck>& parity_checks() {
   return table;
 }
 
+// The range check of a `dim` argument (an int, an optional int or an int
+// list, against `self`'s rank) that PyTorch's kernels make first, with
+// maybe_wrap_dim's IndexError ("Dimension out of range (expected to be in
+// range of [-1, 0], but got 5)"). Some Python meta functions index a list
+// with the dim before checking it (index_select's, index_fill's: "list
+// assignment index out of range"), others never check it (softmax's,
+// sort's), and the rule then fails inside XLA. unsqueeze's dim may be
+// self's rank (a new last dim). The rules check their dims again
+// (tpu_lower_wrap_dim), for compiled graphs and dims of other arguments.
+void check_dims(const c10::FunctionSchema& schema, c10::ArrayRef<c10::IValue> ivs) {
+  const auto& args = schema.arguments();
+  if (args.empty() || args[0].name() != "self" || ivs.empty() || !ivs[0].isTensor() ||
+      !ivs[0].toTensor().defined() || schema.name() == "aten::unsqueeze")
+    return;
+  const int64_t rank = ivs[0].toTensor().dim();
+  for (size_t i = 1; i < args.size() && i < ivs.size(); i++) {
+    if (args[i].name() != "dim") continue;
+    if (ivs[i].isInt()) (void)c10::maybe_wrap_dim(ivs[i].toInt(), rank);
+    if (ivs[i].isIntList())
+      for (int64_t d : ivs[i].toIntVector()) (void)c10::maybe_wrap_dim(d, rank);
+  }
+}
+
 }  // namespace
+
+void check_before_decomposition(const c10::OperatorHandle& handle, c10::ArrayRef<c10::IValue> ivs) {
+  check_dims(handle.schema(), ivs);
+  auto check = random_checks().find(handle.schema().name());
+  if (check != random_checks().end()) check->second(handle, {}, ivs);
+}
 
 // Checks PyTorch 2.13's meta functions (Python references) make differently
 // from its CPU kernels, or not at all; made here with the kernels' exception
@@ -345,6 +435,7 @@ const std::unordered_map<std::string, ParityCheck>& parity_checks() {
 // that take part in type promotion.
 void check_before_meta(const c10::OperatorHandle& handle, const std::vector<bool>& promotes,
                        c10::ArrayRef<c10::IValue> ivs) {
+  check_before_decomposition(handle, ivs);
   check_matmul_family(handle, ivs);
   if (handle.hasTag(at::Tag::pointwise)) {
     // TensorIterator broadcasts the operands in order, with infer_size's
