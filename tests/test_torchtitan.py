@@ -1,0 +1,96 @@
+"""TorchTitan's trainer, unpatched, on tpu (`torchrun -m torchtitan.train`,
+its Llama 3 debug model, 2 processes, the CPU plugin): the losses of every
+step equal those of the same job on the CPU over gloo within 1e-5
+(relative), both starting from one seed checkpoint (the devices' random
+streams differ). TorchTitan lives in its own virtual environment
+(scripts/titan_venv.sh: TorchTitan 0.2.2 and triton, which it imports);
+only the CPU reference is adapted to run (tests/titan/cpu_reference.py),
+the tpu run gets TorchTitan's documented options alone."""
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VENV_PYTHON = os.environ.get("TORCHTPU_TITAN_PYTHON", os.path.join(ROOT, ".venv-titan", "bin", "python"))
+STEPS = 5
+# The job: the debug model at a short sequence, float32 parameters (the
+# default bf16 would compare two bf16 matmul orders, not the backends).
+JOB = ["--model.name", "llama3", "--model.flavor", "debugmodel", "--training.seq-len", "64",
+       "--training.local-batch-size", "2", "--training.mixed-precision-param", "float32",
+       "--metrics.log-freq", "1", "--checkpoint.enable", "--checkpoint.interval", "1000"]
+
+pytestmark = pytest.mark.skipif(not os.path.exists(VENV_PYTHON),
+                                reason=f"no TorchTitan environment at {VENV_PYTHON} (scripts/titan_venv.sh)")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(cwd, nproc, args, timeout, reference=False):
+    """torchrun of TorchTitan's trainer (or of the CPU reference) in |cwd|;
+    returns the output, failing on a non-zero exit or a hang."""
+    target = [os.path.join(ROOT, "tests", "titan", "cpu_reference.py")] if reference else ["-m", "torchtitan.train"]
+    cmd = [VENV_PYTHON, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", f"--master-port={free_port()}",
+           *target, *args]
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")
+    p = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
+    try:
+        out, _ = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, _ = p.communicate()
+        pytest.fail(f"{' '.join(args)} did not finish in {timeout} s:\n{out[-4000:]}")
+    assert p.returncode == 0, out[-6000:]
+    return out
+
+
+def losses(out):
+    """Rank 0's loss per step, from TorchTitan's log lines."""
+    found = {}
+    for step, loss in re.findall(r"step:\s+(\d+)\s+(?:\x1b\[\d+m)?loss:\s+([0-9.]+)", out):
+        found.setdefault(int(step), float(loss))
+    return [found[s] for s in sorted(found)]
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    """A directory with the tokenizer and c4_test data set TorchTitan's
+    debug config reads, and one seed checkpoint (step 0), made once."""
+    d = tmp_path_factory.mktemp("titan")
+    subprocess.run([sys.executable, os.path.join(ROOT, "examples", "torchtitan", "make_assets.py"), str(d)],
+                   check=True, timeout=120)
+    run(d, 1, JOB + ["--checkpoint.create-seed-checkpoint", "--parallelism.data-parallel-shard-degree", "1",
+                     "--job.dump-folder", "seed"], 300, reference=True)
+    return d
+
+
+def job(assets, name, nproc, extra, reference):
+    """The job from the seed checkpoint in a dump folder of its own."""
+    shutil.copytree(assets / "seed" / "checkpoint", assets / name / "checkpoint")
+    out = run(assets, nproc, JOB + ["--training.steps", str(STEPS), "--job.dump-folder", name, *extra], 500,
+              reference=reference)
+    got = losses(out)
+    assert len(got) == STEPS, out[-6000:]
+    return got, out
+
+
+@pytest.mark.parametrize("parallel", [
+    ["--parallelism.data-parallel-shard-degree", "2"],
+], ids=["fsdp2"])
+def test_losses_equal_cpu(assets, parallel):
+    name = "-".join(a.strip("-").replace(".", "_") for a in parallel)
+    want, _ = job(assets, "cpu-" + name, 2, parallel, reference=True)
+    got, out = job(assets, "tpu-" + name, 2, parallel, reference=False)
+    assert "tpu" in out.lower(), out[-3000:]
+    for step, (g, w) in enumerate(zip(got, want), 1):
+        assert abs(g - w) <= 1e-5 * abs(w), f"step {step}: tpu {got} cpu {want}"
