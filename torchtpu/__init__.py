@@ -61,6 +61,7 @@ from . import _flex  # noqa: E402
 from . import _reductions  # noqa: E402
 from . import _distributed  # noqa: E402
 from . import _dlpack  # noqa: E402
+from . import _rng_hops  # noqa: E402,F401
 
 _C._set_decomposer(_decomp.run)
 
