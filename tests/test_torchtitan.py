@@ -2,7 +2,8 @@
 its Llama 3 debug model, 2 processes, the CPU plugin): the losses of every
 step equal those of the same job on the CPU over gloo within 1e-5
 (relative), both starting from one seed checkpoint (the devices' random
-streams differ). TorchTitan lives in its own virtual environment
+streams differ); and a DCP checkpoint written every 3 steps resumes on tpu
+and on the CPU with the uninterrupted run's losses. TorchTitan lives in its own virtual environment
 (scripts/titan_venv.sh: TorchTitan 0.2.2 and triton, which it imports);
 only the CPU reference is adapted to run (tests/titan/cpu_reference.py),
 the tpu run gets TorchTitan's documented options alone."""
@@ -74,13 +75,15 @@ def assets(tmp_path_factory):
     return d
 
 
-def job(assets, name, nproc, extra, reference):
-    """The job from the seed checkpoint in a dump folder of its own."""
-    shutil.copytree(assets / "seed" / "checkpoint", assets / name / "checkpoint")
+def job(assets, name, nproc, extra, reference, steps=STEPS, seed=True):
+    """The job from the seed checkpoint (or, seed=False, from the latest
+    checkpoint already in its dump folder) in a dump folder of its own."""
+    if seed:
+        shutil.copytree(assets / "seed" / "checkpoint", assets / name / "checkpoint")
     out = run(assets, nproc, JOB + ["--training.steps", str(STEPS), "--job.dump-folder", name, *extra], 500,
               reference=reference)
     got = losses(out)
-    assert len(got) == STEPS, out[-6000:]
+    assert len(got) == steps, out[-6000:]
     return got, out
 
 
@@ -104,8 +107,7 @@ TP = ["--parallelism.tensor-parallel-degree", "2"]
 COMPILE = ["--compile.enable", "--compile.backend", "tpu"]
 
 
-@pytest.mark.parametrize("parallel, extra", [(FSDP2, []), (FSDP2, COMPILE), (TP, [])],
-                         ids=["fsdp2", "fsdp2-compiled", "tp"])
+@pytest.mark.parametrize("parallel, extra", [(FSDP2, COMPILE), (TP, [])], ids=["fsdp2-compiled", "tp"])
 def test_losses_equal_cpu(assets, references, parallel, extra):
     """The tpu job with TorchTitan's defaults otherwise: its fused AdamW,
     selective activation checkpointing, and FSDP2's PREMUL_SUM reduction."""
@@ -113,5 +115,29 @@ def test_losses_equal_cpu(assets, references, parallel, extra):
     name = "tpu-" + "-".join(a.strip("-").replace(".", "_") for a in parallel + extra)
     got, out = job(assets, name, 2, parallel + extra, reference=False)
     assert "TPU capacity:" in out, out[-3000:]  # TorchTitan chose the device itself
+    assert_losses_equal(got, want)
+
+
+def assert_losses_equal(got, want):
     for step, (g, w) in enumerate(zip(got, want), 1):
         assert abs(g - w) <= 1e-5 * abs(w), f"step {step}: tpu {got} cpu {want}"
+
+
+def test_fsdp2_checkpoint_resume(assets, references):
+    """FSDP2 with TorchTitan's defaults, saving a DCP checkpoint every 3
+    steps: its losses equal the CPU's; resumed on tpu from step 3, steps 4-5
+    equal the uninterrupted run's; the tpu's step-3 checkpoint resumed by the
+    CPU job gives the same steps 4-5."""
+    want = references(FSDP2)
+    every3 = FSDP2 + ["--checkpoint.interval", "3"]
+    got, out = job(assets, "tpu-ckpt", 2, every3, reference=False)
+    assert "TPU capacity:" in out, out[-3000:]
+    assert_losses_equal(got, want)
+    shutil.rmtree(assets / "tpu-ckpt" / "checkpoint" / "step-5")
+    shutil.copytree(assets / "tpu-ckpt", assets / "cpu-from-tpu-ckpt")
+    resumed, out = job(assets, "tpu-ckpt", 2, every3, reference=False, steps=2, seed=False)
+    assert "checkpoint/step-3" in out, out[-3000:]
+    assert_losses_equal(resumed, want[3:])
+    on_cpu, out = job(assets, "cpu-from-tpu-ckpt", 2, every3, reference=True, steps=2, seed=False)
+    assert "checkpoint/step-3" in out, out[-3000:]
+    assert_losses_equal(on_cpu, want[3:])
