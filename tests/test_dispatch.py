@@ -113,3 +113,56 @@ def test_matmul_precision_keys_products_only():
         assert programs_built() == built + 1
     finally:
         torch.set_float32_matmul_precision(before)
+
+
+def test_no_tpu_kernel_hides_a_composite_op():
+    """An op the CPU runs as its composite (CompositeImplicitAutograd) has
+    no tpu kernel: tensor subclasses (DTensor, FakeTensor, functional
+    tensors) would see it instead of its parts, and they have rules for the
+    parts only. Ops the CPU has a kernel for (silu_backward) are the CPU's
+    pattern."""
+    hidden = [name for name in torch._C._dispatch_get_registrations_for_dispatch_key("PrivateUse1")
+              if torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeImplicitAutograd")
+              and not torch._C._dispatch_has_kernel_for_dispatch_key(name, "CPU")]
+    assert hidden == []
+
+
+def test_dtensor_sees_the_parts_of_composite_ops(tmp_path):
+    """bool(dtensor.any()) (nn.init.trunc_normal_'s check) as on the CPU:
+    aten.is_nonzero reaches DTensor as _local_scalar_dense, which it has a
+    rule for; and _has_compatible_shallow_copy_type (param.data = ...)."""
+    import torch.distributed as dist
+    from torch.distributed.tensor import Shard, distribute_tensor, init_device_mesh
+
+    dist.init_process_group("tpu_dist", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        results = {}
+        for device in ("cpu", "tpu"):
+            mesh = init_device_mesh(device, (1,))
+            x = distribute_tensor(torch.arange(8.0, device=device), mesh, [Shard(0)])
+            y = distribute_tensor(torch.zeros(8, device=device), mesh, [Shard(0)])
+            results[device] = (bool((x > 2).any()), bool((x > 9).any()), bool(x[3:4]),
+                               torch._has_compatible_shallow_copy_type(x, y))
+        assert results["tpu"] == results["cpu"] == (True, False, True, True)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_fake_tensors_see_the_parts_of_composite_ops():
+    """Under FakeTensorMode, isfinite and bool() on tpu tensors behave as on
+    CPU tensors: isfinite decomposes to ops with meta functions, bool() of a
+    fake tensor is data-dependent."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    outcomes = {}
+    for device in ("cpu", "tpu"):
+        with FakeTensorMode():
+            x = torch.empty(4, device=device)
+            y = torch.isfinite(x)
+            assert (y.shape, y.dtype, y.device.type) == ((4,), torch.bool, device)
+            try:
+                bool(x[0])
+                outcomes[device] = None
+            except Exception as e:
+                outcomes[device] = type(e)
+    assert outcomes["tpu"] == outcomes["cpu"] is not None

@@ -250,3 +250,70 @@ def test_optimizers_match_cpu(no_fallbacks, opt_cls, options, foreach):
             ref = ref or train("cpu", torch.float64)
             ours, cpus = ((t.double() - ref[i]).abs().max() for t in (a, b))
             assert ours <= 2 * cpus + 1e-9, (i, float(ours), float(cpus))
+
+
+FLAT_SHAPES = [(3, 4), (5,), (2, 3), (7,)]
+
+
+def flat_views(flat, shapes):
+    """Tensors of |shapes| laid one after another in |flat| (FSDP2's
+    gradients: views into one reduce-scatter output)."""
+    views, at = [], 0
+    for s in shapes:
+        n = torch.Size(s).numel()
+        views.append(flat[at:at + n].view(s))
+        at += n
+    return views
+
+
+@pytest.mark.parametrize("opt_cls, options", [
+    (torch.optim.AdamW, {"weight_decay": 0.1}), (torch.optim.Adam, {"amsgrad": True}),
+    (torch.optim.SGD, {"momentum": 0.9}), (torch.optim.Adagrad, {"weight_decay": 0.1})],
+    ids=["AdamW", "Adam-amsgrad", "SGD", "Adagrad"])
+@pytest.mark.parametrize("tensor_lr", [False, True], ids=["float_lr", "tensor_lr"])
+def test_fused_step_on_views_of_one_buffer(opt_cls, options, tensor_lr):
+    """Parameters and gradients that are views into one flat buffer each (as
+    FSDP2 makes them) take a fused step as on the CPU; each item's part of
+    the buffer is apart from the others', so one program still serves the
+    step."""
+    total = sum(torch.Size(s).numel() for s in FLAT_SHAPES)
+
+    def run(device):
+        torch.manual_seed(0)
+        flat_p, flat_g = torch.randn(total).to(device), torch.randn(total).to(device)
+        params = [torch.nn.Parameter(v) for v in flat_views(flat_p, FLAT_SHAPES)]
+        lr = torch.tensor(0.05) if tensor_lr and opt_cls is not torch.optim.Adagrad else 0.05
+        opt = opt_cls(params, lr=lr, fused=True, **options)
+        for step in range(3):
+            flat_g.copy_(torch.randn(total).to(device))
+            for p, g in zip(params, flat_views(flat_g, FLAT_SHAPES)):
+                p.grad = g
+            opt.step()
+        return flat_p.cpu(), flat_g.cpu()
+
+    for got, want in zip(run("tpu"), run("cpu")):
+        torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("op", ["_fused_adamw_", "_fused_sgd_"])
+def test_fused_step_on_shared_gradients_runs_in_turn(op):
+    """Two parameters with one gradient tensor and a grad_scale: the CPU's
+    kernel unscales the gradient in place for the first parameter and the
+    second reads it unscaled again; tpu runs such items in turn, the same."""
+    def run(device):
+        torch.manual_seed(0)
+        params = [torch.randn(6).to(device) for _ in range(2)]
+        g = torch.randn(6).to(device)
+        kw = dict(grad_scale=torch.tensor(4.0, device=device), found_inf=torch.tensor(0.0, device=device))
+        if op == "_fused_adamw_":
+            state = [[torch.zeros(6, device=device) for _ in range(2)] for _ in range(2)]
+            steps = [torch.ones((), device=device) for _ in range(2)]
+            torch._fused_adamw_(params, [g, g], *state, [], steps, lr=0.1, beta1=0.9, beta2=0.99,
+                                weight_decay=0.01, eps=1e-8, amsgrad=False, maximize=False, **kw)
+        else:
+            torch._fused_sgd_(params, [g, g], [], weight_decay=0.0, momentum=0.0, lr=0.1, dampening=0.0,
+                              nesterov=False, maximize=False, is_first_step=True, **kw)
+        return [t.cpu() for t in params + [g]]
+
+    for got, want in zip(run("tpu"), run("cpu")):
+        torch.testing.assert_close(got, want)

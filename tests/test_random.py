@@ -333,3 +333,18 @@ def test_bad_input(name):
     assert type(tpu.value) is type(cpu.value), (tpu.value, cpu.value)
     if name != "multinomial 3-d":  # its shape error is the meta function's wording
         assert str(tpu.value) == str(cpu.value)
+
+
+def test_rng_higher_order_ops_on_tpu():
+    """run_and_save_rng_state / run_with_rng_state (torch.compile's
+    partitioner puts them around random ops that activation checkpointing
+    recomputes): the replay draws what the first run drew, as on the CPU."""
+    save = torch.ops.higher_order.run_and_save_rng_state
+    replay = torch.ops.higher_order.run_with_rng_state
+    for device in ("cpu", "tpu"):
+        state, first = save(torch.ops.aten.rand.default, [5], device=device)
+        torch.rand(3, device=device)  # moves the generator on
+        again = replay(state, torch.ops.aten.rand.default, [5], device=device)
+        assert first.device.type == device
+        torch.testing.assert_close(again.cpu(), first.cpu(), rtol=0, atol=0)
+        assert not torch.equal(torch.rand(5, device=device).cpu(), first.cpu())

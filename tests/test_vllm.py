@@ -1,8 +1,8 @@
 """vLLM on tpu through torchtpu's platform plugin (torchtpu/vllm), against
 vLLM's own CPU platform on the same float32 weights.
 
-vLLM lives in its own environment (scripts/vllm_env.sh makes .venv-vllm,
-which scripts/test.sh does when it is missing); these tests run its python
+vLLM lives in the integrations' environment (scripts/integrations_env.sh
+makes .venv-integrations, which scripts/test.sh does when it is missing); these tests run its python
 on tests/vllm_generate.py and are skipped only where that environment is
 absent. Each engine runs in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0): one
 vLLM import per run instead of three; the runs go side by side.
@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-VENV = Path(os.environ.get("TORCHTPU_VLLM_VENV", ROOT / ".venv-vllm"))
+VENV = Path(os.environ.get("TORCHTPU_INTEGRATIONS_VENV", ROOT / ".venv-integrations"))
 PYTHON = VENV / "bin" / "python"
 SCRIPT = Path(__file__).with_name("vllm_generate.py")
 ARCHS = ["llama", "qwen3", "gemma3", "gemma2"]
 
 pytestmark = pytest.mark.skipif(not (VENV / ".complete").exists(),
-                                reason="no vLLM environment: bash scripts/vllm_env.sh")
+                                reason="no vLLM environment: bash scripts/integrations_env.sh")
 
 
 @pytest.fixture(scope="module")

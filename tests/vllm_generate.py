@@ -1,4 +1,4 @@
-"""Runs inside the vLLM environment (.venv-vllm, see scripts/vllm_env.sh) for
+"""Runs inside the vLLM environment (.venv-integrations, see scripts/integrations_env.sh) for
 tests/test_vllm.py, which compares its outputs between platforms.
 
     python tests/vllm_generate.py make ARCH DIR        # a tiny model, random weights

@@ -36,8 +36,14 @@ def _cache_dir():
     return os.path.join(base, "torchtpu")
 
 
+# Under torchrun the CPU plugin makes one device per local process, and
+# process LOCAL_RANK takes tpu:LOCAL_RANK, as CUDA's processes do (trainers
+# such as TorchTitan's call set_device(LOCAL_RANK) and place data on
+# "tpu:<LOCAL_RANK>"). Collectives run between processes (tpu_dist); a
+# process's other devices are its own. Other plugins ignore the number.
+_cpu_devices = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
 _platform, _plugin_path, _plugin_error = _plugin.resolve()
-_C._configure(_plugin_path, _platform, 1, _plugin_error, _cache_dir(),
+_C._configure(_plugin_path, _platform, _cpu_devices, _plugin_error, _cache_dir(),
               int(float(os.environ.get("TORCHTPU_CACHE_MAX_MB", "2048")) * 2**20),
               os.environ.get("TORCHTPU_KERNELS", "1"))
 
@@ -55,6 +61,7 @@ from . import _flex  # noqa: E402
 from . import _reductions  # noqa: E402
 from . import _distributed  # noqa: E402
 from . import _dlpack  # noqa: E402
+from . import _rng_hops  # noqa: E402,F401
 
 _C._set_decomposer(_decomp.run)
 

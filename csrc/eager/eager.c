@@ -470,6 +470,28 @@ int tpu_eager_call_items(const tpu_eager_call *call) {
   return 0;
 }
 
+/* The elements [*lo, *hi) a non-empty view can touch. */
+static void view_extent(const tpu_view *v, int64_t *lo, int64_t *hi) {
+  *lo = *hi = v->offset;
+  for (int d = 0; d < v->rank; d++) {
+    int64_t span = (v->sizes[d] - 1) * v->strides[d];
+    if (span < 0) *lo += span;
+    else *hi += span;
+  }
+  (*hi)++;
+}
+
+/* Whether refs |i| and |j| of one storage may touch a common byte. */
+static bool refs_touch(const flat_call *f, int i, int j) {
+  const tpu_view *a = &f->refs[i].ref->view, *b = &f->refs[j].ref->view;
+  if (tpu_view_numel(a) == 0 || tpu_view_numel(b) == 0) return false;
+  int64_t alo, ahi, blo, bhi;
+  view_extent(a, &alo, &ahi);
+  view_extent(b, &blo, &bhi);
+  int64_t as = (int64_t)tpu_dtype_size(a->dtype), bs = (int64_t)tpu_dtype_size(b->dtype);
+  return alo * as < bhi * bs && blo * bs < ahi * as;
+}
+
 bool tpu_eager_items_overlap(const tpu_eager_call *call) {
   flat_call f;
   tpu_status_t st = tpu_flatten_call(call, &f);
@@ -490,7 +512,20 @@ bool tpu_eager_items_overlap(const tpu_eager_call *call) {
     written[s] |= call->args[f.refs[i].arg].mutated;
     mixed[s] |= f.refs[i].item != f.refs[s].item || f.refs[i].item < 0;
   }
-  for (int i = 0; i < f.n && !overlap; i++) overlap = written[i] && mixed[i];
+  /* Such a storage (FSDP2's gradients, views into one reduce-scatter
+   * output) is still one program's when the items' parts of it are apart:
+   * each item reads only its own part, which no other item writes, and the
+   * writes compose (tpu_program_write). A written part that may touch
+   * another item's (or a plain tensor argument's) takes the slow path. */
+  for (int i = 0; i < f.n && !overlap; i++) {
+    int s = f.refs[i].slot;
+    if (s < 0 || !written[s] || !mixed[s]) continue;
+    for (int j = i + 1; j < f.n && !overlap; j++) {
+      if (f.refs[j].slot != s || (f.refs[i].item == f.refs[j].item && f.refs[i].item >= 0)) continue;
+      if (!call->args[f.refs[i].arg].mutated && !call->args[f.refs[j].arg].mutated) continue;
+      overlap = refs_touch(&f, i, j);
+    }
+  }
   free(written);
   free(mixed);
   tpu_flat_release(&f);

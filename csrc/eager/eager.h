@@ -179,9 +179,10 @@ tpu_status_t tpu_eager_set_dump_dir(const char *dir) TPU_MUST_USE;
 /* How many times |call|'s rule runs: the length of its first tensor list for
  * a per-item op, else 1. */
 int tpu_eager_call_items(const tpu_eager_call *call);
-/* True when a per-item |call| writes an item that shares its storage with a
+/* True when a per-item |call| writes an item that may share bytes with a
  * tensor of another item (or a plain tensor argument): one program would not
- * see the earlier items' writes, as running the items in turn does. */
+ * see the earlier items' writes, as running the items in turn does. Items
+ * that are apart in one storage (views of one flat buffer) are not. */
 bool tpu_eager_items_overlap(const tpu_eager_call *call);
 
 /* Before a lookup: outside fused mode, runs the calls recorded on |call|'s

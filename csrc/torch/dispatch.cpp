@@ -876,6 +876,16 @@ void register_rules(torch::Library& m, const char* ns) {
         unregistered().push_back(name + ": no such operator in this PyTorch");
         continue;
       }
+      // A composite op the CPU decomposes stays decomposed on tpu: a
+      // PrivateUse1 kernel for it would be what tensor subclasses (DTensor,
+      // FakeTensor, functionalization) see instead of its parts, and they
+      // have rules for the parts only (aten.is_nonzero, not
+      // _local_scalar_dense). The rule serves compiled graphs alone.
+      if (handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) &&
+          !handle->hasKernelForDispatchKey(c10::DispatchKey::CPU)) {
+        unregistered().push_back(name + ": composite on the CPU");
+        continue;
+      }
       auto info = make_op_info(*handle, rule, &why);
       if (!info) {
         unregistered().push_back(name + ": " + why);

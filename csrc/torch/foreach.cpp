@@ -37,15 +37,23 @@ void check_foreach_lists(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs) {
   }
 }
 
-// A _foreach_ call whose program would not see its own earlier writes runs
-// its items in turn through the per-tensor op, as PyTorch's CPU kernels do.
+// A per-item call whose program would not see its own earlier writes runs
+// its items in turn, as PyTorch's CPU kernels do: a _foreach_ op through its
+// per-tensor op, another (_fused_adamw_) as itself on one-item lists.
 std::vector<at::Tensor> run_items_in_turn(const OpInfo& info, c10::ArrayRef<c10::IValue> ivs, int items) {
-  TORCH_CHECK(info.item_handle.has_value(), info.op->name,
-              ": tpu cannot run this call: a tensor it writes shares memory with a tensor of another list item");
   std::vector<at::Tensor> outs;
   for (int k = 0; k < items; k++) {
-    torch::jit::Stack stack = item_stack(info, ivs, k);
-    info.item_handle->callBoxed(stack);
+    torch::jit::Stack stack;
+    if (info.item_handle.has_value()) {
+      stack = item_stack(info, ivs, k);
+      info.item_handle->callBoxed(stack);
+    } else {
+      for (size_t j = 0; j < ivs.size(); j++) {
+        bool list = info.arg_types[j] == ArgType::kTensorList && !ivs[j].toTensorList().empty();
+        stack.push_back(list ? c10::IValue(c10::List<at::Tensor>({ivs[j].toTensorList()[k]})) : ivs[j]);
+      }
+      info.handle->callBoxed(stack);
+    }
     if (info.op->output_alias[0] < 0) outs.push_back(stack[0].toTensor());
   }
   return outs;

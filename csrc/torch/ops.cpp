@@ -287,12 +287,6 @@ bool equal_impl(const at::Tensor& self, const at::Tensor& other) {
   return self.eq(other).all().item<bool>();
 }
 
-bool is_nonzero_impl(const at::Tensor& self) {
-  TORCH_CHECK(self.numel() != 0, "Boolean value of Tensor with no values is ambiguous");
-  TORCH_CHECK(self.numel() == 1, "Boolean value of Tensor with more than one value is ambiguous");
-  return self.item().toBool();
-}
-
 // torch.linalg.lstsq. torchtpu::lstsq (csrc/lower/factor.c) solves on the
 // broadcast batch; which of its results PyTorch returns depends on the
 // driver (gelsy, the default: solution and rank; gels: solution, and
@@ -445,7 +439,6 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("bincount", TORCH_FN(torchtpu::bincount_impl));
   m.impl("repeat_interleave.Tensor", TORCH_FN(torchtpu::repeat_interleave_impl));
   m.impl("equal", TORCH_FN(torchtpu::equal_impl));
-  m.impl("is_nonzero", TORCH_FN(torchtpu::is_nonzero_impl));
   m.impl("linalg_lstsq.out", TORCH_FN(torchtpu::lstsq_out));
   m.impl("linalg_ldl_factor_ex", TORCH_FN(torchtpu::ldl_factor));
   m.impl("linalg_ldl_factor_ex.out", TORCH_FN(torchtpu::ldl_factor_out));

@@ -123,6 +123,9 @@ at::Tensor& set_empty(at::Tensor& self) {
 // `param.data = tensor` across CPU and tpu (what Module.to() does to keep
 // tied weights tied) needs PyTorch to see both as dense tensors whose
 // metadata can be swapped; its own list of dense backends lacks PrivateUse1.
+// The op is composite: registered where its composite kernel runs
+// (AutogradPrivateUse1), ahead of tensor subclasses' Python dispatch, which
+// would otherwise see it (a DTensor has no rule for it).
 bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
   auto dense = [](const at::Tensor& t) {
     return t.layout() == c10::kStrided &&
@@ -134,8 +137,11 @@ bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& 
 }  // namespace
 }  // namespace torchtpu
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
   m.impl("_has_compatible_shallow_copy_type", TORCH_FN(torchtpu::has_compatible_shallow_copy_type));
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   using namespace torchtpu;
   m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
   m.impl("empty_strided", TORCH_FN(empty_strided));

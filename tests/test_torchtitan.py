@@ -1,0 +1,144 @@
+"""TorchTitan's trainer, unpatched, on tpu (`torchrun -m torchtitan.train`,
+its Llama 3 debug model, 2 processes, the CPU plugin): the losses of every
+step equal those of the same job on the CPU over gloo within 1e-5
+(relative), both starting from one seed checkpoint (the devices' random
+streams differ); and a DCP checkpoint written every 3 steps resumes on tpu
+and on the CPU with the uninterrupted run's losses. TorchTitan lives in the integrations' virtual environment
+(scripts/integrations_env.sh: TorchTitan 0.2.2 and triton, which it imports);
+only the CPU reference is adapted to run (tests/titan/cpu_reference.py),
+the tpu run gets TorchTitan's documented options alone."""
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VENV = os.environ.get("TORCHTPU_INTEGRATIONS_VENV", os.path.join(ROOT, ".venv-integrations"))
+VENV_PYTHON = os.path.join(VENV, "bin", "python")
+STEPS = 5
+# The job: the debug model at a short sequence, float32 parameters (the
+# default bf16 would compare two bf16 matmul orders, not the backends).
+JOB = ["--model.name", "llama3", "--model.flavor", "debugmodel", "--training.seq-len", "64",
+       "--training.local-batch-size", "2", "--training.mixed-precision-param", "float32",
+       "--metrics.log-freq", "1", "--checkpoint.enable", "--checkpoint.interval", "1000"]
+
+pytestmark = pytest.mark.skipif(not os.path.exists(os.path.join(VENV, ".complete")),
+                                reason=f"no TorchTitan environment at {VENV} (scripts/integrations_env.sh)")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(cwd, nproc, args, timeout, reference=False):
+    """torchrun of TorchTitan's trainer (or of the CPU reference) in |cwd|;
+    returns the output, failing on a non-zero exit or a hang."""
+    target = [os.path.join(ROOT, "tests", "titan", "cpu_reference.py")] if reference else ["-m", "torchtitan.train"]
+    cmd = [VENV_PYTHON, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", f"--master-port={free_port()}",
+           *target, *args]
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")
+    p = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
+    try:
+        out, _ = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, _ = p.communicate()
+        pytest.fail(f"{' '.join(args)} did not finish in {timeout} s:\n{out[-4000:]}")
+    assert p.returncode == 0, out[-6000:]
+    return out
+
+
+def losses(out):
+    """Rank 0's loss per step, from TorchTitan's log lines."""
+    found = {}
+    for step, loss in re.findall(r"step:\s+(\d+)\s+(?:\x1b\[\d+m)?loss:\s+([0-9.]+)", out):
+        found.setdefault(int(step), float(loss))
+    return [found[s] for s in sorted(found)]
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    """A directory with the tokenizer and c4_test data set TorchTitan's
+    debug config reads, and one seed checkpoint (step 0), made once."""
+    d = tmp_path_factory.mktemp("titan")
+    subprocess.run([sys.executable, os.path.join(ROOT, "examples", "torchtitan", "make_assets.py"), str(d)],
+                   check=True, timeout=120)
+    run(d, 1, JOB + ["--checkpoint.create-seed-checkpoint", "--parallelism.data-parallel-shard-degree", "1",
+                     "--job.dump-folder", "seed"], 300, reference=True)
+    return d
+
+
+def job(assets, name, nproc, extra, reference, steps=STEPS, seed=True):
+    """The job from the seed checkpoint (or, seed=False, from the latest
+    checkpoint already in its dump folder) in a dump folder of its own."""
+    if seed:
+        shutil.copytree(assets / "seed" / "checkpoint", assets / name / "checkpoint")
+    out = run(assets, nproc, JOB + ["--training.steps", str(STEPS), "--job.dump-folder", name, *extra], 500,
+              reference=reference)
+    got = losses(out)
+    assert len(got) == steps, out[-6000:]
+    return got, out
+
+
+@pytest.fixture(scope="module")
+def references(assets):
+    """The CPU job's losses per parallelism (compiling changes no math: a
+    compiled tpu job is held to the eager CPU job)."""
+    cache = {}
+
+    def get(parallel):
+        key = tuple(parallel)
+        if key not in cache:
+            name = "cpu-" + "-".join(a.strip("-").replace(".", "_") for a in parallel)
+            cache[key] = job(assets, name, 2, parallel, reference=True)[0]
+        return cache[key]
+    return get
+
+
+FSDP2 = ["--parallelism.data-parallel-shard-degree", "2"]
+TP = ["--parallelism.tensor-parallel-degree", "2"]
+COMPILE = ["--compile.enable", "--compile.backend", "tpu"]
+
+
+@pytest.mark.parametrize("parallel, extra", [(FSDP2, COMPILE), (TP, [])], ids=["fsdp2-compiled", "tp"])
+def test_losses_equal_cpu(assets, references, parallel, extra):
+    """The tpu job with TorchTitan's defaults otherwise: its fused AdamW,
+    selective activation checkpointing, and FSDP2's PREMUL_SUM reduction."""
+    want = references(parallel)
+    name = "tpu-" + "-".join(a.strip("-").replace(".", "_") for a in parallel + extra)
+    got, out = job(assets, name, 2, parallel + extra, reference=False)
+    assert "TPU capacity:" in out, out[-3000:]  # TorchTitan chose the device itself
+    assert_losses_equal(got, want)
+
+
+def assert_losses_equal(got, want):
+    for step, (g, w) in enumerate(zip(got, want), 1):
+        assert abs(g - w) <= 1e-5 * abs(w), f"step {step}: tpu {got} cpu {want}"
+
+
+def test_fsdp2_checkpoint_resume(assets, references):
+    """FSDP2 with TorchTitan's defaults, saving a DCP checkpoint every 3
+    steps: its losses equal the CPU's; resumed on tpu from step 3, steps 4-5
+    equal the uninterrupted run's; the tpu's step-3 checkpoint resumed by the
+    CPU job gives the same steps 4-5."""
+    want = references(FSDP2)
+    every3 = FSDP2 + ["--checkpoint.interval", "3"]
+    got, out = job(assets, "tpu-ckpt", 2, every3, reference=False)
+    assert "TPU capacity:" in out, out[-3000:]
+    assert_losses_equal(got, want)
+    shutil.rmtree(assets / "tpu-ckpt" / "checkpoint" / "step-5")
+    shutil.copytree(assets / "tpu-ckpt", assets / "cpu-from-tpu-ckpt")
+    resumed, out = job(assets, "tpu-ckpt", 2, every3, reference=False, steps=2, seed=False)
+    assert "checkpoint/step-3" in out, out[-3000:]
+    assert_losses_equal(resumed, want[3:])
+    on_cpu, out = job(assets, "cpu-from-tpu-ckpt", 2, every3, reference=True, steps=2, seed=False)
+    assert "checkpoint/step-3" in out, out[-3000:]
+    assert_losses_equal(on_cpu, want[3:])
