@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/strbuf.h"
 #include "eager/internal.h"
 
 /* --- building ---------------------------------------------------------------------- */
@@ -666,6 +667,7 @@ tpu_status_t tpu_program_finish(tpu_program *p, tpu_eager_entry **out_entry) {
     e->options.max_rank = tpu_hlo_max_rank(b);
     TPU_GOTO_IF_ERROR(st, tpu_strdup(p->name, &e->name), fail);
     e->options.name = e->name; /* names the program in profiler traces */
+    e->writer = tpu_str_intern(e->name);
     if (p->lazy) {
       e->text = text; /* compiled when first run (fused eager records calls without running them) */
       text = NULL;

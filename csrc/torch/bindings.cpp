@@ -125,6 +125,10 @@ PYBIND11_MODULE(_C, m) {
     return live;
   });
   m.def("_reset_stats", []() { tpu_stats_reset(); });
+  m.def("_set_memory_fraction", [](int device, double fraction) {
+    TPU_CHECK(tpu_storage_set_memory_fraction(tpu_eager_context_get(), device, fraction));
+  });
+  m.def("_memory_fraction", [](int device) { return tpu_storage_memory_fraction(device); });
   m.def("_progress_start", &progress_start);
   m.def("_progress_finish", &progress_finish, py::call_guard<py::gil_scoped_release>());
   m.def("_set_fallback_mode", [](const std::string& mode) {
