@@ -20,6 +20,7 @@ using namespace torchtpu;
 
 namespace torchtpu {
 void bind_graph(py::module& m);  // graph.cpp
+void bind_compiles(py::module& m);  // compiles.cpp
 void init_distributed(py::module& m);  // distributed.cpp
 }
 
@@ -155,5 +156,6 @@ PYBIND11_MODULE(_C, m) {
   m.def("_unregistered_rules", []() { return unregistered_rule_names(); });
   m.def("_unboxed_rules", []() { return unboxed_rule_names(); });
   bind_graph(m);
+  bind_compiles(m);
   init_distributed(m);
 }
