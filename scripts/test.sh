@@ -26,7 +26,8 @@ $PY -m pytest -q tests "$@"
 # The suite again in fused eager mode (ops recorded and run as one program):
 # the results must be strict's. Tests of strict's internals run strict there
 # (their strict_eager marker); left out are the files about other paths
-# (compiled graphs, export, the model zoos, processes and the distributed
+# (compiled graphs, export, the model zoos, processes and the disk cache (their
+# programs run strict), the distributed
 # backend, the profiler's strict events, the fuzzer, which runs its fused mode
 # itself, the device check's run of the benches, vLLM and TorchTitan, the
 # installed-and-invisible battery of CPU-only processes), to keep CI short.
@@ -34,4 +35,5 @@ TORCHTPU_EAGER=fused $PY -m pytest -q tests \
   --ignore=tests/test_compile.py --ignore=tests/test_export.py --ignore=tests/test_hf_models.py \
   --ignore=tests/test_models_sweep.py --ignore=tests/test_distributed.py --ignore=tests/test_multiprocessing.py \
   --ignore=tests/test_processes.py --ignore=tests/test_profiler.py --ignore=tests/test_fuzz.py \
-  --ignore=tests/test_device_check.py --ignore=tests/test_vllm.py --ignore=tests/test_invisible.py --ignore=tests/test_torchtitan.py "$@"
+  --ignore=tests/test_device_check.py --ignore=tests/test_vllm.py --ignore=tests/test_invisible.py --ignore=tests/test_torchtitan.py \
+  --ignore=tests/test_compile_cache.py "$@"

@@ -15,7 +15,9 @@ eager_mode), TORCHTPU_FUSED_MAX_OPS (the most ops one fused program records,
 default 512),
 TORCHTPU_PROGRESS (the compile progress line on stderr: 1 on, 0 off, or the
 seconds a burst of compiles runs before it shows; default on, after 1 s, when
-stderr is a terminal).
+stderr is a terminal), TORCHTPU_LOG=compiles (a line on stderr per program
+compiled, see compiles()), TORCHTPU_COMPILE_LIMIT (signatures one op or
+compiled function compiles before a warning, default 8).
 """
 import atexit
 import os
@@ -109,6 +111,11 @@ def _start_progress():
 
 
 _start_progress()
+
+from ._compiles import compiles, get_compile_limit, reset_compiles, set_compile_limit  # noqa: E402
+from ._compiles import _configure_log  # noqa: E402
+
+_configure_log()
 
 
 def _settle_autograd_threads():
@@ -246,4 +253,5 @@ def load_stablehlo(path):
     return load(path)
 
 
-__all__ = ["stats", "reset_stats", "synchronize", "eager_mode", "current_eager_mode", "export_stablehlo", "load_stablehlo"]
+__all__ = ["stats", "reset_stats", "compiles", "reset_compiles", "set_compile_limit", "get_compile_limit",
+           "synchronize", "eager_mode", "current_eager_mode", "export_stablehlo", "load_stablehlo"]

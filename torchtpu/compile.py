@@ -29,7 +29,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.fx.passes.operator_support import OperatorSupport
 from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 
-from . import _C, _flex, _graph_pack
+from . import _C, _compiles, _flex, _graph_pack
 
 _warned_dynamic = False
 
@@ -659,6 +659,7 @@ class _Runner:
         program = self.programs.get(sig)
         if program is None:
             program = self.programs[sig] = _Program(self.gm, list(inputs), self.name)
+            _compiles.warn_pending(stacklevel=4)
         return program(inputs)
 
 
@@ -706,6 +707,8 @@ def _partitions(gm):
 
 
 _counter = [0]
+# The function whose graphs tpu_backend compiles now ("step (train.py:12)").
+_function = [None]
 
 
 # Node meta key: the node is a result the user gets as it is (AOTAutograd's
@@ -749,6 +752,8 @@ def _compile_graph(gm):
                       "program (once per shape, then cached)")
     _counter[0] += 1
     name = f"graph{_counter[0]}"
+    if _function[0] is not None:
+        _C._compiles_set_owner(name, f"compiled {_function[0]}")  # its programs, in the compile log
     on_tpu = _on_tpu(gm)
     supported = all(_Support().is_node_supported(None, n) for n in gm.graph.nodes if n.op == "call_function")
     if supported and on_tpu:
@@ -864,10 +869,19 @@ def tpu_backend(gm, example_inputs, **kwargs):
     if hasattr(torch._inductor.config, "unsafe_marked_cacheable_functions"):
         marks["unsafe_marked_cacheable_functions"] = {**torch._inductor.config.unsafe_marked_cacheable_functions,
                                                       f"{_flex.__name__}.dense": tag}
+    # The user's function, which owns the graphs' programs in the compile log.
+    context = torch._guards.TracingContext.try_get()
+    code = context.traced_code[0] if context is not None and context.traced_code else None
+    function = f"{code.co_name} ({os.path.basename(code.co_filename)}:{code.co_firstlineno})" if code else None
+
     def compile_for(inputs):
-        with torch._functorch.config.patch(bundled_autograd_cache=True, force_non_lazy_backward_lowering=True,
-                                           enable_autograd_cache=cache), torch._inductor.config.patch(**marks):
-            return aot(gm, inputs, **kwargs)
+        _function[0] = function
+        try:
+            with torch._functorch.config.patch(bundled_autograd_cache=True, force_non_lazy_backward_lowering=True,
+                                               enable_autograd_cache=cache), torch._inductor.config.patch(**marks):
+                return aot(gm, inputs, **kwargs)
+        finally:
+            _function[0] = None
 
     compiled = compile_for(example_inputs)
     shared = gm._torchtpu_shared_inputs

@@ -275,6 +275,24 @@ def empty_cache():
     """Nothing to release: freed tensors return their memory to PJRT at once."""
 
 
+def set_per_process_memory_fraction(fraction, device=None):
+    """Caps the memory tensors on the device may hold at |fraction| (0 to 1)
+    of its capacity (get_device_properties().total_memory), as
+    torch.cuda.set_per_process_memory_fraction does: an op whose outputs
+    would pass the cap raises torch.OutOfMemoryError before it runs."""
+    index = _index(device)
+    if not isinstance(fraction, float):
+        raise TypeError("Invalid type for fraction argument, must be `float`")
+    if fraction < 0 or fraction > 1:
+        raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
+    _C._set_memory_fraction(index, fraction)
+
+
+def get_per_process_memory_fraction(device=None):
+    """The cap set_per_process_memory_fraction set (1.0 until then)."""
+    return _C._memory_fraction(_index(device))
+
+
 def mem_get_info(device=None):
     """(free, total) bytes of device memory: from the plugin's allocator
     statistics where it keeps them (CUDA, TPU), the host's available memory

@@ -783,8 +783,12 @@ static void put_results(const tpu_eager_entry *e, const flat_call *f, tpu_storag
   for (int i = 0; i < e->num_results - e->num_checks; i++) {
     const result_dst *r = &e->results[i];
     tpu_storage *s = r->ref >= 0 ? f->refs[r->ref].ref->storage : new_outputs[r->output];
-    if (s == NULL) tpu_buffer_destroy(e->ctx->rt, outs[i]);
-    else tpu_storage_put(s, outs[i], &r->type);
+    if (s == NULL) {
+      tpu_buffer_destroy(e->ctx->rt, outs[i]);
+    } else {
+      tpu_storage_put(s, outs[i], &r->type);
+      s->writer = e->writer;
+    }
   }
 }
 

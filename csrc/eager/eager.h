@@ -63,6 +63,10 @@ typedef struct tpu_storage {
    * storage raises it, a new buffer (a write of the whole storage) clears
    * it. Set and cleared under the trace's lock or by the storage's user. */
   char *poison;
+  /* The name of the program that made |buf| (lives as long as the process;
+   * NULL: none did), which an error found only when the buffer is read (the
+   * program ran out of memory) names. */
+  const char *writer;
 } tpu_storage;
 
 /* A tensor argument. */
@@ -270,8 +274,19 @@ void tpu_eager_fused_last_failure(char *out, size_t cap);
 void tpu_eager_set_fused_loop_detection(bool on);
 
 /* --- storages ---------------------------------------------------------------- */
-/* A storage of |nbytes| on |device| of |ctx|'s runtime (NULL: out of memory). */
-tpu_storage *tpu_storage_new(const struct tpu_eager_context *ctx, int device, int64_t nbytes);
+/* A storage of |nbytes| on |device| of |ctx|'s runtime, in |*out| (released
+ * with tpu_storage_free). TPU_ERR_OUT_OF_MEMORY, worded as PyTorch's CUDA
+ * allocator words it, when the device's storages would hold more than their
+ * limit: the memory fraction (below) of the device's capacity. The check is
+ * made here, when PyTorch allocates an op's outputs before the launch, so
+ * the op that does not fit raises, not a later read. */
+tpu_status_t tpu_storage_new(const struct tpu_eager_context *ctx, int device, int64_t nbytes,
+                             tpu_storage **out) TPU_MUST_USE;
+/* torch.tpu.set_per_process_memory_fraction: the share of |device|'s
+ * capacity (0 to 1; 1 until set) its storages may hold. */
+tpu_status_t tpu_storage_set_memory_fraction(const struct tpu_eager_context *ctx, int device,
+                                             double fraction) TPU_MUST_USE;
+double tpu_storage_memory_fraction(int device);
 void tpu_storage_free(tpu_storage *s);
 /* The statistics of |device|'s live storages, as PyTorch's allocators report
  * them (torch.accelerator.memory_stats: the tensors' own memory, not XLA's
@@ -304,6 +319,9 @@ const tpu_hlo_type *tpu_storage_type_in(const tpu_storage *s, tpu_dtype_t reader
  * a [1, n] sum and one accumulated in place as [n] run the same programs.
  * |rank| is at most TPU_MAX_TENSOR_RANK (the glue refuses more). */
 tpu_hlo_type tpu_storage_dense_type(tpu_dtype_t dtype, int rank, const int64_t *sizes);
+/* |st| (taken), the error of reading |s|'s buffer, naming the program that
+ * made the buffer when it ran out of memory. */
+tpu_status_t tpu_storage_read_error(const tpu_storage *s, tpu_status_t st) TPU_MUST_USE;
 /* Marks |s| as having no value, read as the RuntimeError |why| (copied; a
  * later mark replaces it). */
 tpu_status_t tpu_storage_poison(tpu_storage *s, const char *why) TPU_MUST_USE;

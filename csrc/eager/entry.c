@@ -8,8 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/alloc.h"
+#include "base/compiles.h"
 #include "base/stats.h"
 #include "base/strbuf.h"
 #include "eager/internal.h"
@@ -90,6 +92,7 @@ void tpu_eager_entry_free(tpu_eager_entry *e) {
   if (e == NULL) return;
   tpu_executable_destroy(e->ctx->rt, e->exe);
   free(e->name);
+  free(e->signature);
   free(e->text);
   free(e->item_common_dtypes);
   free(e->params);
@@ -155,9 +158,14 @@ static void dump_program(const char *dir, const char *name, uint64_t hash, const
 tpu_status_t tpu_eager_entry_compile(tpu_eager_entry *e, const char *text) {
   dump_program(e->ctx->dump_dir, e->name, tpu_hash64(text, strlen(text), 0), text);
   bool loaded = false;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
   tpu_status_t st = tpu_compile_cached(e->ctx->rt, text, strlen(text), &e->options, &e->exe, &loaded);
   if (st != NULL) return tpu_status_annotate(st, "%s: compiling its program", e->name);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
   tpu_stats_add(loaded ? TPU_STAT_CACHE_LOADS : TPU_STAT_CACHE_MISSES, 1);
+  tpu_compiles_note(e->name, e->signature, loaded ? TPU_COMPILE_LOADED : TPU_COMPILE_COMPILED,
+                    (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
   return NULL;
 }
 

@@ -119,6 +119,8 @@ struct tpu_eager_entry {
   tpu_eager_out_meta *meta; /* per output index */
   bool track; /* ask for completion tracking (see tpu_executable_execute) */
   char *name;
+  char *signature; /* its call's arguments, for the compile log (NULL: out of memory) */
+  const char *writer; /* |name|, interned: what its results' storages name (tpu_storage.writer) */
   char *text; /* a lazy entry's program until it is compiled */
   /* a one-op entry's call's promoted dtypes (a lookup's call has none: they
    * are computed on a miss), for fused eager's programs */

@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/compiles.h"
+#include "base/strbuf.h"
 #include "eager/internal.h"
 
 /* --- building ---------------------------------------------------------------------- */
@@ -567,6 +569,74 @@ void tpu_program_discard(tpu_program *p, int arg, int item) {
   if (fi >= 0 && p->flat.refs[fi].slot >= 0) p->seq[p->flat.refs[fi].slot].discard = true;
 }
 
+/* A tensor as a signature shows it: "float32[4,8]", then "{8,1}" strides that
+ * are not row-major and "+2" a storage offset. */
+static void describe_view(tpu_strbuf *sb, const tpu_view *v) {
+  tpu_strbuf_printf(sb, "%s[", tpu_dtype_name(v->dtype));
+  for (int d = 0; d < v->rank; d++) tpu_strbuf_printf(sb, "%s%lld", d ? "," : "", (long long)v->sizes[d]);
+  tpu_strbuf_puts(sb, "]");
+  bool dense = true;
+  int64_t expect = 1;
+  for (int d = v->rank - 1; d >= 0; expect *= v->sizes[d], d--)
+    dense = dense && (v->sizes[d] == 1 || v->strides[d] == expect);
+  if (!dense) {
+    tpu_strbuf_puts(sb, "{");
+    for (int d = 0; d < v->rank; d++) tpu_strbuf_printf(sb, "%s%lld", d ? "," : "", (long long)v->strides[d]);
+    tpu_strbuf_puts(sb, "}");
+  }
+  if (v->offset != 0) tpu_strbuf_printf(sb, "+%lld", (long long)v->offset);
+}
+
+/* The call's arguments as the compile log shows them, "; " between them
+ * (compiles.h): what the program was built for. Numbers show where they
+ * are baked into the program; a runtime operand is "number". */
+static char *describe_call(const tpu_eager_call *call) {
+  enum { MAX_TEXT = 600 };
+  tpu_strbuf sb = TPU_STRBUF_INIT;
+  for (int i = 0; i < call->num_args && sb.len < MAX_TEXT; i++) {
+    const tpu_eager_arg *a = &call->args[i];
+    if (i > 0) tpu_strbuf_puts(&sb, "; ");
+    switch (a->lower.kind) {
+      case TPU_ARG_TENSOR:
+        if (a->tensor.storage == NULL && a->tensor.host_scalar != NULL) tpu_strbuf_printf(&sb, "cpu %s", tpu_dtype_name(a->tensor.view.dtype));
+        else describe_view(&sb, &a->tensor.view);
+        break;
+      case TPU_ARG_TENSOR_LIST:
+        tpu_strbuf_puts(&sb, "(");
+        for (int k = 0; k < a->lower.n && a->items != NULL && sb.len < MAX_TEXT; k++) {
+          if (k > 0) tpu_strbuf_puts(&sb, ", ");
+          if (a->items[k].view.dtype == TPU_INVALID) tpu_strbuf_puts(&sb, "None");
+          else describe_view(&sb, &a->items[k].view);
+        }
+        tpu_strbuf_puts(&sb, ")");
+        break;
+      case TPU_ARG_SCALAR:
+        if (!a->lower.is_const) tpu_strbuf_puts(&sb, "number");
+        else if (tpu_dtype_is_float(a->lower.dtype) || tpu_dtype_is_complex(a->lower.dtype)) tpu_strbuf_printf(&sb, "%g", a->lower.f);
+        else tpu_strbuf_printf(&sb, "%lld", (long long)a->lower.i);
+        break;
+      case TPU_ARG_INT: tpu_strbuf_printf(&sb, "%lld", (long long)a->lower.i); break;
+      case TPU_ARG_FLOAT: tpu_strbuf_printf(&sb, "%g", a->lower.f); break;
+      case TPU_ARG_BOOL: tpu_strbuf_puts(&sb, a->lower.b ? "True" : "False"); break;
+      case TPU_ARG_INT_LIST:
+        tpu_strbuf_puts(&sb, "[");
+        for (int k = 0; k < a->lower.n; k++) tpu_strbuf_printf(&sb, "%s%lld", k ? "," : "", (long long)a->lower.ints[k]);
+        tpu_strbuf_puts(&sb, "]");
+        break;
+      case TPU_ARG_STRING: tpu_strbuf_printf(&sb, "'%s'", a->lower.s != NULL ? a->lower.s : ""); break;
+      case TPU_ARG_DTYPE: tpu_strbuf_puts(&sb, tpu_dtype_name(a->lower.dtype)); break;
+      case TPU_ARG_NONE: tpu_strbuf_puts(&sb, "None"); break;
+      default: tpu_strbuf_puts(&sb, "-"); break;
+    }
+  }
+  if (sb.len >= MAX_TEXT) tpu_strbuf_puts(&sb, "...");
+  if (sb.failed) {
+    tpu_strbuf_release(&sb);
+    return NULL;
+  }
+  return sb.len > 0 ? tpu_strbuf_take(&sb) : NULL;
+}
+
 tpu_status_t tpu_program_finish(tpu_program *p, tpu_eager_entry **out_entry) {
   *out_entry = NULL;
   if (p->ctx == NULL) return tpu_status_new(TPU_ERR_RUNTIME, "%s: internal: an exported program is finished by tpu_program_export_finish", p->name);
@@ -666,9 +736,12 @@ tpu_status_t tpu_program_finish(tpu_program *p, tpu_eager_entry **out_entry) {
     e->options.max_rank = tpu_hlo_max_rank(b);
     TPU_GOTO_IF_ERROR(st, tpu_strdup(p->name, &e->name), fail);
     e->options.name = e->name; /* names the program in profiler traces */
+    e->signature = describe_call(p->call);
+    e->writer = tpu_str_intern(e->name);
     if (p->lazy) {
       e->text = text; /* compiled when first run (fused eager records calls without running them) */
       text = NULL;
+      tpu_compiles_note(e->name, e->signature, TPU_COMPILE_BUILT, 0);
     } else {
       TPU_GOTO_IF_ERROR(st, tpu_eager_entry_compile(e, text), fail);
     }

@@ -1,5 +1,6 @@
 /* Storage boxes: the device buffer behind a PyTorch storage (see eager.h). */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,6 +18,15 @@ typedef struct counter {
   int64_t current, peak, allocated, freed;
 } counter;
 static counter g_stats[COUNTED_DEVICES][TPU_MEMORY_POOLS][2]; /* [device][pool][bytes, count] */
+
+/* What a device's storages may hold: |g_fraction| (1 unless
+ * torch.tpu.set_per_process_memory_fraction set it) of its capacity, read
+ * from the runtime at the first storage (-1: the plugin reports none, no
+ * limit). The fraction changes under g_live_lock, the capacity is atomic. */
+static double g_fraction[COUNTED_DEVICES];
+static bool g_fraction_set[COUNTED_DEVICES];
+static int64_t g_capacity[COUNTED_DEVICES];
+static bool g_capacity_read[COUNTED_DEVICES];
 
 /* Every live storage, oldest first, for torch.tpu.memory_snapshot(). */
 static pthread_mutex_t g_live_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -41,22 +51,109 @@ static void count(int device, int64_t nbytes, int sign) {
   }
 }
 
-tpu_storage *tpu_storage_new(const tpu_eager_context *ctx, int device, int64_t nbytes) {
-  tpu_storage *s = tpu_alloc_or_null(sizeof *s);
-  if (s != NULL) {
-    memset(s, 0, sizeof *s);
-    s->ctx = ctx;
-    s->nbytes = nbytes;
-    s->device = device;
-    pthread_mutex_lock(&g_live_lock);
-    count(device, nbytes, 1);
-    s->live_prev = g_live_tail;
-    if (g_live_tail != NULL) g_live_tail->live_next = s;
-    else g_live_head = s;
-    g_live_tail = s;
-    pthread_mutex_unlock(&g_live_lock);
+/* "5.96 GiB", as PyTorch's CUDA allocator writes sizes. */
+static void format_size(char *out, size_t cap, int64_t n) {
+  if (n <= 1024) snprintf(out, cap, "%lld bytes", (long long)n);
+  else if (n <= 1 << 20) snprintf(out, cap, "%.2f KiB", n / 1024.0);
+  else if (n <= 1 << 30) snprintf(out, cap, "%.2f MiB", n / 1048576.0);
+  else snprintf(out, cap, "%.2f GiB", n / 1073741824.0);
+}
+
+/* The device's capacity in bytes (-1: unknown), read once (two threads may
+ * both read it; they store the same number). */
+static int64_t capacity(const tpu_eager_context *ctx, int device) {
+  if (!counted(device) || ctx == NULL) return -1;
+  if (__atomic_load_n(&g_capacity_read[device], __ATOMIC_ACQUIRE))
+    return __atomic_load_n(&g_capacity[device], __ATOMIC_RELAXED);
+  int64_t free_bytes = 0, total = -1;
+  tpu_status_t st = tpu_runtime_memory_info(ctx->rt, device, &free_bytes, &total);
+  if (st != NULL) total = -1;
+  tpu_status_free(st);
+  __atomic_store_n(&g_capacity[device], total, __ATOMIC_RELAXED);
+  __atomic_store_n(&g_capacity_read[device], true, __ATOMIC_RELEASE);
+  return total;
+}
+
+static double fraction_locked(int device) { return g_fraction_set[device] ? g_fraction[device] : 1.0; }
+
+/* The bytes |device|'s storages may hold (-1: no limit); g_live_lock held. */
+static int64_t limit_locked(int device) {
+  if (!counted(device) || !__atomic_load_n(&g_capacity_read[device], __ATOMIC_ACQUIRE)) return -1;
+  int64_t total = __atomic_load_n(&g_capacity[device], __ATOMIC_RELAXED);
+  if (total < 0) return -1;
+  return (int64_t)(fraction_locked(device) * (double)total);
+}
+
+/* The error of a storage that does not fit, worded as CUDA's allocator words
+ * it (libraries look for " out of memory." in it). */
+static tpu_status_t out_of_memory(const tpu_eager_context *ctx, int device, int64_t nbytes, int64_t in_use,
+                                  int64_t limit, int64_t total) {
+  int64_t free_bytes = 0, unused = 0;
+  tpu_status_t st = tpu_runtime_memory_info(ctx->rt, device, &free_bytes, &unused);
+  if (st != NULL) free_bytes = total - in_use;
+  tpu_status_free(st);
+  char want[32], cap[32], free_s[32], allowed[64] = "", used[32];
+  format_size(want, sizeof want, nbytes);
+  format_size(cap, sizeof cap, total);
+  format_size(free_s, sizeof free_s, free_bytes);
+  format_size(used, sizeof used, in_use);
+  if (limit < total) {
+    format_size(allowed, 32, limit);
+    strcat(allowed, " allowed; ");
   }
-  return s;
+  return tpu_status_new(TPU_ERR_OUT_OF_MEMORY,
+                        "tpu out of memory. Tried to allocate %s. tpu %d has a total capacity of %s of which %s is "
+                        "free. %sOf the allocated memory %s is allocated by PyTorch, and 0 bytes is reserved by "
+                        "PyTorch but unallocated. See torch.tpu.set_per_process_memory_fraction and "
+                        "torch.tpu.memory_summary().",
+                        want, device, cap, free_s, allowed, used);
+}
+
+tpu_status_t tpu_storage_new(const tpu_eager_context *ctx, int device, int64_t nbytes, tpu_storage **out) {
+  *out = NULL;
+  int64_t total = capacity(ctx, device);
+  tpu_storage *s = tpu_alloc_or_null(sizeof *s);
+  if (s == NULL) return tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "tpu: out of host memory");
+  memset(s, 0, sizeof *s);
+  s->ctx = ctx;
+  s->nbytes = nbytes;
+  s->device = device;
+  pthread_mutex_lock(&g_live_lock);
+  int64_t limit = limit_locked(device), in_use = counted(device) ? g_stats[device][TPU_MEMORY_ALL][0].current : 0;
+  if (limit >= 0 && nbytes > limit - in_use) {
+    pthread_mutex_unlock(&g_live_lock);
+    free(s);
+    return out_of_memory(ctx, device, nbytes, in_use, limit, total);
+  }
+  count(device, nbytes, 1);
+  s->live_prev = g_live_tail;
+  if (g_live_tail != NULL) g_live_tail->live_next = s;
+  else g_live_head = s;
+  g_live_tail = s;
+  pthread_mutex_unlock(&g_live_lock);
+  *out = s;
+  return NULL;
+}
+
+tpu_status_t tpu_storage_set_memory_fraction(const tpu_eager_context *ctx, int device, double fraction) {
+  if (!(fraction >= 0.0 && fraction <= 1.0))
+    return tpu_status_new(TPU_ERR_VALUE, "Invalid fraction value: %g. Allowed range: 0~1", fraction);
+  if (!counted(device)) return tpu_status_new(TPU_ERR_VALUE, "tpu %d: no memory statistics past device %d", device,
+                                              COUNTED_DEVICES - 1);
+  capacity(ctx, device);
+  pthread_mutex_lock(&g_live_lock);
+  g_fraction[device] = fraction;
+  g_fraction_set[device] = true;
+  pthread_mutex_unlock(&g_live_lock);
+  return NULL;
+}
+
+double tpu_storage_memory_fraction(int device) {
+  if (!counted(device)) return 1.0;
+  pthread_mutex_lock(&g_live_lock);
+  double f = fraction_locked(device);
+  pthread_mutex_unlock(&g_live_lock);
+  return f;
 }
 
 void tpu_storage_each_live(int device, void (*fn)(void *ctx, const tpu_storage *s), void *ctx) {
@@ -133,6 +230,7 @@ void tpu_storage_put(tpu_storage *s, tpu_buffer *buf, const tpu_hlo_type *type) 
   tpu_buffer *old = s->buf;
   s->buf = buf;
   s->type = *type;
+  s->writer = NULL;
   clear_poison(s); /* written: it has a value now */
   if (old != NULL && old != buf) tpu_buffer_destroy(s->ctx->rt, old);
 }
@@ -165,6 +263,14 @@ tpu_status_t tpu_storage_poison(tpu_storage *s, const char *why) {
   __atomic_add_fetch(&tpu_poisoned_storages, 1, __ATOMIC_RELEASE);
   __atomic_store_n(&s->poison, copy, __ATOMIC_RELEASE);
   return NULL;
+}
+
+tpu_status_t tpu_storage_read_error(const tpu_storage *s, tpu_status_t st) {
+  if (st == NULL || tpu_status_code(st) != TPU_ERR_OUT_OF_MEMORY || s->writer == NULL) return st;
+  return tpu_status_annotate(st,
+                             "tpu out of memory. %s ran out of memory while it ran (XLA's scratch memory inside "
+                             "a program, which memory_allocated() does not count)",
+                             s->writer);
 }
 
 tpu_status_t tpu_storage_check_value(const tpu_storage *s) {

@@ -401,6 +401,17 @@ static tpu_status_t build(const tpu_eager_call *all, tpu_eager_entry **out) {
     }
     st = tpu_program_finish(p, out);
   }
+  if (st == NULL) {
+    /* What an error found when its results are read names: the ops. */
+    char writer[256];
+    int len = snprintf(writer, sizeof writer, "%s", g.recs[0].op->name);
+    for (int i = 1; i < g.n && i < 4 && len < (int)sizeof writer; i++)
+      len += snprintf(writer + len, sizeof writer - (size_t)len, ", %s", g.recs[i].op->name);
+    if (len < (int)sizeof writer)
+      snprintf(writer + len, sizeof writer - (size_t)len, "%s (a fused program of %d calls)", g.n > 4 ? ", ..." : "",
+               g.n);
+    (*out)->writer = tpu_str_intern(writer);
+  }
   tpu_program_free(p);
   return st;
 }

@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -20,13 +21,26 @@
 #include "base/profile.h"
 
 #define DEFAULT_MAX_BYTES ((int64_t)2 << 30)
-static const char kMagic[8] = {'T', 'P', 'U', 'X', 'E', 'X', 'E', '1'};
+static const char kMagic[8] = {'T', 'P', 'U', 'X', 'E', 'X', 'E', '2'};
 
+/* An entry: the header, its key (the program text), the serialized
+ * executable. The name is a hash of the key; the key itself proves the entry
+ * is this program's: a collision of names, a keying bug or a copied cache
+ * gives a mismatch, a miss, and the entry is replaced. */
 typedef struct header {
   char magic[8];
+  uint64_t salt; /* the compile options' hash where they are not the directory's, else 0 */
+  uint64_t key_size;
   uint64_t payload_size;
-  uint64_t checksum;
+  uint64_t checksum; /* of the payload */
 } header;
+
+/* What an entry is looked up by. */
+typedef struct entry_key {
+  const char *text;
+  size_t size;
+  uint64_t salt;
+} entry_key;
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static char g_dir[PATH_MAX];
@@ -86,31 +100,70 @@ tpu_status_t tpu_compile_cache_configure(tpu_runtime *rt, const char *dir, int64
 /* An entry is named by its program's text, and by the compile options where
  * they are not the directory's (a program the runtime compiles without its
  * XLA option overrides: |salt| their hash, else 0). */
-static void entry_path(char *out, size_t cap, const char *dir, const char *mlir, size_t size, uint64_t salt) {
-  uint64_t a = tpu_hash64(mlir, size, 0x5bd1e995 ^ salt), b = tpu_hash64(mlir, size, 0x27d4eb2f165667c5ULL ^ salt);
+static void entry_path(char *out, size_t cap, const char *dir, const entry_key *key) {
+  uint64_t a = tpu_hash64(key->text, key->size, 0x5bd1e995 ^ key->salt);
+  uint64_t b = tpu_hash64(key->text, key->size, 0x27d4eb2f165667c5ULL ^ key->salt);
   snprintf(out, cap, "%s/%016llx%016llx.xla", dir, (unsigned long long)a, (unsigned long long)b);
 }
 
-/* Reads and checks an entry; NULL (and the file removed) if it is unusable. */
-static char *read_entry(const char *path, size_t *out_size) {
-  FILE *f = fopen(path, "rb");
-  if (f == NULL) return NULL;
-  header h;
-  char *payload = NULL;
-  struct stat sb;
-  bool ok = fstat(fileno(f), &sb) == 0 && fread(&h, sizeof h, 1, f) == 1 &&
-            memcmp(h.magic, kMagic, sizeof kMagic) == 0 &&
-            (uint64_t)sb.st_size == sizeof h + h.payload_size && h.payload_size > 0;
-  if (ok && (payload = tpu_alloc_or_null(h.payload_size)) == NULL) {
-    fclose(f); /* out of memory: a miss, the entry stays */
+static bool read_full(int fd, void *buf, size_t n) {
+  for (size_t done = 0; done < n;) {
+    ssize_t r = read(fd, (char *)buf + done, n - done);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    done += (size_t)r;
+  }
+  return true;
+}
+
+/* Whether the next |key->size| bytes of |fd| are |key|'s text. */
+static bool key_matches(int fd, const entry_key *key) {
+  char chunk[16384];
+  for (size_t at = 0; at < key->size; at += sizeof chunk) {
+    size_t n = key->size - at < sizeof chunk ? key->size - at : sizeof chunk;
+    if (!read_full(fd, chunk, n) || memcmp(chunk, key->text + at, n) != 0) return false;
+  }
+  return true;
+}
+
+/* Takes away what stands at |path| and is no entry, so that the entry can be
+ * written there: a symlink, a FIFO, a device node or an empty directory (a
+ * directory with files in it stays, and the program is simply not cached). */
+static void remove_non_entry(const char *path) {
+  if (unlink(path) != 0 && (errno == EISDIR || errno == EPERM)) rmdir(path);
+}
+
+/* Reads and checks |key|'s entry at |path|; NULL if there is none or it is
+ * unusable (removed, so that it is rewritten). Opened without following a
+ * symlink and without blocking (a FIFO), and read only if it is a regular
+ * file. */
+static char *read_entry(const char *path, const entry_key *key, size_t *out_size) {
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ELOOP) remove_non_entry(path); /* a symlink */
     return NULL;
   }
-  ok = ok && fread(payload, 1, h.payload_size, f) == h.payload_size &&
-       tpu_hash64(payload, h.payload_size, 0) == h.checksum;
-  fclose(f);
+  struct stat sb;
+  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    close(fd);
+    remove_non_entry(path);
+    return NULL;
+  }
+  header h;
+  char *payload = NULL;
+  bool ok = read_full(fd, &h, sizeof h) && memcmp(h.magic, kMagic, sizeof kMagic) == 0 && h.payload_size > 0 &&
+            h.key_size <= (uint64_t)sb.st_size && h.payload_size <= (uint64_t)sb.st_size &&
+            (uint64_t)sb.st_size == sizeof h + h.key_size + h.payload_size &&
+            h.salt == key->salt && h.key_size == key->size && key_matches(fd, key);
+  if (ok && (payload = tpu_alloc_or_null(h.payload_size)) == NULL) {
+    close(fd); /* out of memory: a miss, the entry stays */
+    return NULL;
+  }
+  ok = ok && read_full(fd, payload, h.payload_size) && tpu_hash64(payload, h.payload_size, 0) == h.checksum;
+  close(fd);
   if (!ok) {
     free(payload);
-    unlink(path); /* corrupt or truncated: a miss, rewritten below */
+    unlink(path); /* corrupt, truncated or another program's: a miss, rewritten below */
     return NULL;
   }
   *out_size = h.payload_size;
@@ -144,7 +197,7 @@ static void scan_locked(bool evict) {
     if (len < 5 || strcmp(de->d_name + len - 4, ".xla") != 0 || len >= sizeof files->name) continue;
     snprintf(path, sizeof path, "%s/%s", g_dir, de->d_name);
     struct stat sb;
-    if (stat(path, &sb) != 0) continue;
+    if (lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) continue;
     total += sb.st_size;
     if (n == cap) {
       cap = cap ? 2 * cap : 64;
@@ -170,24 +223,27 @@ static void scan_locked(bool evict) {
 }
 
 /* Writes an entry atomically; failures only cost the cache a file. */
-static void write_entry(const char *path, const char *bytes, size_t size) {
+static void write_entry(const char *path, const entry_key *key, const char *bytes, size_t size) {
   char tmp[PATH_MAX + 128];
   snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&g_tmp_counter, 1));
   FILE *f = fopen(tmp, "wb");
   if (f == NULL) return;
-  header h;
+  header h = {.salt = key->salt, .key_size = key->size, .payload_size = size, .checksum = tpu_hash64(bytes, size, 0)};
   memcpy(h.magic, kMagic, sizeof kMagic);
-  h.payload_size = size;
-  h.checksum = tpu_hash64(bytes, size, 0);
-  bool ok = fwrite(&h, sizeof h, 1, f) == 1 && fwrite(bytes, 1, size, f) == size;
+  bool ok = fwrite(&h, sizeof h, 1, f) == 1 && fwrite(key->text, 1, key->size, f) == key->size &&
+            fwrite(bytes, 1, size, f) == size;
   ok = fclose(f) == 0 && ok;
-  if (!ok || rename(tmp, path) != 0) {
+  if (ok && rename(tmp, path) != 0) {
+    remove_non_entry(path); /* an empty directory in its place */
+    ok = rename(tmp, path) == 0;
+  }
+  if (!ok) {
     unlink(tmp);
     return;
   }
   pthread_mutex_lock(&g_lock);
   if (g_total < 0) scan_locked(false);
-  else g_total += (int64_t)(sizeof h + size);
+  else g_total += (int64_t)(sizeof h + key->size + size);
   if (g_total > g_max_bytes) scan_locked(true);
   pthread_mutex_unlock(&g_lock);
 }
@@ -213,12 +269,13 @@ static tpu_status_t compile_cached(tpu_runtime *rt, const char *mlir, size_t siz
   size_t dir_size = 0;
   const char *dir_options = tpu_runtime_compile_options(rt, &dir_size);
   bool same = used.len == dir_size && memcmp(used.data, dir_options, dir_size) == 0;
-  char path[PATH_MAX + 48];
-  entry_path(path, sizeof path, dir, mlir, size, same ? 0 : tpu_hash64(used.data, used.len, 17));
+  entry_key key = {.text = mlir, .size = size, .salt = same ? 0 : tpu_hash64(used.data, used.len, 17)};
   tpu_strbuf_release(&used);
+  char path[PATH_MAX + 48];
+  entry_path(path, sizeof path, dir, &key);
   size_t n = 0;
   int64_t trace_start = tpu_profile_enabled() ? tpu_profile_now_ns() : 0;
-  char *bytes = read_entry(path, &n);
+  char *bytes = read_entry(path, &key, &n);
   if (bytes != NULL) {
     tpu_status_t st = tpu_executable_deserialize(rt, bytes, n, out_exe);
     free(bytes);
@@ -235,7 +292,7 @@ static tpu_status_t compile_cached(tpu_runtime *rt, const char *mlir, size_t siz
   TPU_RETURN_IF_ERROR(tpu_executable_compile(rt, mlir, size, options, out_exe));
   char *ser = NULL;
   st = tpu_executable_serialize(rt, *out_exe, &ser, &n);
-  if (st == NULL) write_entry(path, ser, n);
+  if (st == NULL) write_entry(path, &key, ser, n);
   else tpu_status_free(st); /* a plugin that cannot serialize: no disk cache */
   free(ser);
   return NULL;

@@ -5,10 +5,12 @@
  * hash of the program text, the compile options, and the plugin's identity
  * (platform name and version, PJRT API version, the plugin file's size and
  * modification time), so an executable from another XLA build is never
- * loaded. Files are written to a temporary name and renamed (atomic), carry a
- * checksum, and a corrupt, truncated or unloadable entry is a miss that gets
- * replaced, never an error. The directory is capped in size; the oldest
- * entries go first. */
+ * loaded. Files are written to a temporary name and renamed (atomic), carry
+ * their key (the program text, compared on load) and a checksum, and a
+ * corrupt, truncated, unloadable or another program's entry is a miss that
+ * gets replaced, never an error. What is not a regular file (a FIFO, a
+ * directory, a symlink) is never read: skipped, and replaced where it can be
+ * removed. The directory is capped in size; the oldest entries go first. */
 #ifndef TPU_RUNTIME_COMPILE_CACHE_H_
 #define TPU_RUNTIME_COMPILE_CACHE_H_
 

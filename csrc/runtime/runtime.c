@@ -42,7 +42,12 @@ tpu_status_t tpu_runtime_from_pjrt(const PJRT_Api *api, PJRT_Error *err, const c
     }
   }
   tpu_code_t code = TPU_ERR_RUNTIME;
-  if (pjrt_code == TPU_PJRT_CODE_RESOURCE_EXHAUSTED) code = TPU_ERR_OUT_OF_MEMORY;
+  /* An allocation failing inside a launch reaches a later read through the
+   * buffer's event, as XLA's "Out of memory allocating N bytes", its code
+   * not always kept. */
+  if (pjrt_code == TPU_PJRT_CODE_RESOURCE_EXHAUSTED ||
+      memmem(m.message, m.message_size, "Out of memory allocating", 24) != NULL)
+    code = TPU_ERR_OUT_OF_MEMORY;
   else if (pjrt_code == TPU_PJRT_CODE_UNIMPLEMENTED) code = TPU_ERR_UNAVAILABLE;
   tpu_status_t st = tpu_status_new(code, "%s: %.*s", what, (int)m.message_size, m.message);
   PJRT_Error_Destroy_Args d = {.struct_size = TPU_PJRT_SIZE(PJRT_Error_Destroy_Args, error),

@@ -46,8 +46,8 @@ struct TpuAllocator final : public c10::DeviceAllocator {
     c10::DeviceIndex device = current_device();
     c10::Device dev(c10::DeviceType::PrivateUse1, device);
     if (nbytes == 0) return c10::DataPtr(nullptr, nullptr, &delete_box, dev);
-    tpu_storage* box = tpu_storage_new(tpu_eager_context_get(), device, static_cast<int64_t>(nbytes));
-    TORCH_CHECK_WITH(OutOfMemoryError, box != nullptr, "tpu: out of host memory");
+    tpu_storage* box = nullptr;
+    TPU_CHECK(tpu_storage_new(tpu_eager_context_get(), device, static_cast<int64_t>(nbytes), &box));
     if (c10::memoryProfilingEnabled()) report_memory(box, static_cast<int64_t>(nbytes), device);
     return c10::DataPtr(box, box, &delete_box, dev);
   }

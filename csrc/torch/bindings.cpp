@@ -20,6 +20,7 @@ using namespace torchtpu;
 
 namespace torchtpu {
 void bind_graph(py::module& m);  // graph.cpp
+void bind_compiles(py::module& m);  // compiles.cpp
 void init_distributed(py::module& m);  // distributed.cpp
 }
 
@@ -125,6 +126,10 @@ PYBIND11_MODULE(_C, m) {
     return live;
   });
   m.def("_reset_stats", []() { tpu_stats_reset(); });
+  m.def("_set_memory_fraction", [](int device, double fraction) {
+    TPU_CHECK(tpu_storage_set_memory_fraction(tpu_eager_context_get(), device, fraction));
+  });
+  m.def("_memory_fraction", [](int device) { return tpu_storage_memory_fraction(device); });
   m.def("_progress_start", &progress_start);
   m.def("_progress_finish", &progress_finish, py::call_guard<py::gil_scoped_release>());
   m.def("_set_fallback_mode", [](const std::string& mode) {
@@ -154,5 +159,6 @@ PYBIND11_MODULE(_C, m) {
   m.def("_unregistered_rules", []() { return unregistered_rule_names(); });
   m.def("_unboxed_rules", []() { return unboxed_rule_names(); });
   bind_graph(m);
+  bind_compiles(m);
   init_distributed(m);
 }

@@ -49,7 +49,7 @@ tpu_buffer* upload(const at::Tensor& host, c10::DeviceIndex device, tpu_hlo_type
 void download_whole(const at::Tensor& t, void* dst) {
   tpu_storage* s = storage_of(t);
   TPU_CHECK(tpu_storage_settle(s, TPU_CUT_HOST_READ));
-  TPU_CHECK(tpu_buffer_to_host(runtime(), s->buf, dst, static_cast<size_t>(t.nbytes())));
+  TPU_CHECK(tpu_storage_read_error(s, tpu_buffer_to_host(runtime(), s->buf, dst, static_cast<size_t>(t.nbytes()))));
 }
 
 // Whether |t| downloads as it is stored (runs what fused eager recorded on it).

@@ -40,6 +40,9 @@
 
 namespace torchtpu {
 
+// Raises the compile log's pending warnings as Python warnings (compiles.cpp).
+void warn_compiles();
+
 namespace {
 
 // Per-call scratch: everything the C call description points into.
@@ -425,6 +428,7 @@ std::vector<at::Tensor> run_rule(const OpInfo& info, c10::ArrayRef<c10::IValue> 
     tpu_status_t st = tpu_eager_compile(&call, meta.data(), &entry);
     if (st != nullptr) throw_status(st);
     held.reset(entry);
+    warn_compiles();
   }
   at::Generator gen;
   for (const c10::IValue& v : ivs)

@@ -107,8 +107,7 @@ static void tensor_arg(tpu_eager_arg *a, tpu_storage *s, const int64_t *n, bool 
 }
 
 static tpu_status_t storage_of(const float *values, int64_t n, tpu_storage **out) {
-  *out = tpu_storage_new(tpu_eager_context_get(), 0, n * 4);
-  if (*out == NULL) return tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory (a storage)");
+  TPU_RETURN_IF_ERROR(tpu_storage_new(tpu_eager_context_get(), 0, n * 4, out));
   tpu_buffer *buf = NULL;
   TPU_RETURN_IF_ERROR(tpu_buffer_from_host(rt, 0, values, TPU_F32, &n, 1, &buf));
   tpu_hlo_type t = tpu_hlo_make_type(TPU_F32, 1, &n);
@@ -149,11 +148,7 @@ static tpu_status_t eager_one_op(void) {
   if (e == NULL) TPU_GOTO_IF_ERROR(st, tpu_eager_compile(&call, &meta, &e), done);
   for (int round = 0; round < 2; round++) {
     tpu_storage_free(out);
-    out = tpu_storage_new(tpu_eager_context_get(), 0, 16);
-    if (out == NULL) {
-      st = tpu_status_new(TPU_ERR_OUT_OF_MEMORY, "out of host memory (a storage)");
-      goto done;
-    }
+    TPU_GOTO_IF_ERROR(st, tpu_storage_new(tpu_eager_context_get(), 0, 16, &out), done);
     TPU_GOTO_IF_ERROR(st, tpu_eager_execute(e, &call, &out), done);
     TPU_GOTO_IF_ERROR(st, read_storage(out, got, 4), done);
     TPU_GOTO_IF_ERROR(st, expect(got[0] == 21 && got[3] == 84, "x + 2 * y"), done);

@@ -15,10 +15,13 @@ static tpu_runtime *rt;
 
 /* A storage holding |n| floats |values|, and a ref to all of it. */
 static tpu_storage *make_storage(const float *values, int64_t n, tpu_tensor_ref *out_ref) {
-  tpu_storage *s = tpu_storage_new(tpu_eager_context_get(), 0, n * 4);
+  tpu_storage *s = NULL;
+  tpu_status_t st = tpu_storage_new(tpu_eager_context_get(), 0, n * 4, &s);
   tpu_buffer *buf = NULL;
-  tpu_status_t st = tpu_buffer_from_host(rt, 0, values, TPU_F32, &n, 1, &buf);
+  if (st == NULL) st = tpu_buffer_from_host(rt, 0, values, TPU_F32, &n, 1, &buf);
   if (st != NULL) {
+    fprintf(stderr, "make_storage: %s\n", tpu_status_message(st));
+    check_failures++;
     tpu_status_free(st);
     return s;
   }
@@ -129,7 +132,7 @@ static void test_per_item_op(void) {
   tpu_storage *outs[N];
   for (int i = 0; i < N; i++) {
     meta[i] = (tpu_eager_out_meta){.dtype = TPU_F32, .rank = 1, .sizes = {1 + i % 3}, .strides = {1}};
-    outs[i] = tpu_storage_new(tpu_eager_context_get(), 0, (1 + i % 3) * 4);
+    CHECK_OK(tpu_storage_new(tpu_eager_context_get(), 0, (1 + i % 3) * 4, &outs[i]));
   }
   CHECK_OK(tpu_eager_compile(&mcall, meta, &e));
   tpu_eager_entry_release(e);
@@ -188,7 +191,8 @@ static void test_scalar_table_collisions(void) {
       tpu_eager_entry_release(e);
     }
     CHECK(lookup_is(&call, e));
-    tpu_storage *out = tpu_storage_new(tpu_eager_context_get(), 0, 16);
+    tpu_storage *out = NULL;
+    CHECK_OK(tpu_storage_new(tpu_eager_context_get(), 0, 16, &out));
     CHECK_OK(tpu_eager_execute(e, &call, &out));
     float got[4];
     read_back(out, got, 4);
@@ -224,7 +228,8 @@ static void test_cache_clear_while_held(void) {
   CHECK(tpu_eager_cache_size() == 0);
   CHECK(tpu_eager_lookup(&call) == NULL);
   for (int round = 0; round < 2; round++) {
-    tpu_storage *out = tpu_storage_new(tpu_eager_context_get(), 0, 16);
+    tpu_storage *out = NULL;
+    CHECK_OK(tpu_storage_new(tpu_eager_context_get(), 0, 16, &out));
     CHECK_OK(tpu_eager_execute(held, &call, &out));
     float got[4];
     read_back(out, got, 4);
@@ -247,7 +252,8 @@ static void test_dtype_admission(void) {
   tpu_eager_op *op = NULL;
   CHECK_OK(tpu_eager_op_new("test::abs", abs_rule, 1, 1, &alias, 0, NULL, &op));
   int64_t four = 4;
-  tpu_storage *x = tpu_storage_new(tpu_eager_context_get(), 0, 4);
+  tpu_storage *x = NULL;
+  CHECK_OK(tpu_storage_new(tpu_eager_context_get(), 0, 4, &x));
   tpu_eager_arg arg;
   memset(&arg, 0, sizeof arg);
   arg.lower = (tpu_lower_arg){.kind = TPU_ARG_TENSOR, .dtype = TPU_BOOL, .rank = 1, .sizes = &four};
