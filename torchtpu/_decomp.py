@@ -64,8 +64,9 @@ def _unscale_(grads, found_inf, inv_scale):
         return
     wide = [g for g in grads if _opmath(g.dtype) == g.dtype]
     # The largest magnitude of each grad is inf or NaN when the grad holds one:
-    # one program for the whole list.
-    finite = torch.isfinite(torch.stack(torch._foreach_norm(grads, float("inf")))).all()
+    # one program for the whole list. A magnitude is finite when it is below
+    # inf (NaN compares False): one op, where isfinite is PyTorch's composite.
+    finite = (torch.stack(torch._foreach_norm(grads, float("inf"))) < float("inf")).all()
     if wide:
         torch._foreach_mul_(wide, inv_scale)
     for g in grads:
