@@ -166,3 +166,15 @@ def test_fake_tensors_see_the_parts_of_composite_ops():
             except Exception as e:
                 outcomes[device] = type(e)
     assert outcomes["tpu"] == outcomes["cpu"] is not None
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.int64])
+def test_python_meta_functions_get_dtypes_not_ints(dtype):
+    """tpu's Python meta functions (cumsum's, cumprod's) are called from C++
+    with the call's arguments: a dtype there is a torch.dtype, not the int
+    an IValue holds it as (`a.to(7)` took it for device index 7)."""
+    x = torch.arange(12, dtype=torch.float32).reshape(3, 4) / 7
+    for op in (torch.cumsum, torch.cumprod):
+        got = op(x.to("tpu"), 1, dtype=dtype)
+        assert got.dtype == dtype
+        torch.testing.assert_close(got.cpu(), op(x, 1, dtype=dtype))

@@ -9,6 +9,7 @@
 
 #include "torch/dispatch.h"
 #include "torch/kernel.h"
+#include "torch/py_args.h"
 #include "torch/tpu_torch.h"
 
 extern "C" {
@@ -36,16 +37,9 @@ bool decompose(const c10::OperatorHandle& op, const std::string& name, torch::ji
   check_out_dtypes(op, torch::jit::last(*stack, n));
   pybind11::gil_scoped_acquire gil;
   try {
-    pybind11::list args;
-    pybind11::dict kwargs;
-    auto ivs = torch::jit::last(*stack, n);
-    for (size_t i = 0; i < n; i++) {
-      pybind11::object v = torch::jit::toPyObject(ivs[i]);
-      if (schema.arguments()[i].kwarg_only()) kwargs[pybind11::str(schema.arguments()[i].name())] = v;
-      else args.append(v);
-    }
+    auto [args, kwargs] = py_args(schema, torch::jit::last(*stack, n));
     pybind11::object result = pybind11::reinterpret_borrow<pybind11::object>(g_decomposer)(
-        pybind11::str(name), pybind11::tuple(args), kwargs);
+        pybind11::str(name), args, kwargs);
     if (result.ptr() == Py_NotImplemented) return false;
     std::vector<c10::IValue> outs;
     const auto& rets = schema.returns();

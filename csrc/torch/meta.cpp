@@ -12,7 +12,9 @@
 // wording, a dtype it refuses), tpu's own is in torchtpu/_meta.py. Eager's
 // sizing asks run_tpu_meta for both before the op's Meta kernel.
 #include <ATen/ATen.h>
+#include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
+#include <torch/csrc/utils/tensor_memoryformats.h>
 #include <torch/library.h>
 
 #include <string>
@@ -20,6 +22,7 @@
 #include <unordered_set>
 
 #include "torch/dispatch.h"
+#include "torch/py_args.h"
 #include "torch/tpu_torch.h"
 
 namespace {
@@ -160,6 +163,32 @@ void set_tpu_meta(PyObject* fn, const std::vector<std::string>& names) {
   g_tpu_meta = fn;
 }
 
+std::pair<pybind11::tuple, pybind11::dict> py_args(const c10::FunctionSchema& schema,
+                                                    c10::ArrayRef<c10::IValue> ivs) {
+  pybind11::list args;
+  pybind11::dict kwargs;
+  for (size_t i = 0; i < ivs.size(); i++) {
+    const c10::Argument& arg = schema.arguments()[i];
+    c10::TypePtr type = arg.real_type();
+    if (const auto* optional = type->castRaw<c10::OptionalType>()) type = optional->getElementType();
+    pybind11::object v;
+    if (ivs[i].isInt() && type->kind() == c10::TypeKind::ScalarTypeType)
+      v = pybind11::reinterpret_borrow<pybind11::object>(
+          reinterpret_cast<PyObject*>(torch::getTHPDtype(static_cast<c10::ScalarType>(ivs[i].toInt()))));
+    else if (ivs[i].isInt() && type->kind() == c10::TypeKind::LayoutType)
+      v = pybind11::reinterpret_borrow<pybind11::object>(
+          reinterpret_cast<PyObject*>(torch::getTHPLayout(static_cast<c10::Layout>(ivs[i].toInt()))));
+    else if (ivs[i].isInt() && type->kind() == c10::TypeKind::MemoryFormatType)
+      v = pybind11::reinterpret_borrow<pybind11::object>(
+          torch::utils::getTHPMemoryFormat(static_cast<c10::MemoryFormat>(ivs[i].toInt())));
+    else
+      v = torch::jit::toPyObject(ivs[i]);
+    if (arg.kwarg_only()) kwargs[pybind11::str(arg.name())] = v;
+    else args.append(v);
+  }
+  return {pybind11::tuple(args), kwargs};
+}
+
 bool run_tpu_meta(const c10::OperatorHandle& op, torch::jit::Stack& stack) {
   static const auto* cpp = [] {
     auto* table = new std::unordered_map<c10::OperatorName, c10::OperatorHandle>();
@@ -177,18 +206,11 @@ bool run_tpu_meta(const c10::OperatorHandle& op, torch::jit::Stack& stack) {
   const c10::FunctionSchema& schema = op.schema();
   const size_t n = schema.arguments().size();
   pybind11::gil_scoped_acquire gil;
-  pybind11::list args;
-  pybind11::dict kwargs;
-  auto ivs = torch::jit::last(stack, n);
-  for (size_t i = 0; i < n; i++) {
-    pybind11::object v = torch::jit::toPyObject(ivs[i]);
-    if (schema.arguments()[i].kwarg_only()) kwargs[pybind11::str(schema.arguments()[i].name())] = v;
-    else args.append(v);
-  }
+  auto [args, kwargs] = py_args(schema, torch::jit::last(stack, n));
   // A refusal raises the Python error itself (error_already_set), which
   // reaches the caller as PyTorch's Python meta functions' errors do.
   pybind11::object result = pybind11::reinterpret_borrow<pybind11::object>(g_tpu_meta)(
-      pybind11::str(c10::toString(op.operator_name())), pybind11::tuple(args), kwargs);
+      pybind11::str(c10::toString(op.operator_name())), args, kwargs);
   torch::jit::drop(stack, n);
   const auto& rets = schema.returns();
   if (rets.size() == 1) {
