@@ -139,3 +139,21 @@ def no_fallbacks():
     yield
     fallbacks = torchtpu.stats()["fallbacks"]
     assert not fallbacks, f"ops fell back to the CPU: {fallbacks}"
+
+
+def write_dist_info(directory):
+    """Writes torchtpu's distribution metadata into |directory| as
+    pyproject.toml declares it (the entry points a pip install writes): put
+    first on a process's path, it shadows any other installed copy's, so the
+    process finds this tree's plugins."""
+    import tomllib
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "pyproject.toml"), "rb") as f:
+        project = tomllib.load(f)["project"]
+    info = directory / f"torchtpu-{project['version']}.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torchtpu\nVersion: {project['version']}\n")
+    lines = []
+    for group, points in project["entry-points"].items():
+        lines += [f"[{group}]", *(f"{name} = {target}" for name, target in points.items())]
+    (info / "entry_points.txt").write_text("\n".join(lines) + "\n")

@@ -13,9 +13,10 @@ import json
 import os
 import subprocess
 import sys
-import tomllib
 
 import pytest
+
+from conftest import write_dist_info
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BATTERY = os.path.join(ROOT, "tests", "invisible", "battery.py")
@@ -25,16 +26,7 @@ def installed_env(tmp_path):
     """The environment of a process that sees torchtpu installed (its
     distribution metadata, entry points as pyproject.toml declares them, put
     first on the path) and imports it from this tree."""
-    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
-        project = tomllib.load(f)["project"]
-    info = tmp_path / f"torchtpu-{project['version']}.dist-info"
-    info.mkdir(exist_ok=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torchtpu\nVersion: {project['version']}\n")
-    lines = []
-    for group, points in project["entry-points"].items():
-        lines.append(f"[{group}]")
-        lines += [f"{name} = {target}" for name, target in points.items()]
-    (info / "entry_points.txt").write_text("\n".join(lines) + "\n")
+    write_dist_info(tmp_path)
     path = os.pathsep.join([str(tmp_path), ROOT, os.environ.get("PYTHONPATH", "")])
     env = {k: v for k, v in os.environ.items() if k != "TORCH_DEVICE_BACKEND_AUTOLOAD"}
     # Inductor's caches apart per process: a result must be computed, not found.

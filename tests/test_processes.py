@@ -4,9 +4,10 @@ and channels_last convolutions."""
 import os
 import subprocess
 import sys
-import tomllib
 
 import pytest
+
+from conftest import write_dist_info
 import torch
 
 import torchtpu
@@ -19,16 +20,7 @@ def _plain_torch(tmp_path, code, first=(), **env):
     that sees torchtpu's distribution metadata as pyproject.toml declares it
     (a pip install writes the same entry points; the metadata put first on
     the path shadows any other installed copy's)."""
-    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
-        project = tomllib.load(f)["project"]
-    info = tmp_path / f"torchtpu-{project['version']}.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torchtpu\nVersion: {project['version']}\n")
-    lines = []
-    for group, points in project["entry-points"].items():
-        lines.append(f"[{group}]")
-        lines += [f"{name} = {target}" for name, target in points.items()]
-    (info / "entry_points.txt").write_text("\n".join(lines) + "\n")
+    write_dist_info(tmp_path)
     path = os.pathsep.join([*first, str(tmp_path), ROOT, os.environ.get("PYTHONPATH", "")])
     return subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=path, **env),
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)

@@ -10,10 +10,11 @@ vLLM import per run instead of three; the runs go side by side.
 import json
 import os
 import subprocess
-import tomllib
 from pathlib import Path
 
 import pytest
+
+from conftest import write_dist_info
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV = Path(os.environ.get("TORCHTPU_INTEGRATIONS_VENV", ROOT / ".venv-integrations"))
@@ -30,16 +31,8 @@ def metadata(tmp_path_factory):
     """torchtpu's distribution metadata as pyproject.toml declares it (what a
     pip install writes), first on the path: vLLM finds this checkout's
     plugin whatever torchtpu the system has installed."""
-    with open(ROOT / "pyproject.toml", "rb") as f:
-        project = tomllib.load(f)["project"]
     base = tmp_path_factory.mktemp("metadata")
-    info = base / f"torchtpu-{project['version']}.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torchtpu\nVersion: {project['version']}\n")
-    lines = []
-    for group, points in project["entry-points"].items():
-        lines += [f"[{group}]", *(f"{name} = {target}" for name, target in points.items())]
-    (info / "entry_points.txt").write_text("\n".join(lines) + "\n")
+    write_dist_info(base)
     return base
 
 
