@@ -138,6 +138,7 @@ def test_program_out_of_scratch_memory_raises_naming_it(mode):
     rows = 4 * total // (4 * cols)  # the dense matrix: four times the device's memory
     a = torch.ones(1, 1, device="tpu").expand(rows, cols)
     v = torch.ones(cols, 1, device="tpu")
+    torch.tpu.synchronize()  # the inputs made apart: under TORCHTPU_EAGER=fused they would join mm's trace
     gc.collect()
     before = torch.tpu.memory_allocated()
     with torchtpu.eager_mode(mode):
