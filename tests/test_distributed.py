@@ -81,6 +81,17 @@ def test_ddp_fsdp2_equal_one_process():
     assert out.count("training checks done, 0 failures") == 2, out[-3000:]
 
 
+def test_default_group_starts_tpu_only_when_used():
+    """A default group's tpu half starts nothing until a tpu tensor comes
+    (it started the tpu runtime in every process, tpu used or not), and
+    DeviceMesh then sets tpu:LOCAL_RANK from a launcher that gives
+    LOCAL_RANK alone."""
+    rcs, outs = launch("mesh.py", 2, 120, env={"LOCAL_WORLD_SIZE": ""})
+    for r, out in enumerate(outs):
+        assert f"rank {r}: idle True device {r} cpu [3.0, 3.0] tpu [3.0, 3.0]" in out, out[-3000:]
+    assert rcs == [0, 0]
+
+
 def raised(out):
     m = re.search(r"RAISED (\w+): (.*)", out)
     return m and (m.group(1), m.group(2))

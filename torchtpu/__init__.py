@@ -40,10 +40,12 @@ def _cache_dir():
 
 # Under torchrun the CPU plugin makes one device per local process, and
 # process LOCAL_RANK takes tpu:LOCAL_RANK, as CUDA's processes do (trainers
-# such as TorchTitan's call set_device(LOCAL_RANK) and place data on
-# "tpu:<LOCAL_RANK>"). Collectives run between processes (tpu_dist); a
+# such as TorchTitan's and DeviceMesh call set_device(LOCAL_RANK) and place
+# data on "tpu:<LOCAL_RANK>"; a launcher that sets LOCAL_RANK alone gets
+# devices up to it). Collectives run between processes (tpu_dist); a
 # process's other devices are its own. Other plugins ignore the number.
-_cpu_devices = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
+_cpu_devices = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1),
+                   int(os.environ.get("LOCAL_RANK", "0") or 0) + 1)
 _platform, _plugin_path, _plugin_error = _plugin.resolve()
 _C._configure(_plugin_path, _platform, _cpu_devices, _plugin_error, _cache_dir(),
               int(float(os.environ.get("TORCHTPU_CACHE_MAX_MB", "2048")) * 2**20),

@@ -22,10 +22,6 @@ NAME = "tpu_dist"
 def _create(store, group_rank, group_size, timeout):
     if not isinstance(timeout, datetime.timedelta):
         timeout = datetime.timedelta(seconds=float(timeout))
-    # The process's device starts with its group: DeviceMesh then takes it as
-    # chosen (is_initialized) instead of set_device(LOCAL_RANK), which one
-    # device per process (tpu:0) would refuse.
-    torch.tpu._lazy_init()
     gloo = dist.ProcessGroupGloo(store, group_rank, group_size, timeout)
     return _C._ProcessGroupTpu(group_rank, group_size, gloo)
 

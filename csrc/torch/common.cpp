@@ -120,6 +120,11 @@ int device_count_or_zero() noexcept {
     // Known since the start: it answers in a forked child too, as CUDA's does.
     std::lock_guard<std::mutex> lock(g_runtime_mutex);
     if (g_runtime != nullptr) return tpu_runtime_device_count(g_runtime);
+    // The CPU plugin makes as many devices as it is told: PyTorch asks for
+    // the count (torch.accelerator, a default process group, DeviceMesh)
+    // without starting a client whose threads and memory a process that
+    // never uses tpu would carry. Its file was found at configure.
+    if (g_platform == "cpu" && g_runtime_error.empty() && !g_plugin_path.empty()) return g_cpu_devices;
   }
   try {
     return tpu_runtime_device_count(runtime());

@@ -39,7 +39,8 @@ PinnedAllocator g_pinned;
 struct TpuHooks final : public at::PrivateUse1HooksInterface {
   bool isBuilt() const override { return true; }
   bool isAvailable() const override { return device_count_or_zero() > 0; }
-  bool hasPrimaryContext(c10::DeviceIndex) const override { return device_count_or_zero() > 0; }
+  // Like CUDA's: whether tpu was used (the runtime started), not whether it could be.
+  bool hasPrimaryContext(c10::DeviceIndex) const override { return runtime_started() && device_count_or_zero() > 0; }
   void init() const override { runtime(); }
 
   const at::Generator& getDefaultGenerator(c10::DeviceIndex device) const override {

@@ -198,7 +198,9 @@ m = torch.full((1,), float(dist.get_rank()))
 dist.all_reduce(m, group=mesh.get_group())
 out = {"params": [p.detach().tolist() for p in model.parameters()], "all_reduce": t.tolist(), "objects": objs,
        "mesh_sum": m.item(), "backend": dist.get_backend(),
-       "cpu_backend": type(dist.group.WORLD._get_backend(torch.device("cpu"))).__name__}
+       "cpu_backend": type(dist.group.WORLD._get_backend(torch.device("cpu"))).__name__,
+       # tpu's half of the default group leaves the tpu runtime unstarted
+       "tpu_runtime_started": "torchtpu" in sys.modules and sys.modules["torchtpu"]._C._started()}
 dist.destroy_process_group()
 print("RESULT " + json.dumps(out))
 """
