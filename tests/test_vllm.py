@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 VENV = Path(os.environ.get("TORCHTPU_INTEGRATIONS_VENV", ROOT / ".venv-integrations"))
 PYTHON = VENV / "bin" / "python"
 SCRIPT = Path(__file__).with_name("vllm_generate.py")
-ARCHS = ["llama", "qwen3", "gemma3", "gemma2"]
+ARCHS = ["llama", "qwen3_moe", "gemma3", "gemma2"]
 
 pytestmark = pytest.mark.skipif(not (VENV / ".complete").exists(),
                                 reason="no vLLM environment: bash scripts/integrations_env.sh")

@@ -33,6 +33,10 @@ CONFIGS = {
                    architectures=["Gemma3ForCausalLM"]),
     "gemma2": dict(_BASE, **_WINDOWED, model_type="gemma2", architectures=["Gemma2ForCausalLM"],
                    attn_logit_softcapping=50.0, final_logit_softcapping=30.0),
+    # Four experts, two per token, every layer sparse (torchtpu/vllm/moe.py).
+    "qwen3_moe": dict(_BASE, model_type="qwen3_moe", architectures=["Qwen3MoeForCausalLM"],
+                      num_experts=4, num_experts_per_tok=2, moe_intermediate_size=128,
+                      decoder_sparse_step=1, norm_topk_prob=True, tie_word_embeddings=False),
 }
 
 

@@ -62,6 +62,8 @@ class TpuWorker(CPUWorker):
         Worker.__init__(self, vllm_config, local_rank, rank, distributed_init_method,
                         is_driver_worker=is_driver_worker)
         self.parallel_config.disable_custom_all_reduce = True
+        from .moe import register  # tpu's MoE method, before the model is built
+        register()
 
     def init_device(self):
         self.device = torch.device("tpu", self.local_rank % torch.tpu.device_count())
