@@ -92,6 +92,10 @@ def generate(path, mode):
             })
     del llm
     gc.collect()
+    # Each model its own distributed environment, as vLLM's tests do between
+    # engines (a MoE model after a dense one finds no expert-parallel group).
+    from vllm.distributed import cleanup_dist_env_and_memory
+    cleanup_dist_env_and_memory()
     return result
 
 
