@@ -15,6 +15,7 @@
 #include "kernels/attention.h"
 #include "kernels/kernels.h"
 #include "kernels/matmul.h"
+#include "kernels/paged_attention.h"
 #include "runtime/xla_ffi.h"
 
 /* --- running tasks on XLA's thread pool ---------------------------------------- */
@@ -278,6 +279,42 @@ static XLA_FFI_Error *grouped_matmul(XLA_FFI_CallFrame *f) {
   return NULL;
 }
 
+/* torchtpu_paged_attention(query, cache, block_table, seq_lens,
+ * query_start_loc[, alibi]) -> out, as kernels.h says. */
+static XLA_FFI_Error *paged_attention(XLA_FFI_CallFrame *f) {
+  if (answered_probe(f) || f->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
+  const bool has_alibi = attr(f, "has_alibi") != 0;
+  const XLA_FFI_Buffer *q = arg_buffer(f, 0), *cache = arg_buffer(f, 1), *table = arg_buffer(f, 2);
+  const XLA_FFI_Buffer *lens = arg_buffer(f, 3), *starts = arg_buffer(f, 4), *out = ret_buffer(f, 0);
+  const XLA_FFI_Buffer *alibi = has_alibi ? arg_buffer(f, 5) : NULL;
+  bool ok = f->args.size == 5 + has_alibi && f->rets.size == 1 && q != NULL && cache != NULL && table != NULL &&
+            lens != NULL && starts != NULL && out != NULL && q->dtype == XLA_FFI_DataType_F32 && q->rank == 3 &&
+            (cache->dtype == XLA_FFI_DataType_F32 || cache->dtype == XLA_FFI_DataType_BF16) && cache->rank == 4 &&
+            table->dtype == XLA_FFI_DataType_S32 && table->rank == 2 && lens->dtype == XLA_FFI_DataType_S32 &&
+            lens->rank == 1 && starts->dtype == XLA_FFI_DataType_S32 && starts->rank == 1 &&
+            out->dtype == XLA_FFI_DataType_F32 && out->rank == 3;
+  tpu_paged_shape s = {0};
+  if (ok) {
+    s = (tpu_paged_shape){.tokens = q->dims[0], .heads = q->dims[1], .kv_heads = cache->dims[1],
+                          .head_dim = q->dims[2], .blocks = cache->dims[0], .block_size = cache->dims[2],
+                          .requests = table->dims[0], .width = table->dims[1],
+                          .bf16_cache = cache->dtype == XLA_FFI_DataType_BF16};
+    ok = cache->dims[3] == 2 * s.head_dim && lens->dims[0] == s.requests && starts->dims[0] == s.requests + 1 &&
+         out->dims[0] == s.tokens && out->dims[1] == s.heads && out->dims[2] == s.head_dim &&
+         (!has_alibi || (alibi != NULL && alibi->dtype == XLA_FFI_DataType_F32 && alibi->rank == 1 &&
+                         alibi->dims[0] == s.heads));
+  }
+  if (!ok) return ffi_error(f, XLA_FFI_Error_Code_INVALID_ARGUMENT, TPU_KERNEL_PAGED_ATTENTION_CALL ": bad operands");
+  tpu_paged_params p = {.scale = (float)attr(f, "scale"), .soft_cap = (float)attr(f, "soft_cap"),
+                        .window = (int64_t)attr(f, "window"), .alibi = has_alibi ? alibi->data : NULL};
+  xla_pool pool = pool_of(f);
+  tpu_parallel par = {.run = pool_run, .ctx = &pool};
+  if (!tpu_paged_attention(&s, &p, q->data, cache->data, table->data, lens->data, starts->data, out->data, &par))
+    return ffi_error(f, XLA_FFI_Error_Code_INVALID_ARGUMENT,
+                     TPU_KERNEL_PAGED_ATTENTION_CALL ": head size over the kernel's, or heads not grouped");
+  return NULL;
+}
+
 static unsigned matmul_variants(void) { return tpu_matmul_bf16_available() ? TPU_KERNEL_MATMUL_BF16 : 0; }
 
 /* Every kernel: its name in TORCHTPU_KERNELS, its bit, its custom calls and
@@ -296,6 +333,8 @@ static const struct kernel {
 } kernels[] = {
     {"attention", TPU_KERNEL_ATTENTION, 2, {TPU_KERNEL_ATTENTION_FWD, TPU_KERNEL_ATTENTION_BWD},
      {attention_fwd, attention_bwd}, NULL, NULL},
+    {"paged_attention", TPU_KERNEL_PAGED_ATTENTION, 1, {TPU_KERNEL_PAGED_ATTENTION_CALL}, {paged_attention}, NULL,
+     NULL},
     {"matmul", TPU_KERNEL_MATMUL, 2, {TPU_KERNEL_MATMUL_CALL, TPU_KERNEL_GROUPED_MATMUL_CALL},
      {matmul, grouped_matmul}, tpu_matmul_isa, matmul_variants},
 };
