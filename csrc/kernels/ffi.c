@@ -280,19 +280,23 @@ static XLA_FFI_Error *grouped_matmul(XLA_FFI_CallFrame *f) {
 }
 
 /* torchtpu_paged_attention(query, cache, block_table, seq_lens,
- * query_start_loc[, alibi]) -> out, as kernels.h says. */
+ * query_start_loc[, alibi][, key, value, slots]) -> (out[, cache]), as
+ * kernels.h says. */
 static XLA_FFI_Error *paged_attention(XLA_FFI_CallFrame *f) {
   if (answered_probe(f) || f->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
-  const bool has_alibi = attr(f, "has_alibi") != 0;
+  const bool has_alibi = attr(f, "has_alibi") != 0, has_write = attr(f, "has_write") != 0;
   const XLA_FFI_Buffer *q = arg_buffer(f, 0), *cache = arg_buffer(f, 1), *table = arg_buffer(f, 2);
   const XLA_FFI_Buffer *lens = arg_buffer(f, 3), *starts = arg_buffer(f, 4), *out = ret_buffer(f, 0);
   const XLA_FFI_Buffer *alibi = has_alibi ? arg_buffer(f, 5) : NULL;
-  bool ok = f->args.size == 5 + has_alibi && f->rets.size == 1 && q != NULL && cache != NULL && table != NULL &&
-            lens != NULL && starts != NULL && out != NULL && q->dtype == XLA_FFI_DataType_F32 && q->rank == 3 &&
-            (cache->dtype == XLA_FFI_DataType_F32 || cache->dtype == XLA_FFI_DataType_BF16) && cache->rank == 4 &&
-            table->dtype == XLA_FFI_DataType_S32 && table->rank == 2 && lens->dtype == XLA_FFI_DataType_S32 &&
-            lens->rank == 1 && starts->dtype == XLA_FFI_DataType_S32 && starts->rank == 1 &&
-            out->dtype == XLA_FFI_DataType_F32 && out->rank == 3;
+  const int64_t w = 5 + has_alibi; /* key, value, slots */
+  const XLA_FFI_Buffer *key = has_write ? arg_buffer(f, w) : NULL, *value = has_write ? arg_buffer(f, w + 1) : NULL;
+  const XLA_FFI_Buffer *slots = has_write ? arg_buffer(f, w + 2) : NULL, *written = has_write ? ret_buffer(f, 1) : NULL;
+  bool ok = f->args.size == w + 3 * has_write && f->rets.size == 1 + has_write && q != NULL && cache != NULL &&
+            table != NULL && lens != NULL && starts != NULL && out != NULL && q->dtype == XLA_FFI_DataType_F32 &&
+            q->rank == 3 && (cache->dtype == XLA_FFI_DataType_F32 || cache->dtype == XLA_FFI_DataType_BF16) &&
+            cache->rank == 4 && table->dtype == XLA_FFI_DataType_S32 && table->rank == 2 &&
+            lens->dtype == XLA_FFI_DataType_S32 && lens->rank == 1 && starts->dtype == XLA_FFI_DataType_S32 &&
+            starts->rank == 1 && out->dtype == XLA_FFI_DataType_F32 && out->rank == 3;
   tpu_paged_shape s = {0};
   if (ok) {
     s = (tpu_paged_shape){.tokens = q->dims[0], .heads = q->dims[1], .kv_heads = cache->dims[1],
@@ -304,12 +308,25 @@ static XLA_FFI_Error *paged_attention(XLA_FFI_CallFrame *f) {
          (!has_alibi || (alibi != NULL && alibi->dtype == XLA_FFI_DataType_F32 && alibi->rank == 1 &&
                          alibi->dims[0] == s.heads));
   }
+  if (ok && has_write)
+    ok = key != NULL && value != NULL && slots != NULL && written != NULL && key->dtype == cache->dtype &&
+         value->dtype == cache->dtype && key->rank == 3 && value->rank == 3 && slots->dtype == XLA_FFI_DataType_S32 &&
+         slots->rank == 1 && key->dims[0] == slots->dims[0] && value->dims[0] == slots->dims[0] &&
+         key->dims[1] == s.kv_heads && value->dims[1] == s.kv_heads && key->dims[2] == s.head_dim &&
+         value->dims[2] == s.head_dim && written->dtype == cache->dtype;
   if (!ok) return ffi_error(f, XLA_FFI_Error_Code_INVALID_ARGUMENT, TPU_KERNEL_PAGED_ATTENTION_CALL ": bad operands");
+  const void *kv = cache->data;
+  if (has_write) { /* XLA aliases the result to the cache; where it could not, it starts as a copy */
+    const size_t bytes = (size_t)(s.blocks * s.kv_heads * s.block_size * 2 * s.head_dim) * (s.bf16_cache ? 2 : 4);
+    if (written->data != cache->data && bytes > 0) memcpy(written->data, cache->data, bytes);
+    tpu_paged_cache_write(&s, key->data, value->data, slots->data, slots->dims[0], written->data);
+    kv = written->data;
+  }
   tpu_paged_params p = {.scale = (float)attr(f, "scale"), .soft_cap = (float)attr(f, "soft_cap"),
                         .window = (int64_t)attr(f, "window"), .alibi = has_alibi ? alibi->data : NULL};
   xla_pool pool = pool_of(f);
   tpu_parallel par = {.run = pool_run, .ctx = &pool};
-  if (!tpu_paged_attention(&s, &p, q->data, cache->data, table->data, lens->data, starts->data, out->data, &par))
+  if (!tpu_paged_attention(&s, &p, q->data, kv, table->data, lens->data, starts->data, out->data, &par))
     return ffi_error(f, XLA_FFI_Error_Code_INVALID_ARGUMENT,
                      TPU_KERNEL_PAGED_ATTENTION_CALL ": head size over the kernel's, or heads not grouped");
   return NULL;

@@ -17,11 +17,14 @@
  * (part of the matmul kernel) with i32 attributes rows and rhs_t, offs int32:
  * torch._grouped_mm's products, one per group, as ffi.c says.
  *   torchtpu_paged_attention(query, cache, block_table, seq_lens,
- *                            query_start_loc[, alibi]) -> out
- * with f32 attributes scale and soft_cap, i32 window and has_alibi: query
- * and out float32 [T, H, D], cache float32 or bfloat16 [N, KH, BS, 2D], the
- * index operands int32, alibi float32 [H]; kernels/paged_attention.h says
- * the rest. */
+ *                            query_start_loc[, alibi][, key, value, slots])
+ *     -> (out[, cache])
+ * with f32 attributes scale and soft_cap, i32 window, has_alibi and
+ * has_write: query and out float32 [T, H, D], cache float32 or bfloat16
+ * [N, KH, BS, 2D], the index operands int32, alibi float32 [H]; with
+ * has_write, key and value [M, KH, D] in the cache's dtype and slots int32
+ * [M] are written first, into the cache result, aliased to the cache
+ * operand. kernels/paged_attention.h says the rest. */
 #ifndef TPU_KERNELS_KERNELS_H_
 #define TPU_KERNELS_KERNELS_H_
 

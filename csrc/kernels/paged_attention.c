@@ -165,6 +165,21 @@ static void task_run(void *arg, int64_t task) {
   }
 }
 
+void tpu_paged_cache_write(const tpu_paged_shape *s, const void *key, const void *value, const int32_t *slots,
+                           int64_t num_slots, void *cache) {
+  const size_t esize = s->bf16_cache ? 2 : 4, row = (size_t)s->head_dim * esize;
+  for (int64_t t = 0; t < num_slots; t++) {
+    const int64_t slot = slots[t];
+    if (slot < 0 || slot >= s->blocks * s->block_size) continue;
+    for (int64_t h = 0; h < s->kv_heads; h++) {
+      char *dst = (char *)cache + (size_t)((slot / s->block_size * s->kv_heads + h) * s->block_size +
+                                           slot % s->block_size) * 2 * row;
+      memcpy(dst, (const char *)key + (size_t)(t * s->kv_heads + h) * row, row);
+      memcpy(dst + row, (const char *)value + (size_t)(t * s->kv_heads + h) * row, row);
+    }
+  }
+}
+
 bool tpu_paged_attention(const tpu_paged_shape *s, const tpu_paged_params *p, const float *query,
                          const void *cache, const int32_t *block_table, const int32_t *seq_lens,
                          const int32_t *query_start_loc, float *out, const tpu_parallel *par) {

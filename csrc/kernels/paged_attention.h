@@ -17,7 +17,7 @@
  * request's queries, and queries that see no key, get rows of zeros. Block
  * ids are clamped into [0, N), as XLA's gather clamps them.
  *
- * Work is split into independent tasks run through |par| (serial when NULL),
+ * tpu_paged_attention: work is split into independent tasks run through |par| (serial when NULL),
  * one per (8 tokens, key head). The function owns no threads, allocates
  * nothing and needs about 24 KiB of stack per task. The caller owns every
  * buffer. False (nothing written) when a shape is beyond the kernel:
@@ -47,6 +47,13 @@ typedef struct tpu_paged_params {
   int64_t window;        /* 0: none */
   const float *alibi;    /* [H] or NULL */
 } tpu_paged_params;
+
+/* Writes row t of |key| and of |value| ([M, KH, D], in the cache's dtype)
+ * to slot slots[t] of |cache| (block slot / BS, offset slot % BS) for t <
+ * |num_slots|; a slot outside the cache (-1 for a padding token) writes
+ * nothing, as XLA's scatter drops it. */
+void tpu_paged_cache_write(const tpu_paged_shape *s, const void *key, const void *value, const int32_t *slots,
+                           int64_t num_slots, void *cache);
 
 bool tpu_paged_attention(const tpu_paged_shape *s, const tpu_paged_params *p, const float *query,
                          const void *cache, const int32_t *block_table, const int32_t *seq_lens,

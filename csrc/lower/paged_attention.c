@@ -4,19 +4,20 @@
  * prefills and decodes.
  *
  * The cache is vLLM's [blocks, kv_heads, block_size, 2 * head_size] (a
- * token's key is the first half of its row, its value the second). The
- * write is a scatter (slot -1, a padding token, writes nothing). The read is
- * the hand-written kernel where the device runs it (kernels/
- * paged_attention.h, on the CPU plugin), which walks the block tables in
- * place; elsewhere XLA's composite: gather each request's blocks into
- * [R, KH, keys, 2D], gather its queries into [R, max_query_len, H, D], one
- * batched product per key head and its group of query heads, a mask from
- * positions (causal, in the sliding window), a safe softmax, one product
- * with the values, and a gather of each token's row back. Both compute in
- * float32, read block ids clamped into the cache, and give a query that sees
- * no key (and a token of no request) a row of zeros. max_query_len sizes the
- * composite's padding (it must be at least the longest query); the kernel
- * needs none. */
+ * token's key is the first half of its row, its value the second); slot -1
+ * (a padding token) writes nothing. Where the device runs it (the CPU
+ * plugin) the hand-written kernel (kernels/paged_attention.h) writes the
+ * rows in place (its cache result aliases the cache operand: XLA's scatter
+ * of a few rows costs more than the attention) and walks the block tables
+ * where they lie. Elsewhere XLA's composite: a scatter, then a gather of
+ * each request's blocks into [R, KH, keys, 2D] and of its queries into
+ * [R, max_query_len, H, D], one batched product per key head and its group
+ * of query heads, a mask from positions (causal, in the sliding window), a
+ * safe softmax, one product with the values, and a gather of each token's
+ * row back. Both compute in float32, read block ids clamped into the cache,
+ * and give a query that sees no key (and a token of no request) a row of
+ * zeros. max_query_len sizes the composite's padding (it must be at least
+ * the longest query); the kernel needs none. */
 #include <math.h>
 #include <stdio.h>
 
@@ -59,15 +60,22 @@ static tpu_status_t read_shapes(tpu_lower_ctx *c, paged *p) {
   return NULL;
 }
 
-/* The cache with rows [key | value] of the first |slots| tokens written at
- * their slots; a negative slot lands past the cache, where scatter drops it. */
+/* Whether the call writes: key and value given, and some slot. */
+static bool writes(tpu_lower_ctx *c) {
+  return !tpu_lower_is_none(c, KEY) && !tpu_lower_is_none(c, VALUE) && c->args[SLOTS].sizes[0] > 0;
+}
+
+/* The first |slots| rows of key or value ([M, KH, D]) in the cache's dtype. */
+static tpu_hlo_value step_rows(tpu_lower_ctx *c, int arg, tpu_dtype_t dtype) {
+  return tpu_hlo_convert(B, tpu_hlo_slice_dim(B, tpu_lower_tensor(c, arg), 0, 0, c->args[SLOTS].sizes[0], 1), dtype);
+}
+
+/* The cache with rows [key | value] written at their slots (the composite's
+ * write): a negative slot lands past the cache, where scatter drops it. */
 static tpu_hlo_value write_cache(tpu_lower_ctx *c, const paged *p, tpu_hlo_value cache) {
   const int64_t m = c->args[SLOTS].sizes[0];
-  if (tpu_lower_is_none(c, KEY) || tpu_lower_is_none(c, VALUE) || m == 0) return cache;
   const tpu_dtype_t dtype = tpu_hlo_dtype(B, cache);
-  tpu_hlo_value kv[2] = {
-      tpu_hlo_convert(B, tpu_hlo_slice_dim(B, tpu_lower_tensor(c, KEY), 0, 0, m, 1), dtype),
-      tpu_hlo_convert(B, tpu_hlo_slice_dim(B, tpu_lower_tensor(c, VALUE), 0, 0, m, 1), dtype)};
+  tpu_hlo_value kv[2] = {step_rows(c, KEY, dtype), step_rows(c, VALUE, dtype)};
   tpu_hlo_value rows = tpu_hlo_concatenate(B, kv, 2, 2); /* [M, KH, 2D] */
   tpu_hlo_value slot = s32(c, SLOTS);
   tpu_hlo_type st = *tpu_hlo_type_of(B, slot);
@@ -189,21 +197,37 @@ static bool use_kernel(const tpu_lower_ctx *c, const paged *p, tpu_dtype_t cache
 static tpu_status_t paged_attention_rule(tpu_lower_ctx *c) {
   paged p = {0};
   TPU_RETURN_IF_ERROR(read_shapes(c, &p));
-  tpu_hlo_value cache = write_cache(c, &p, tpu_lower_tensor(c, CACHE));
+  tpu_hlo_value cache = tpu_lower_tensor(c, CACHE);
+  const tpu_dtype_t cache_dtype = tpu_hlo_dtype(B, cache);
+  const bool write = writes(c);
   tpu_hlo_value table = s32(c, TABLE), lens = s32(c, SEQ_LENS), starts = s32(c, STARTS);
   tpu_hlo_value alibi = p.alibi ? tpu_hlo_convert(B, tpu_lower_tensor(c, ALIBI), TPU_F32) : TPU_HLO_NONE;
   tpu_hlo_value out;
-  if (use_kernel(c, &p, tpu_hlo_dtype(B, cache))) {
-    tpu_hlo_value ops[6] = {tpu_hlo_convert(B, tpu_lower_tensor(c, Q), TPU_F32), cache, table, lens, starts, alibi};
+  if (use_kernel(c, &p, cache_dtype)) { /* the kernel writes the cache in place, then reads it */
+    tpu_hlo_value ops[9] = {tpu_hlo_convert(B, tpu_lower_tensor(c, Q), TPU_F32), cache, table, lens, starts};
+    int n = 5;
+    if (p.alibi) ops[n++] = alibi;
+    if (write) {
+      ops[n++] = step_rows(c, KEY, cache_dtype);
+      ops[n++] = step_rows(c, VALUE, cache_dtype);
+      ops[n++] = s32(c, SLOTS);
+    }
     int64_t dims[3] = {p.t, p.h, p.d};
-    tpu_hlo_type type = type_of(TPU_F32, 3, dims);
-    char attrs[320];
+    tpu_hlo_type types[2] = {type_of(TPU_F32, 3, dims), *tpu_hlo_type_of(B, cache)};
+    char attrs[512];
     snprintf(attrs, sizeof attrs,
              "call_target_name = \"%s\", api_version = 4 : i32, backend_config = {has_alibi = %d : i32, "
-             "scale = %.9e : f32, soft_cap = %.9e : f32, window = %d : i32}",
-             TPU_KERNEL_PAGED_ATTENTION_CALL, p.alibi, p.scale, p.soft_cap, (int)p.window);
-    tpu_hlo_op(B, "stablehlo.custom_call", ops, p.alibi ? 6 : 5, NULL, 0, attrs, &type, 1, &out);
+             "has_write = %d : i32, scale = %.9e : f32, soft_cap = %.9e : f32, window = %d : i32}%s",
+             TPU_KERNEL_PAGED_ATTENTION_CALL, p.alibi, write, p.scale, p.soft_cap, (int)p.window,
+             write ? ", output_operand_aliases = [#stablehlo.output_operand_alias<output_tuple_indices = [1], "
+                     "operand_index = 1, operand_tuple_indices = []>]"
+                   : "");
+    tpu_hlo_value res[2];
+    tpu_hlo_op(B, "stablehlo.custom_call", ops, n, NULL, 0, attrs, types, write ? 2 : 1, res);
+    out = res[0];
+    if (write) cache = res[1];
   } else {
+    if (write) cache = write_cache(c, &p, cache);
     out = composite(c, &p, cache, table, lens, starts, alibi);
   }
   tpu_lower_set_output(c, 0, tpu_hlo_convert(B, out, c->out_types[0].dtype));

@@ -1,8 +1,8 @@
 // torchtpu::paged_attention's meta function: the checks a caller's mistakes
 // meet first (PyTorch's error types, the process lives on) and the output's
 // shape, [tokens, heads, head_size] in the query's dtype. The op itself is
-// the rule of csrc/lower/paged_attention.c; torchtpu/paged_attention.py
-// documents it for Python.
+// the rule of csrc/lower/paged_attention.c, which says what it computes;
+// torchtpu/vllm/attention.py calls it.
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
