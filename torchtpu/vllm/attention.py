@@ -1,4 +1,4 @@
-"""vLLM's attention backend on tpu: torchtpu.ops.paged_attention per layer.
+"""vLLM's attention backend on tpu: torch.ops.torchtpu.paged_attention per layer.
 
 One call per layer and step serves a ragged batch, any mix of prefills,
 chunked prefills (a query that continues a cached context, prefix-cache hits
