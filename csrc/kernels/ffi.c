@@ -15,6 +15,7 @@
 #include "kernels/attention.h"
 #include "kernels/kernels.h"
 #include "kernels/matmul.h"
+#include "kernels/paged_attention.h"
 #include "runtime/xla_ffi.h"
 
 /* --- running tasks on XLA's thread pool ---------------------------------------- */
@@ -278,6 +279,59 @@ static XLA_FFI_Error *grouped_matmul(XLA_FFI_CallFrame *f) {
   return NULL;
 }
 
+/* torchtpu_paged_attention(query, cache, block_table, seq_lens,
+ * query_start_loc[, alibi][, key, value, slots]) -> (out[, cache]), as
+ * kernels.h says. */
+static XLA_FFI_Error *paged_attention(XLA_FFI_CallFrame *f) {
+  if (answered_probe(f) || f->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
+  const bool has_alibi = attr(f, "has_alibi") != 0, has_write = attr(f, "has_write") != 0;
+  const XLA_FFI_Buffer *q = arg_buffer(f, 0), *cache = arg_buffer(f, 1), *table = arg_buffer(f, 2);
+  const XLA_FFI_Buffer *lens = arg_buffer(f, 3), *starts = arg_buffer(f, 4), *out = ret_buffer(f, 0);
+  const XLA_FFI_Buffer *alibi = has_alibi ? arg_buffer(f, 5) : NULL;
+  const int64_t w = 5 + has_alibi; /* key, value, slots */
+  const XLA_FFI_Buffer *key = has_write ? arg_buffer(f, w) : NULL, *value = has_write ? arg_buffer(f, w + 1) : NULL;
+  const XLA_FFI_Buffer *slots = has_write ? arg_buffer(f, w + 2) : NULL, *written = has_write ? ret_buffer(f, 1) : NULL;
+  bool ok = f->args.size == w + 3 * has_write && f->rets.size == 1 + has_write && q != NULL && cache != NULL &&
+            table != NULL && lens != NULL && starts != NULL && out != NULL && q->dtype == XLA_FFI_DataType_F32 &&
+            q->rank == 3 && (cache->dtype == XLA_FFI_DataType_F32 || cache->dtype == XLA_FFI_DataType_BF16) &&
+            cache->rank == 4 && table->dtype == XLA_FFI_DataType_S32 && table->rank == 2 &&
+            lens->dtype == XLA_FFI_DataType_S32 && lens->rank == 1 && starts->dtype == XLA_FFI_DataType_S32 &&
+            starts->rank == 1 && out->dtype == XLA_FFI_DataType_F32 && out->rank == 3;
+  tpu_paged_shape s = {0};
+  if (ok) {
+    s = (tpu_paged_shape){.tokens = q->dims[0], .heads = q->dims[1], .kv_heads = cache->dims[1],
+                          .head_dim = q->dims[2], .blocks = cache->dims[0], .block_size = cache->dims[2],
+                          .requests = table->dims[0], .width = table->dims[1],
+                          .bf16_cache = cache->dtype == XLA_FFI_DataType_BF16};
+    ok = cache->dims[3] == 2 * s.head_dim && lens->dims[0] == s.requests && starts->dims[0] == s.requests + 1 &&
+         out->dims[0] == s.tokens && out->dims[1] == s.heads && out->dims[2] == s.head_dim &&
+         (!has_alibi || (alibi != NULL && alibi->dtype == XLA_FFI_DataType_F32 && alibi->rank == 1 &&
+                         alibi->dims[0] == s.heads));
+  }
+  if (ok && has_write)
+    ok = key != NULL && value != NULL && slots != NULL && written != NULL && key->dtype == cache->dtype &&
+         value->dtype == cache->dtype && key->rank == 3 && value->rank == 3 && slots->dtype == XLA_FFI_DataType_S32 &&
+         slots->rank == 1 && key->dims[0] == slots->dims[0] && value->dims[0] == slots->dims[0] &&
+         key->dims[1] == s.kv_heads && value->dims[1] == s.kv_heads && key->dims[2] == s.head_dim &&
+         value->dims[2] == s.head_dim && written->dtype == cache->dtype;
+  if (!ok) return ffi_error(f, XLA_FFI_Error_Code_INVALID_ARGUMENT, TPU_KERNEL_PAGED_ATTENTION_CALL ": bad operands");
+  const void *kv = cache->data;
+  if (has_write) { /* XLA aliases the result to the cache; where it could not, it starts as a copy */
+    const size_t bytes = (size_t)(s.blocks * s.kv_heads * s.block_size * 2 * s.head_dim) * (s.bf16_cache ? 2 : 4);
+    if (written->data != cache->data && bytes > 0) memcpy(written->data, cache->data, bytes);
+    tpu_paged_cache_write(&s, key->data, value->data, slots->data, slots->dims[0], written->data);
+    kv = written->data;
+  }
+  tpu_paged_params p = {.scale = (float)attr(f, "scale"), .soft_cap = (float)attr(f, "soft_cap"),
+                        .window = (int64_t)attr(f, "window"), .alibi = has_alibi ? alibi->data : NULL};
+  xla_pool pool = pool_of(f);
+  tpu_parallel par = {.run = pool_run, .ctx = &pool};
+  if (!tpu_paged_attention(&s, &p, q->data, kv, table->data, lens->data, starts->data, out->data, &par))
+    return ffi_error(f, XLA_FFI_Error_Code_INVALID_ARGUMENT,
+                     TPU_KERNEL_PAGED_ATTENTION_CALL ": head size over the kernel's, or heads not grouped");
+  return NULL;
+}
+
 static unsigned matmul_variants(void) { return tpu_matmul_bf16_available() ? TPU_KERNEL_MATMUL_BF16 : 0; }
 
 /* Every kernel: its name in TORCHTPU_KERNELS, its bit, its custom calls and
@@ -296,6 +350,8 @@ static const struct kernel {
 } kernels[] = {
     {"attention", TPU_KERNEL_ATTENTION, 2, {TPU_KERNEL_ATTENTION_FWD, TPU_KERNEL_ATTENTION_BWD},
      {attention_fwd, attention_bwd}, NULL, NULL},
+    {"paged_attention", TPU_KERNEL_PAGED_ATTENTION, 1, {TPU_KERNEL_PAGED_ATTENTION_CALL}, {paged_attention}, NULL,
+     NULL},
     {"matmul", TPU_KERNEL_MATMUL, 2, {TPU_KERNEL_MATMUL_CALL, TPU_KERNEL_GROUPED_MATMUL_CALL},
      {matmul, grouped_matmul}, tpu_matmul_isa, matmul_variants},
 };

@@ -15,7 +15,16 @@
  * with one batch dim, bias [N], as kernels/matmul.h says.
  *   torchtpu_grouped_matmul(a, b, offs) -> c
  * (part of the matmul kernel) with i32 attributes rows and rhs_t, offs int32:
- * torch._grouped_mm's products, one per group, as ffi.c says. */
+ * torch._grouped_mm's products, one per group, as ffi.c says.
+ *   torchtpu_paged_attention(query, cache, block_table, seq_lens,
+ *                            query_start_loc[, alibi][, key, value, slots])
+ *     -> (out[, cache])
+ * with f32 attributes scale and soft_cap, i32 window, has_alibi and
+ * has_write: query and out float32 [T, H, D], cache float32 or bfloat16
+ * [N, KH, BS, 2D], the index operands int32, alibi float32 [H]; with
+ * has_write, key and value [M, KH, D] in the cache's dtype and slots int32
+ * [M] are written first, into the cache result, aliased to the cache
+ * operand. kernels/paged_attention.h says the rest. */
 #ifndef TPU_KERNELS_KERNELS_H_
 #define TPU_KERNELS_KERNELS_H_
 
@@ -31,6 +40,7 @@ extern "C" {
 /* Kernel bits. TPU_KERNEL_MATMUL_BF16 is no kernel of its own: registering
  * matmul sets it too where the CPU has the bfloat16 inner kernel. */
 enum { TPU_KERNEL_ATTENTION = 1u << 0, TPU_KERNEL_MATMUL = 1u << 1, TPU_KERNEL_MATMUL_BF16 = 1u << 2 };
+enum { TPU_KERNEL_PAGED_ATTENTION = 1u << 4 };
 /* Not a kernel to choose: the boundary between two eager calls in one fused
  * program, registered on the CPU plugin whatever TORCHTPU_KERNELS says.
  *   torchtpu_boundary(x_1..x_n, keep...) -> (x_1..x_n)
@@ -45,10 +55,11 @@ enum { TPU_KERNEL_BOUNDARY = 1u << 3 };
 #define TPU_KERNEL_ATTENTION_BWD "torchtpu_attention_bwd"
 #define TPU_KERNEL_MATMUL_CALL "torchtpu_matmul"
 #define TPU_KERNEL_GROUPED_MATMUL_CALL "torchtpu_grouped_matmul"
+#define TPU_KERNEL_PAGED_ATTENTION_CALL "torchtpu_paged_attention"
 
 /* The TPU_KERNEL_* bits a TORCHTPU_KERNELS setting names: "1", "on" or
  * "all" every kernel, "0", "off" or "none" none, else a comma-separated list
- * of kernel names (attention, matmul). False, with *out_bits 0, when a name is
+ * of kernel names (attention, paged_attention, matmul). False, with *out_bits 0, when a name is
  * unknown. */
 bool tpu_kernels_select(const char *setting, unsigned *out_bits);
 

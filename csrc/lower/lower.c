@@ -38,6 +38,7 @@ static const rule_table tables[] = {
     {tpu_rules_qr, &tpu_rules_qr_count},
     {tpu_rules_eig, &tpu_rules_eig_count},
     {tpu_rules_attention, &tpu_rules_attention_count},
+    {tpu_rules_paged_attention, &tpu_rules_paged_attention_count},
     {tpu_rules_rnn, &tpu_rules_rnn_count},
     {tpu_rules_ctc, &tpu_rules_ctc_count},
     {tpu_rules_optim, &tpu_rules_optim_count},

@@ -33,6 +33,7 @@ TPU_RULE_TABLE(ldl);
 TPU_RULE_TABLE(qr);
 TPU_RULE_TABLE(eig);
 TPU_RULE_TABLE(attention);
+TPU_RULE_TABLE(paged_attention);
 TPU_RULE_TABLE(rnn);
 TPU_RULE_TABLE(ctc);
 TPU_RULE_TABLE(optim);

@@ -19,6 +19,9 @@ TORCH_LIBRARY(torchtpu, m) {
   m.def("lstsq(Tensor self, Tensor b, float rcond, bool gels) "
         "-> (Tensor solution, Tensor residuals, Tensor rank, Tensor singular_values)");
   m.def("ldl_factor(Tensor self, bool hermitian) -> (Tensor LD, Tensor pivots, Tensor info)");
+  m.def("paged_attention(Tensor query, Tensor? key, Tensor? value, Tensor(a!) kv_cache, Tensor slot_mapping, "
+        "Tensor block_table, Tensor seq_lens, Tensor query_start_loc, int max_query_len, float scale, "
+        "int sliding_window=0, float soft_cap=0., Tensor? alibi_slopes=None) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(torchtpu, PrivateUse1, m) { torchtpu::register_rules(m, "torchtpu"); }

@@ -55,10 +55,12 @@ static void reference(const float *q, const float *k, const float *v, double *ou
  * refused. */
 static void test_kernel_selection(void) {
   unsigned bits = 7;
-  CHECK(tpu_kernels_select("1", &bits) && bits == (TPU_KERNEL_ATTENTION | TPU_KERNEL_MATMUL));
+  CHECK(tpu_kernels_select("1", &bits) &&
+        bits == (TPU_KERNEL_ATTENTION | TPU_KERNEL_PAGED_ATTENTION | TPU_KERNEL_MATMUL));
   CHECK(tpu_kernels_select("off", &bits) && bits == 0);
   CHECK(tpu_kernels_select("matmul", &bits) && bits == TPU_KERNEL_MATMUL);
   CHECK(tpu_kernels_select("Attention,matmul", &bits) && bits == (TPU_KERNEL_ATTENTION | TPU_KERNEL_MATMUL));
+  CHECK(tpu_kernels_select("paged_attention", &bits) && bits == TPU_KERNEL_PAGED_ATTENTION);
   CHECK(!tpu_kernels_select("attention,mat", &bits) && bits == 0);
   CHECK(!tpu_kernels_select("gemm", &bits) && bits == 0);
 }
@@ -68,8 +70,8 @@ static void test_kernel_selection(void) {
 static void test_registration(void) {
   const unsigned matmul = (tpu_matmul_available() ? TPU_KERNEL_MATMUL : 0) |
                           (tpu_matmul_bf16_available() ? TPU_KERNEL_MATMUL_BF16 : 0);
-  CHECK(tpu_kernels_register(rt, TPU_KERNEL_ATTENTION | TPU_KERNEL_MATMUL) ==
-        (TPU_KERNEL_ATTENTION | matmul | TPU_KERNEL_BOUNDARY));
+  CHECK(tpu_kernels_register(rt, TPU_KERNEL_ATTENTION | TPU_KERNEL_PAGED_ATTENTION | TPU_KERNEL_MATMUL) ==
+        (TPU_KERNEL_ATTENTION | TPU_KERNEL_PAGED_ATTENTION | matmul | TPU_KERNEL_BOUNDARY));
 }
 
 /* The boundary is the identity: the value it is given, whose buffer is
@@ -279,6 +281,81 @@ static void test_grouped_matmul_custom_call(void) {
   tpu_executable_destroy(rt, exe);
 }
 
+/* Paged attention with the cache write: a decode (two cached tokens and
+ * one new) and a prefill of two tokens, two query heads over one key head,
+ * blocks of two; the written cache (aliased to the operand) and the output
+ * against a reference computed here. */
+static void test_paged_attention_custom_call(void) {
+  enum { PT = 3, PH = 2, PD = 2, PN = 4, PBS = 2 };
+  static const char program[] =
+      "module @m {\n"
+      "  func.func public @main(%q: tensor<3x2x2xf32>, %c: tensor<4x1x2x4xf32>, %t: tensor<2x2xi32>,\n"
+      "      %l: tensor<2xi32>, %s: tensor<3xi32>, %k: tensor<3x1x2xf32>, %v: tensor<3x1x2xf32>, %m: tensor<3xi32>)\n"
+      "      -> (tensor<3x2x2xf32>, tensor<4x1x2x4xf32>) {\n"
+      "    %o:2 = \"stablehlo.custom_call\"(%q, %c, %t, %l, %s, %k, %v, %m) {\n"
+      "        call_target_name = \"torchtpu_paged_attention\", api_version = 4 : i32,\n"
+      "        backend_config = {has_alibi = 0 : i32, has_write = 1 : i32, scale = 5.0e-01 : f32,\n"
+      "        soft_cap = 0.0e+00 : f32, window = 0 : i32},\n"
+      "        output_operand_aliases = [#stablehlo.output_operand_alias<output_tuple_indices = [1],\n"
+      "        operand_index = 1, operand_tuple_indices = []>]}\n"
+      "        : (tensor<3x2x2xf32>, tensor<4x1x2x4xf32>, tensor<2x2xi32>, tensor<2xi32>, tensor<3xi32>,\n"
+      "           tensor<3x1x2xf32>, tensor<3x1x2xf32>, tensor<3xi32>)\n"
+      "        -> (tensor<3x2x2xf32>, tensor<4x1x2x4xf32>)\n"
+      "    \"func.return\"(%o#0, %o#1) : (tensor<3x2x2xf32>, tensor<4x1x2x4xf32>) -> ()\n"
+      "  }\n"
+      "}\n";
+  float q[PT * PH * PD], cache[PN * PBS * 2 * PD], key[PT * PD], value[PT * PD], out[PT * PH * PD];
+  float written[PN * PBS * 2 * PD], want[PN * PBS * 2 * PD];
+  int32_t table[4] = {1, 2, 3, 0}, lens[2] = {3, 2}, starts[3] = {0, 1, 3}, slots[PT] = {4, 6, 7};
+  for (int i = 0; i < PT * PH * PD; i++) q[i] = sinf(0.7f * (float)i);
+  for (int i = 0; i < PN * PBS * 2 * PD; i++) cache[i] = cosf(0.3f * (float)i);
+  for (int i = 0; i < PT * PD; i++) key[i] = sinf(1.1f * (float)i + 0.5f), value[i] = cosf(0.9f * (float)i);
+  memcpy(want, cache, sizeof cache);
+  for (int t = 0; t < PT; t++)
+    for (int d = 0; d < PD; d++) {
+      want[slots[t] * 2 * PD + d] = key[t * PD + d];
+      want[slots[t] * 2 * PD + PD + d] = value[t * PD + d];
+    }
+  tpu_executable *exe = NULL;
+  CHECK_OK(tpu_executable_compile(rt, program, strlen(program), NULL, &exe));
+  int64_t qd[3] = {PT, PH, PD}, cd[4] = {PN, 1, PBS, 2 * PD}, td[2] = {2, 2}, ld[1] = {2}, sd[1] = {3};
+  int64_t kd[3] = {PT, 1, PD}, md[1] = {PT};
+  tpu_buffer *in[8] = {NULL}, *res[2] = {NULL};
+  CHECK_OK(tpu_buffer_from_host(rt, 0, q, TPU_F32, qd, 3, &in[0]));
+  CHECK_OK(tpu_buffer_from_host(rt, 0, cache, TPU_F32, cd, 4, &in[1]));
+  CHECK_OK(tpu_buffer_from_host(rt, 0, table, TPU_S32, td, 2, &in[2]));
+  CHECK_OK(tpu_buffer_from_host(rt, 0, lens, TPU_S32, ld, 1, &in[3]));
+  CHECK_OK(tpu_buffer_from_host(rt, 0, starts, TPU_S32, sd, 1, &in[4]));
+  CHECK_OK(tpu_buffer_from_host(rt, 0, key, TPU_F32, kd, 3, &in[5]));
+  CHECK_OK(tpu_buffer_from_host(rt, 0, value, TPU_F32, kd, 3, &in[6]));
+  CHECK_OK(tpu_buffer_from_host(rt, 0, slots, TPU_S32, md, 1, &in[7]));
+  CHECK_OK(tpu_executable_execute(rt, exe, 0, in, 8, NULL, true, res));
+  CHECK_OK(tpu_buffer_to_host(rt, res[0], out, sizeof out));
+  CHECK_OK(tpu_buffer_to_host(rt, res[1], written, sizeof written));
+  CHECK(memcmp(written, want, sizeof want) == 0);
+  for (int t = 0; t < PT; t++) {
+    const int r = t < starts[1] ? 0 : 1, pos = lens[r] - (starts[r + 1] - t);
+    for (int h = 0; h < PH; h++) {
+      double s[4], m = -INFINITY, l = 0, o[PD] = {0};
+      for (int j = 0; j <= pos; j++) {
+        const float *row = want + (table[r * 2 + j / PBS] * PBS + j % PBS) * 2 * PD;
+        s[j] = 0;
+        for (int d = 0; d < PD; d++) s[j] += 0.5 * q[(t * PH + h) * PD + d] * row[d];
+        m = s[j] > m ? s[j] : m;
+      }
+      for (int j = 0; j <= pos; j++) {
+        const float *row = want + (table[r * 2 + j / PBS] * PBS + j % PBS) * 2 * PD;
+        l += exp(s[j] - m);
+        for (int d = 0; d < PD; d++) o[d] += exp(s[j] - m) * row[PD + d];
+      }
+      for (int d = 0; d < PD; d++) CHECK(fabs(out[(t * PH + h) * PD + d] - o[d] / l) < 1e-5);
+    }
+  }
+  for (int i = 0; i < 8; i++) tpu_buffer_destroy(rt, in[i]);
+  for (int i = 0; i < 2; i++) tpu_buffer_destroy(rt, res[i]);
+  tpu_executable_destroy(rt, exe);
+}
+
 int main(void) {
   rt = test_runtime_create();
   if (rt == NULL) return 1;
@@ -288,6 +365,7 @@ int main(void) {
   RUN(test_attention_forward_custom_call);
   RUN(test_matmul_custom_call);
   RUN(test_grouped_matmul_custom_call);
+  RUN(test_paged_attention_custom_call);
   RUN(test_refused_operands_are_a_status);
   RUN(test_boundary_custom_call);
   tpu_runtime_destroy(rt);
