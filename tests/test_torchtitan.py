@@ -114,9 +114,10 @@ COMPILE = ["--compile.enable", "--compile.backend", "tpu"]
 FULL_AC = ["--activation-checkpoint.mode", "full"]
 
 
-@pytest.mark.parametrize("parallel, nproc, extra", [(FSDP2, 2, COMPILE), (FSDP_TP, 4, FULL_AC)],
-                         ids=["fsdp2-compiled", "fsdp2xtp2-full-ac"])
-def test_losses_equal_cpu(assets, references, parallel, nproc, extra):
+@pytest.mark.parametrize("parallel, nproc, extra, applied", [
+    (FSDP2, 2, COMPILE, "Compiling each TransformerBlock with torch.compile"),
+    (FSDP_TP, 4, FULL_AC, "Applied full activation checkpointing")], ids=["fsdp2-compiled", "fsdp2xtp2-full-ac"])
+def test_losses_equal_cpu(assets, references, parallel, nproc, extra, applied):
     """The tpu job with TorchTitan's defaults otherwise: its fused AdamW,
     selective activation checkpointing (full on the 2x2 mesh; recomputing
     changes no math, so the CPU job keeps the default), and FSDP2's
@@ -124,6 +125,7 @@ def test_losses_equal_cpu(assets, references, parallel, nproc, extra):
     want = references(parallel, nproc)
     got, out = job(assets, "tpu-" + slug(parallel + extra), nproc, parallel + extra, reference=False)
     assert "TPU capacity:" in out, out[-3000:]  # TorchTitan chose the device itself
+    assert applied in out, out[-3000:]
     assert_losses_equal(got, want)
 
 
