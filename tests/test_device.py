@@ -51,6 +51,21 @@ def test_streams_and_device_properties():
     assert props.name == torch.tpu.get_device_name(0) and props.total_memory == torch.tpu.mem_get_info()[1]
 
 
+def test_peak_flops_property(monkeypatch):
+    """The peak MFU is computed against: None until TORCHTPU_PEAK_FLOPS
+    gives it (no plugin reports one), a ValueError naming it when it is not
+    a positive number."""
+    monkeypatch.delenv("TORCHTPU_PEAK_FLOPS", raising=False)
+    assert torch.tpu.get_device_properties(0).peak_flops is None
+    monkeypatch.setenv("TORCHTPU_PEAK_FLOPS", "1.5e12")
+    assert torch.tpu.get_device_properties(0).peak_flops == 1.5e12
+    assert "peak_flops=1500000000000.0" in repr(torch.tpu.get_device_properties(0))
+    for bad in ("fast", "0", "-3", "inf", "nan"):
+        monkeypatch.setenv("TORCHTPU_PEAK_FLOPS", bad)
+        with pytest.raises(ValueError, match="TORCHTPU_PEAK_FLOPS"):
+            torch.tpu.get_device_properties(0)
+
+
 def test_seeding_is_reproducible():
     torch.tpu.manual_seed(123)
     assert torch.tpu.initial_seed() == 123

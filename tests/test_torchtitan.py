@@ -1,9 +1,10 @@
 """TorchTitan's trainer, unpatched, on tpu (`torchrun -m torchtitan.train`,
-its Llama 3 debug model, 2 processes, the CPU plugin): the losses of every
-step equal those of the same job on the CPU over gloo within 1e-5
+its Llama 3 debug model, 2 and 4 processes, the CPU plugin): the losses of
+every step equal those of the same job on the CPU over gloo within 1e-5
 (relative), both starting from one seed checkpoint (the devices' random
-streams differ); and a DCP checkpoint written every 3 steps resumes on tpu
-and on the CPU with the uninterrupted run's losses. TorchTitan lives in the integrations' virtual environment
+streams differ); a DCP checkpoint written every 3 steps resumes on tpu
+and on the CPU with the uninterrupted run's losses; a process killed
+mid-run makes its peer exit with tpu_dist's error. TorchTitan lives in the integrations' virtual environment
 (scripts/integrations_env.sh: TorchTitan 0.2.2 and triton, which it imports);
 only the CPU reference is adapted to run (tests/titan/cpu_reference.py),
 the tpu run gets TorchTitan's documented options alone."""
@@ -14,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -94,28 +96,36 @@ def references(assets):
     compiled tpu job is held to the eager CPU job)."""
     cache = {}
 
-    def get(parallel):
+    def get(parallel, nproc=2):
         key = tuple(parallel)
         if key not in cache:
-            name = "cpu-" + "-".join(a.strip("-").replace(".", "_") for a in parallel)
-            cache[key] = job(assets, name, 2, parallel, reference=True)[0]
+            cache[key] = job(assets, "cpu-" + slug(parallel), nproc, parallel, reference=True)[0]
         return cache[key]
     return get
 
 
+def slug(args):
+    return "-".join(a.strip("-").replace(".", "_") for a in args)
+
+
 FSDP2 = ["--parallelism.data-parallel-shard-degree", "2"]
-TP = ["--parallelism.tensor-parallel-degree", "2"]
+FSDP_TP = FSDP2 + ["--parallelism.tensor-parallel-degree", "2"]
 COMPILE = ["--compile.enable", "--compile.backend", "tpu"]
+FULL_AC = ["--activation-checkpoint.mode", "full"]
 
 
-@pytest.mark.parametrize("parallel, extra", [(FSDP2, COMPILE), (TP, [])], ids=["fsdp2-compiled", "tp"])
-def test_losses_equal_cpu(assets, references, parallel, extra):
+@pytest.mark.parametrize("parallel, nproc, extra, applied", [
+    (FSDP2, 2, COMPILE, "Compiling each TransformerBlock with torch.compile"),
+    (FSDP_TP, 4, FULL_AC, "Applied full activation checkpointing")], ids=["fsdp2-compiled", "fsdp2xtp2-full-ac"])
+def test_losses_equal_cpu(assets, references, parallel, nproc, extra, applied):
     """The tpu job with TorchTitan's defaults otherwise: its fused AdamW,
-    selective activation checkpointing, and FSDP2's PREMUL_SUM reduction."""
-    want = references(parallel)
-    name = "tpu-" + "-".join(a.strip("-").replace(".", "_") for a in parallel + extra)
-    got, out = job(assets, name, 2, parallel + extra, reference=False)
+    selective activation checkpointing (full on the 2x2 mesh; recomputing
+    changes no math, so the CPU job keeps the default), and FSDP2's
+    PREMUL_SUM reduction. FSDP 2 x TP 2 is 4 processes on a 2x2 mesh."""
+    want = references(parallel, nproc)
+    got, out = job(assets, "tpu-" + slug(parallel + extra), nproc, parallel + extra, reference=False)
     assert "TPU capacity:" in out, out[-3000:]  # TorchTitan chose the device itself
+    assert applied in out, out[-3000:]
     assert_losses_equal(got, want)
 
 
@@ -142,3 +152,44 @@ def test_fsdp2_checkpoint_resume(assets, references):
     on_cpu, out = job(assets, "cpu-from-tpu-ckpt", 2, every3, reference=True, steps=2, seed=False)
     assert "checkpoint/step-3" in out, out[-3000:]
     assert_losses_equal(on_cpu, want[3:])
+
+
+def test_killed_process_fails_its_peer(assets):
+    """Two ranks started by hand (no torchrun agent to end the survivor):
+    rank 1 is killed after step 2 and rank 0, in or before its next
+    collective, exits with tpu_dist's error (gloo's "Connection reset/closed
+    by peer") instead of hanging. The group's timeout is set past the wait,
+    so the error is the dead peer's, not a timeout."""
+    name = "tpu-killed"
+    shutil.copytree(assets / "seed" / "checkpoint", assets / name / "checkpoint")
+    port = free_port()
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1",
+               WORLD_SIZE="2", LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    args = JOB + FSDP2 + ["--training.steps", "1000", "--job.dump-folder", name,
+                          "--comm.init-timeout-seconds", "600", "--comm.train-timeout-seconds", "600"]
+    logs = [open(assets / f"{name}-{rank}.log", "w+") for rank in range(2)]
+    procs = [subprocess.Popen([VENV_PYTHON, "-m", "torchtitan.train", *args], cwd=assets, stdout=logs[rank],
+                              stderr=subprocess.STDOUT, env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank)),
+                              start_new_session=True) for rank in range(2)]
+    try:
+        deadline = time.monotonic() + 400
+        while "step:  2" not in (assets / f"{name}-0.log").read_text():
+            assert procs[0].poll() is None and procs[1].poll() is None, (assets / f"{name}-0.log").read_text()[-4000:]
+            assert time.monotonic() < deadline, "step 2 not reached"
+            time.sleep(0.2)
+        procs[1].kill()
+        try:
+            rc = procs[0].wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            pytest.fail("rank 0 still runs 120 s after its peer was killed:\n"
+                        + (assets / f"{name}-0.log").read_text()[-4000:])
+        out = (assets / f"{name}-0.log").read_text()
+        assert rc != 0, out[-4000:]
+        assert re.search(r"Connection (reset|closed) by peer", out), out[-4000:]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        for f in logs:
+            f.close()

@@ -1,6 +1,7 @@
 """torch.tpu: the device module PyTorch looks up for the "tpu" device."""
 
 import contextlib
+import os
 
 import torch
 
@@ -305,9 +306,25 @@ def get_device_name(device=None):
     return f"{info['platform']}:{info['devices'][_index(device)]}"
 
 
+def _peak_flops():
+    """TORCHTPU_PEAK_FLOPS: the device's peak (dense bf16 FLOP/s) a user
+    gives, for MFU; no plugin reports one."""
+    value = os.environ.get("TORCHTPU_PEAK_FLOPS", "")
+    if not value:
+        return None
+    try:
+        peak = float(value)
+    except ValueError:
+        peak = -1.0
+    if not peak > 0 or peak == float("inf"):
+        raise ValueError(f"TORCHTPU_PEAK_FLOPS must be a positive number of FLOP/s, got {value!r}")
+    return peak
+
+
 class _DeviceProperties:
     """What get_device_properties reports: the name (platform:kind), the
-    PJRT platform and device kind, and total_memory in bytes."""
+    PJRT platform and device kind, total_memory in bytes, and peak_flops
+    (TORCHTPU_PEAK_FLOPS, else None)."""
 
     def __init__(self, index):
         info = _C._info()
@@ -315,10 +332,12 @@ class _DeviceProperties:
         self.platform = info["platform"]
         self.device_kind = info["devices"][index]
         self.total_memory = mem_get_info(index)[1]
+        self.peak_flops = _peak_flops()
 
     def __repr__(self):
         return (f"_TpuDeviceProperties(name='{self.name}', platform='{self.platform}', "
-                f"device_kind='{self.device_kind}', total_memory={self.total_memory // 2**20}MB)")
+                f"device_kind='{self.device_kind}', total_memory={self.total_memory // 2**20}MB, "
+                f"peak_flops={self.peak_flops})")
 
 
 def get_device_properties(device=None):
