@@ -49,15 +49,15 @@ def worker(a):
     programs = []  # per tpu graph program built: name, seconds building it, seconds of XLA compile
     if SYSTEMS[a.worker][0] == "tpu":
         import torchtpu
-        import torchtpu.compile as tpu_compile
-        build = tpu_compile._Program.__init__
+        import torchtpu._fx_program as fx_program
+        build = fx_program.Program.__init__
 
         def timed(self, gm, inputs, name):
             t, xla = time.perf_counter(), torchtpu.stats()["compile_seconds"]
             build(self, gm, inputs, name)
             xla = torchtpu.stats()["compile_seconds"] - xla
             programs.append((name, time.perf_counter() - t - xla, xla))
-        tpu_compile._Program.__init__ = timed
+        fx_program.Program.__init__ = timed
     _, step, _ = train_step.torch_case(shape, SYSTEMS[a.worker][0])
     t0 = time.perf_counter()
     step()

@@ -161,6 +161,29 @@ def test_foreach_ops_stay_whole_in_a_graph(monkeypatch):
     assert aten._foreach_clone.default not in targets
 
 
+def test_graph_and_eager_decompose_alike(monkeypatch):
+    """One decomposition policy: an op whose PyTorch kernels are per device
+    (bucketize: the CPU's and CUDA's) and that has no rule decomposes in a
+    graph as the eager fallback decomposes it, so the graph stays one
+    program; before, it split the graph and ran eagerly."""
+    from torchtpu import compile as backend
+    made = []
+    real = backend._Runner
+
+    def runner(gm, name):
+        made.append({n.target for n in gm.graph.nodes if n.op == "call_function"})
+        return real(gm, name)
+    monkeypatch.setattr(backend, "_Runner", runner)
+
+    def f(x, edges):
+        return torch.bucketize(x * 2, edges) + 1
+
+    x, edges = torch.randn(64), torch.linspace(-2, 2, 9)
+    got = torch.compile(f, backend="tpu")(x.to("tpu"), edges.to("tpu"))
+    torch.testing.assert_close(got.cpu(), f(x, edges))
+    assert len(made) == 1 and torch.ops.aten.bucketize.Tensor not in made[0]
+
+
 def test_graph_breaks():
     def f(x):
         y = torch.sin(x) * 2
@@ -774,7 +797,7 @@ def test_packed_graphs_keep_nodes_values_and_aliasing():
     import sympy
     from torch.fx.experimental.proxy_tensor import make_fx
     from torchtpu import _graph_pack
-    from torchtpu.compile import _values
+    from torchtpu._fx_program import tensors as _values
 
     def f(x, y, n):
         a = x.t()

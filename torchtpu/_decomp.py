@@ -1,20 +1,33 @@
-"""PyTorch's own decompositions, run on tpu for ops that have no rule, and
-the few torchtpu adds where PyTorch has none (EXTRA: GradScaler's unscale
-and update).
+"""What torchtpu decomposes: one policy for the eager fallback and for
+graphs (AOTAutograd's, torch.export's), and the decompositions it adds.
 
-The CPU fallback (csrc/torch/fallback.cpp) asks here first: when
-torch._decomp (or EXTRA) has a decomposition for the op, it runs on tpu
-tensors and its pieces dispatch to lowered ops; only otherwise does the op go
-to the CPU. Structured ops reach a backend as their out= variants: those run
-their functional form (decomposed, or lowered by a rule) and copy into out.
-torchtpu.stats() counts decompositions and fallbacks apart.
+An op decomposes (decomposition()) when torchtpu has no rule for it (a rule
+wins: eager lowers the op, a graph keeps it as a node for the walker) and it
+is not in place (the aliasing needs a kernel), with, in this order:
+- torchtpu's own (EXTRA): GradScaler's unscale and update, where PyTorch has
+  none;
+- a _foreach_ op's per-tensor op item by item, that op picked by the table
+  eager's per-item kernels use (csrc/torch/foreach.cpp), where it has no rule;
+- PyTorch's: core ATen's decomposition for an op PyTorch runs with a
+  composite kernel on any device (such ops never reach tpu's fallback; a
+  graph is traced to core ATen, as Inductor's are), torch._decomp's for an op
+  whose kernels are per device (the CPU's and CUDA's), which tpu would
+  otherwise run on the CPU.
+
+The CPU fallback (csrc/torch/fallback.cpp) asks run() first: a
+decomposition runs on tpu tensors and its pieces dispatch to lowered ops;
+only otherwise does the op go to the CPU. Structured ops reach a backend as
+their out= variants: those run their functional form (decomposed, lowered
+by a rule, or PyTorch's composite kernel) and copy into out.
+torchtpu.stats() counts decompositions and fallbacks apart. table() is the
+same policy as the dict AOTAutograd and run_decompositions take.
 """
 import threading
 
 import torch
 from torch._decomp import decomposition_table
 
-from . import _C
+from . import _C, _fx_program
 
 _active = threading.local()
 _resolved = {}
@@ -91,26 +104,123 @@ def _update_scale_(scale, growth_tracker, found_inf, growth_factor, backoff_fact
     return scale
 
 
-# GradScaler's steps run eagerly (outside compiled graphs).
+# GradScaler's steps, which run eagerly (outside compiled graphs).
 EXTRA = {torch.ops.aten._amp_foreach_non_finite_check_and_unscale_.default: _unscale_,
          torch.ops.aten._amp_update_scale_.default: _update_scale_}
 
+_COMPOSITE = ("CompositeImplicitAutograd", "CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")
+
+
+def _composite(op):
+    """Whether PyTorch runs |op| with a kernel for every device."""
+    return any(torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), k) for k in _COMPOSITE)
+
+
+_core = None
+
+
+def _core_table():
+    global _core
+    if _core is None:
+        from torch._decomp import core_aten_decompositions
+        table = core_aten_decompositions()
+        _core = dict(table.items() if hasattr(table, "items") else table)
+    return _core
+
+
+def _per_item(op):
+    """A _foreach_ op as its per-tensor op on each item of its lists (the
+    op and where each of its arguments comes from: foreach.cpp's table,
+    rule or not), or None."""
+    schema = op._schema
+    found = _C._foreach_item(schema.name, schema.overload_name, lowered=False)
+    if found is None:
+        return None
+    name, overload, source = found
+    per = getattr(getattr(torch.ops.aten, name.split("::", 1)[1]), overload or "default")
+    per_names = [a.name for a in per._schema.arguments]
+    lists = [a.type.kind() == "ListType" for a in schema.arguments]
+
+    def decomposed(*args, **kwargs):
+        values = [args[j] if j < len(args) else kwargs.get(a.name, a.default_value)
+                  for j, a in enumerate(schema.arguments)]
+        n = len(next(v for v, is_list in zip(values, lists) if is_list))
+        return [per(**{per_names[i]: values[j][k] if lists[j] else values[j]
+                       for i, j in enumerate(source) if j >= 0}) for k in range(n)]
+    return decomposed
+
+
+def _ends_on_result_device(ref):
+    """linspace/logspace with tensor ends: PyTorch's decomposition computes
+    with the ends where they lie, which fails for tpu ends of a CPU result
+    (eager reads them as numbers); the ends go to the result's device first."""
+    def decomposed(start, end, *args, device=None, **kwargs):
+        if device is not None:
+            start, end = (v.to(device) if isinstance(v, torch.Tensor) else v for v in (start, end))
+        return ref(start, end, *args, device=device, **kwargs)
+    return decomposed
+
+
+_TENSOR_ENDS = {getattr(getattr(torch.ops.aten, name), overload) for name in ("linspace", "logspace")
+                for overload in ("Tensor_Tensor", "Tensor_Scalar", "Scalar_Tensor")}
+
+
+def _choose(op):
+    if op in EXTRA:
+        return EXTRA[op]
+    if not isinstance(op, torch._ops.OpOverload):
+        return _core_table().get(op)
+    if _fx_program.rule_name(op) is not None or _fx_program.foreach_item(op) is not None:
+        return None
+    if any(not a.kwarg_only for a in _writes(op)):
+        return None
+    if op.__name__.startswith("_foreach_") and (fn := _per_item(op)) is not None:
+        return fn
+    fn = _core_table().get(op) if _composite(op) else decomposition_table.get(op)
+    if fn is not None and op in _TENSOR_ENDS:
+        fn = _ends_on_result_device(fn)
+    return fn
+
+
+_chosen = {}
+
+
+def decomposition(op):
+    """The function torchtpu decomposes OpOverload |op| with, or None (the
+    policy above)."""
+    if op not in _chosen:
+        _chosen[op] = _choose(op)
+    return _chosen[op]
+
+
+_table = None
+
+
+def table():
+    """{op: decomposition} of every op that decomposes: what AOTAutograd
+    and torch.export's run_decompositions take."""
+    global _table
+    if _table is None:
+        ops = {*_core_table(), *decomposition_table, *EXTRA}
+        for name in dir(torch.ops.aten):
+            if name.startswith("_foreach_"):
+                packet = getattr(torch.ops.aten, name)
+                ops.update(getattr(packet, o) for o in packet.overloads())
+        _table = {op: fn for op in ops if (fn := decomposition(op)) is not None}
+    return _table
+
 
 def _decomposed(op, args, kwargs):
-    if op in EXTRA:  # these write their in-place arguments themselves
-        return EXTRA[op](*args, **kwargs)
-    writes = _writes(op)
-    if any(not a.kwarg_only for a in writes):  # in place: the aliasing needs a real kernel
-        return NotImplemented
-    fn = decomposition_table.get(op)
+    fn = decomposition(op)
     if fn is not None:
         return fn(*args, **kwargs)
-    if not writes:
+    writes = _writes(op)
+    if not writes or any(not a.kwarg_only for a in writes):
         return NotImplemented
     functional = _functional(op)
     if functional is None:
         return NotImplemented
-    fn = decomposition_table.get(functional) or (functional if _has_rule(functional) else None)
+    fn = decomposition(functional) or (functional if _has_rule(functional) or _composite(functional) else None)
     if fn is None:
         return NotImplemented
     outs = [kwargs.pop(a.name) for a in writes]

@@ -1,16 +1,17 @@
-"""torch.compile(backend="tpu"): each graph becomes one XLA program.
+"""torch.compile(backend="tpu"): the backend, the partitioner and the cache.
 
-AOTAutograd (with PyTorch's core-ATen decompositions for ops torchtpu has no
-rule for) hands over functional forward and backward graphs. Each graph is
-lowered node by node through the same C rules eager uses, into one StableHLO
-program (csrc/torch/graph.cpp), compiled by XLA and cached per input
-signature. Graph inputs stay in their storages (parameters are never copied);
-input mutations are written back through the storage model, as eager in-place
-ops are. Nodes without a rule split the graph: the partitioner fuses the
-supported regions into programs (_partitions) and the rest runs op by op in eager mode,
-where torchtpu.stats()["fallbacks"] counts what falls back to the CPU.
-AOTAutograd's cache keeps what it traced, with the graphs as this backend
-compiled them (_Compiled), so a later process traces nothing again.
+AOTAutograd (with torchtpu's decompositions, _decomp.table(): PyTorch's for
+ops torchtpu has no rule for) hands over functional forward and backward
+graphs. A graph whose every node has a rule becomes one XLA program per
+input signature (_fx_program.Program: the walker export shares, lowering
+each node through the C rule eager uses), compiled by XLA and cached. Graph
+inputs stay in their storages (parameters are never copied); input
+mutations are written back through the storage model, as eager in-place ops
+are. Nodes without a rule split the graph: the partitioner fuses the
+supported regions into programs (_partitions) and the rest runs op by op in
+eager mode, where torchtpu.stats()["fallbacks"] counts what falls back to
+the CPU. AOTAutograd's cache keeps what it traced, with the graphs as this
+backend compiled them (_Compiled), so a later process traces nothing again.
 """
 import operator
 import os
@@ -23,73 +24,14 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch._aot_autograd.autograd_cache import BypassAOTAutogradCache, should_use_local_autograd_cache
 from torch._functorch._aot_autograd.schemas import SerializableAOTDispatchCompiler
 from torch._inductor.output_code import OutputCode
-from torch._prims_common import (ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes,
-                                 is_non_overlapping_and_dense_or_false)
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.fx.passes.operator_support import OperatorSupport
 from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 
-from . import _C, _compiles, _flex, _graph_pack
+from . import _C, _compiles, _decomp, _flex, _graph_pack
+from . import _fx_program as _fx
 
 _warned_dynamic = False
-
-
-# Core ops of compiled graphs whose eager twins PyTorch routes elsewhere on
-# this device: graph op -> (rule, index of an argument the rule does not take).
-_ALIASES = {
-    "convolution": ("convolution_overrideable", None),
-    "convolution_backward": ("convolution_backward_overrideable", 3),  # bias_sizes
-}
-
-
-def rule_name(target):
-    """The rule serving an aten OpOverload ("add.Tensor"), or None."""
-    if not isinstance(target, torch._ops.OpOverload) or target.namespace != "aten":
-        return None
-    schema = target._schema
-    base = schema.name.split("::", 1)[1]
-    name = f"{base}.{schema.overload_name}" if schema.overload_name else base
-    if _C._has_rule(name):
-        return name
-    if name in _ALIASES:
-        return _ALIASES[name][0]
-    # Functional variants (what functionalization makes of ops that write
-    # arguments) return the written arguments after the outputs, which is how
-    # the rules of the originals order their outputs too.
-    if base.endswith("_functional"):
-        plain = base[: -len("_functional")]
-        plain = f"{plain}.{schema.overload_name}" if schema.overload_name else plain
-        if _C._has_rule(plain):
-            return plain
-    return None
-
-
-def _host_side(node):
-    """Nodes the host evaluates: tuple indexing and integer arithmetic."""
-    if node.target is operator.getitem:
-        return True
-    if isinstance(node.target, torch._ops.OpOverload):
-        return node.target.namespace == "aten" and node.target.__name__.startswith("sym_")
-    return getattr(node.target, "__module__", None) in ("_operator", "operator", "math", "builtins")
-
-
-def _writes_input(node):
-    """copy_ into a graph input: AOTAutograd's way of mutating an input."""
-    return node.target is torch.ops.aten.copy_.default and node.args[0].op == "placeholder"
-
-
-def _values(v):
-    """The tensors in a node's meta value or arguments."""
-    if isinstance(v, torch.fx.Node):
-        v = v.meta.get("val")
-    if isinstance(v, torch.Tensor):
-        yield v
-    elif isinstance(v, (list, tuple)):
-        for x in v:
-            yield from _values(x)
-    elif isinstance(v, dict):
-        for x in v.values():
-            yield from _values(x)
 
 
 def _placeable(t):
@@ -101,7 +43,7 @@ def _placeable(t):
 def _on_tpu(gm, inputs=(), key="val"):
     """Whether a tensor of the graph (its nodes' meta[|key|], |inputs|) is on tpu."""
     values = (list(inputs), *(n.meta.get(key) for n in gm.graph.nodes))
-    return any(t.device.type == "tpu" for v in values for t in _values(v))
+    return any(t.device.type == "tpu" for v in values for t in _fx.tensors(v))
 
 
 _warned_inductor = False
@@ -133,506 +75,11 @@ class _Support(OperatorSupport):
         if node.op != "call_function":
             return False
         if node.target is operator.getitem:  # an item of a value checked where it is made
-            return all(_placeable(t) for t in _values(node))
-        if not (rule_name(node.target) is not None or _foreach_item(node.target) is not None or _host_side(node)
-                or _writes_input(node)):
+            return all(_placeable(t) for t in _fx.tensors(node))
+        if not (_fx.lowerable(node.target) or _fx.host_side(node) or _fx.writes_input(node)):
             return False
-        return all(_placeable(t) for t in (*_values(node), *_values(list(node.args)), *_values(node.kwargs)))
-
-
-_FOREACH_ITEMS = {}
-
-
-def _foreach_item(target):
-    """(per-tensor OpOverload, per argument of it the _foreach_ argument it
-    comes from, -1 for its default) of a _foreach_ op that eager runs item by
-    item through the per-tensor op's rule; None for others. A graph keeps
-    such ops whole (an optimizer's update traces as a few dozen nodes, not a
-    few per parameter; functionalization leaves the functional overloads)
-    and the walker applies the rule per item."""
-    if not isinstance(target, torch._ops.OpOverload) or not target.__name__.startswith("_foreach_"):
-        return None
-    if target not in _FOREACH_ITEMS:
-        schema, item = target._schema, None
-        found = _C._foreach_item(schema.name, schema.overload_name)
-        if found is not None:
-            name, overload, source = found
-            item = (getattr(getattr(torch.ops.aten, name.split("::", 1)[1]), overload or "default"), source)
-        _FOREACH_ITEMS[target] = item
-    return _FOREACH_ITEMS[target]
-
-
-_PROMOTES = {}
-
-
-def _promoting_args(target):
-    """Per schema argument of |target|, whether it takes part in type
-    promotion: the eager kernel's own answer (dispatch.cpp's describe_args),
-    so that eager and graphs exclude the same arguments."""
-    if target not in _PROMOTES:
-        schema = target._schema
-        _PROMOTES[target] = _C._promoting_args(schema.name, schema.overload_name)
-    return _PROMOTES[target]
-
-
-# foreach overload -> the per-tensor overloads that take one element's args
-_FOREACH_KINDS = {"List": ("Tensor", "default"), "Tensor": ("Tensor", "default"), "Scalar": ("Scalar", "default"),
-                  "ScalarList": ("Scalar", "default"), "ScalarAndTensor": ("Scalar", "default"),
-                  "": ("default",)}
-
-
-def _foreach_decomposition(op):
-    """A _foreach_* op as its per-tensor op applied to each list element
-    (optimizers use them), so the graph fuses the whole update."""
-    schema = op._schema
-    packet = getattr(torch.ops.aten, schema.name.split("::", 1)[1][len("_foreach_"):], None)
-    if packet is None or not schema.returns or any(r.type.kind() != "ListType" for r in schema.returns):
-        return None
-    per = next((getattr(packet, o) for o in _FOREACH_KINDS.get(schema.overload_name, (schema.overload_name,))
-                if o in packet.overloads()), None)
-    if per is None:
-        return None
-    per_args = per._schema.arguments
-    lists = [a.type.kind() == "ListType" for a in schema.arguments]
-    names = [a.name for a in schema.arguments]
-
-    def decomposed(*args, **kwargs):
-        values = list(args) + [kwargs[n] for n in names[len(args):] if n in kwargs]
-        n = len(next(v for v, is_list in zip(values, lists) if is_list))
-        out = []
-        for i in range(n):
-            pos, kw = [], {}
-            for j, v in enumerate(values):
-                v = v[i] if lists[j] else v
-                if j < len(per_args) and per_args[j].kwarg_only:
-                    kw[per_args[j].name] = v
-                else:
-                    pos.append(v)
-            out.append(per(*pos, **kw))
-        return out
-    return decomposed
-
-
-def _decompositions():
-    from torch._decomp import core_aten_decompositions
-    table = core_aten_decompositions()
-    items = table.items() if hasattr(table, "items") else dict(table).items()
-    decomps = {op: fn for op, fn in items if rule_name(op) is None and _foreach_item(op) is None}
-    for name in dir(torch.ops.aten):
-        if not name.startswith("_foreach_") or name.endswith("_"):
-            continue
-        packet = getattr(torch.ops.aten, name)
-        for overload in packet.overloads():
-            op = getattr(packet, overload)
-            fn = _foreach_decomposition(op) if _foreach_item(op) is None else None
-            if fn is not None:
-                decomps[op] = fn
-    for packet in (torch.ops.aten.linspace, torch.ops.aten.logspace):
-        for overload in ("Tensor_Tensor", "Tensor_Scalar", "Scalar_Tensor"):
-            op = getattr(packet, overload)
-            if op in decomps:
-                decomps[op] = _ends_on_result_device(decomps[op])
-    return decomps
-
-
-def _ends_on_result_device(ref):
-    """linspace/logspace with tensor ends: PyTorch's decomposition computes
-    with the ends where they lie, which fails for tpu ends of a CPU result
-    (eager reads them as numbers); the ends go to the result's device first."""
-    def decomposed(start, end, *args, device=None, **kwargs):
-        if device is not None:
-            start, end = (v.to(device) if isinstance(v, torch.Tensor) else v for v in (start, end))
-        return ref(start, end, *args, device=device, **kwargs)
-    return decomposed
-
-
-def _meta_specs(val):
-    """(dtype, sizes) per output of a node's meta value; None for non-tensors."""
-    if isinstance(val, torch.Tensor):
-        return [(val.dtype, [int(s) for s in val.shape])]
-    if isinstance(val, (list, tuple)):
-        return [(v.dtype, [int(s) for s in v.shape]) if isinstance(v, torch.Tensor) else None for v in val]
-    return []
-
-
-def _dense_strides(t):
-    """Strides for a new tensor with the layout of |t|: its own when dense,
-    else dense in the same dim order (as empty_like lays out a view; a later
-    graph traced with the view, e.g. a backward that reshapes an empty_like of
-    it, then sees the layout it was traced with)."""
-    if is_non_overlapping_and_dense_or_false(t):
-        return [int(s) for s in t.stride()]
-    order = sorted(range(t.dim()), key=lambda i: -int(t.stride(i)))
-    strides, acc = [0] * t.dim(), 1
-    for i in reversed(order):
-        strides[i] = acc
-        acc *= max(int(t.shape[i]), 1)
-    return strides
-
-
-class _Program:
-    """One fused graph compiled for one input signature."""
-
-    def __init__(self, gm, inputs, name):
-        self.name = name
-        # Tensor constants of the graph (get_attr) come after the inputs.
-        placeholders = [n for n in gm.graph.nodes if n.op in ("placeholder", "get_attr")]
-        output = next(n for n in gm.graph.nodes if n.op == "output")
-        index = {n: i for i, n in enumerate(placeholders)}
-        # Concrete metadata for these inputs (graphs may be symbolic).
-        graph_inputs = inputs[:sum(n.op == "placeholder" for n in placeholders)]
-        if not _metadata_holds(placeholders, graph_inputs):
-            _propagate(gm, graph_inputs)
-        writes = {}
-        for node in gm.graph.nodes:
-            if node.op == "call_function" and _writes_input(node):
-                writes[node] = index[node.args[0]]
-        # Inputs in tpu storages are written in place by the program; host
-        # inputs (an optimizer's step count on the CPU) get the new value back.
-        on_device = [isinstance(t, torch.Tensor) and t.device.type == "tpu" for t in inputs]
-        mutated = [False] * len(inputs)
-        for i in writes.values():
-            mutated[i] = on_device[i]
-        host_values = []  # (input index, new value, its meta value)
-        owners = _storage_owners(gm)
-        b = _C.GraphBuilder(name, [t if isinstance(t, torch.Tensor) else None for t in inputs], mutated)
-        env = {}
-        for node, value in zip(placeholders, inputs):
-            env[node] = b.input(index[node]) if isinstance(value, torch.Tensor) else value
-        for node in gm.graph.nodes:
-            if node.op != "call_function":
-                continue
-            if node.target is operator.getitem:
-                env[node] = env[node.args[0]][node.args[1]]
-            elif _host_side(node):
-                env[node] = node.meta["val"]
-            elif node.target in _AS_STRIDED and (storage := _storage_of(b, node.args[0], env, owners, index)) is not None:
-                # as_strided reads its input's storage, not its values
-                offset = node.args[3] if len(node.args) > 3 else node.kwargs.get("storage_offset")
-                if offset is None:
-                    offset = node.args[0].meta["val"].storage_offset()
-                env[node] = b.apply("as_strided", [storage, [int(v) for v in node.args[1]],
-                                                   [int(v) for v in node.args[2]], int(offset)],
-                                    _meta_specs(node.meta["val"]), None)[0]
-            elif node in writes:  # an input mutation: the value goes back into the input's storage
-                dst = node.args[0]
-                value = b.apply("copy", [env[dst], env[node.args[1]]], _meta_specs(dst.meta["val"]), None)[0]
-                i = writes[node]
-                if on_device[i]:
-                    # The input's old buffer becomes the new one unless the
-                    # new value has other readers: XLA may recompute it inside
-                    # them from the input's old contents (an optimizer's
-                    # exp_avg inside the parameter update), which an in-place
-                    # write would destroy, so it would first copy the whole
-                    # input (as much memory as a new buffer, and slower).
-                    b.write(i, value, len(node.args[1].users) == 1)
-                else:
-                    host_values.append((i, value, dst.meta["val"]))
-                env[node] = value
-            else:
-                env[node] = self._apply(b, node, env)
-        # Per graph output: ("new", k) | ("input", i) | ("value", v) |
-        # ("view", (kind, k or i), sizes, strides, offset).
-        self.outputs = []
-        results = output.args[0]
-        self.single = not isinstance(results, (list, tuple))
-        results = [results] if self.single else list(results)
-        bases = _alias_bases(gm, results, set(writes.values()), index, inputs)
-        self.num_outputs = len(results)
-        made = {}  # node -> its "new" output index
-        for k, out in enumerate(results):
-            if isinstance(out, torch.fx.Node) and out in index:
-                self.outputs.append(("input", index[out]))
-            elif out in bases:
-                self.outputs.append(None)  # a view, made below
-            elif isinstance(out, torch.fx.Node) and isinstance(out.meta.get("val"), torch.Tensor):
-                val = out.meta["val"]
-                b.output(k, env[out], val.dtype, [int(s) for s in val.shape], _dense_strides(val))
-                self.outputs.append(("new" if val.device.type == "tpu" else "host", k))
-                made.setdefault(out, k)
-            else:
-                self.outputs.append(("value", env.get(out, out) if isinstance(out, torch.fx.Node) else out))
-        # Outputs that are views of another value (a weight's transpose saved
-        # for backward, attention heads of one projection) are made as views
-        # of it after the run, as eager makes views, rather than copied into
-        # buffers of their own: the base is an input, or an output of the
-        # program in its own layout.
-        for k, out in enumerate(results):
-            if self.outputs[k] is not None:
-                continue
-            base, val = bases[out], out.meta["val"]
-            if base in index:
-                ref = ("input", index[base])
-            else:
-                if base not in made:
-                    bval = base.meta["val"]
-                    made[base] = self.num_outputs
-                    self.num_outputs += 1
-                    b.output(made[base], env[base], bval.dtype, [int(s) for s in bval.shape],
-                             [int(s) for s in bval.stride()])
-                ref = ("new", made[base])
-            self.outputs[k] = ("view", (ref, [int(s) for s in val.shape], [int(s) for s in val.stride()],
-                                        int(val.storage_offset())))
-        self.host_writes = self._pack_host_writes(b, host_values, self.num_outputs)
-        self.program = b.finish()
-
-    @staticmethod
-    def _pack_host_writes(b, host_values, first):
-        """Host inputs the graph writes (an optimizer's CPU step counts) come
-        back packed in one output per dtype: one device-to-host copy rather
-        than one per tensor. Returns [(output index, [(input index, offset,
-        numel)])]."""
-        groups = {}
-        for i, value, val in host_values:
-            groups.setdefault(val.dtype, []).append((i, value, val))
-        packed = []
-        for dtype, items in groups.items():
-            parts, places, total = [], [], 0
-            for i, value, val in items:
-                n = val.numel()
-                parts.append(b.apply("view", [value, [n]], [(dtype, [n])], None)[0])
-                places.append((i, total, n))
-                total += n
-            flat = parts[0] if len(parts) == 1 else b.apply("cat", [parts, 0], [(dtype, [total])], None)[0]
-            k = first + len(packed)
-            b.output(k, flat, dtype, [total], [1])
-            packed.append((k, places))
-        return packed
-
-    @staticmethod
-    def _apply(b, node, env):
-        item = _foreach_item(node.target)
-        if item is None:
-            return _Program._apply_rule(b, node.target, _arguments(node), node.meta.get("val"), env)
-        # A _foreach_ op: its per-tensor op's rule, item by item
-        op, source = item
-        values = _arguments(node)
-        lists = [a.type.kind() == "ListType" for a in node.target._schema.arguments]
-        n = len(next(v for v, is_list in zip(values, lists) if is_list))
-        return [_Program._apply_rule(b, op, [_DEFAULT if j < 0 else values[j][k] if lists[j] else values[j]
-                                             for j in source], node.meta["val"][k], env)
-                for k in range(n)]
-
-    @staticmethod
-    def _apply_rule(b, target, values, val, env):
-        """|target|'s rule on |values| (one per schema argument; _DEFAULT:
-        the argument's default), with results typed by |val|."""
-        schema = target._schema
-        args = []
-        promote = []
-        for v, arg, promotes in zip(values, schema.arguments, _promoting_args(target)):
-            if v is _DEFAULT:
-                v = arg.default_value if arg.has_default_value() else None
-            args.append(_value(v, env))
-            if promotes:
-                promote.append(v)
-        base = schema.name.split("::", 1)[1]
-        op = f"{base}.{schema.overload_name}" if schema.overload_name else base
-        alias = _ALIASES.get(op)
-        drop = alias[1] if alias is not None and alias[1] is not None else -1
-        vals = b.apply(rule_name(target), args, _meta_specs(val), _common_dtype(promote), op=op, drop=drop)
-        if isinstance(val, (list, tuple)):
-            return vals
-        return vals[0] if vals else None  # an op without results: a runtime check
-
-    def __call__(self, inputs):
-        outs = self.program.run([t if isinstance(t, torch.Tensor) else None for t in inputs],
-                                self.num_outputs + len(self.host_writes))
-        for k, places in self.host_writes:
-            flat = outs[k].cpu()
-            for i, offset, n in places:
-                inputs[i].copy_(flat[offset:offset + n].view(inputs[i].shape))
-        result = []
-        for kind, v in self.outputs:
-            if kind == "view":
-                (base_kind, j), sizes, strides, offset = v
-                base = outs[j] if base_kind == "new" else inputs[j]
-                result.append(torch.as_strided(base, sizes, strides, offset))
-            else:
-                result.append(outs[v] if kind == "new" else outs[v].cpu() if kind == "host"
-                              else inputs[v] if kind == "input" else v)
-        return result[0] if self.single else result
-
-
-_DEFAULT = object()
-
-
-def _arguments(node):
-    """A call_function node's value per schema argument (_DEFAULT where the
-    call leaves it to its default)."""
-    return [node.args[i] if i < len(node.args) else node.kwargs.get(arg.name, _DEFAULT)
-            for i, arg in enumerate(node.target._schema.arguments)]
-
-
-_AS_STRIDED = (torch.ops.aten.as_strided.default, torch.ops.aten.as_strided_copy.default)
-
-
-def _storage_owners(gm):
-    """{storage: the first node whose fake value has it} (an input, or the op
-    that made it)."""
-    owner = {}
-    for node in gm.graph.nodes:
-        val = node.meta.get("val")
-        if isinstance(val, torch.Tensor):
-            owner.setdefault(val.untyped_storage()._cdata, node)
-    return owner
-
-
-def _storage_of(b, x, env, owners, index):
-    """The storage |x| views, as a 1-D value of its base's dtype, where it is
-    not |x| itself read densely (x a view with other strides, an offset, or
-    inside a larger base: Longformer's chunks are an as_strided of a
-    transposed view); None where the dense reading is right, or the base's
-    layout is not dense (the rule then reads x densely, as before). A graph
-    input's storage is the input's own, read whole (its elements outside the
-    input's view included: an as_strided of a chunk of a [2, 256, 256]
-    tensor at offset 116459 read past the chunk's dense value, fuzz seed
-    30110). A base computed in the graph is put in memory order (dims by
-    decreasing stride) and padded out to the storage's size."""
-    val = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
-    if not isinstance(val, torch.Tensor):
-        return None
-    size = val.untyped_storage().nbytes() // max(val.element_size(), 1)
-    if val.is_contiguous() and val.storage_offset() == 0 and val.numel() == size:
-        return None
-    base = owners.get(val.untyped_storage()._cdata)
-    if base is not None and base.op == "placeholder" and base in index:
-        storage = b.input_storage(index[base])
-        if storage is not None:
-            return storage
-    bval = base.meta["val"] if base is not None else None
-    if (bval is None or bval.dtype != val.dtype or not is_non_overlapping_and_dense_or_false(bval)
-            or base not in env or any(isinstance(s, torch.SymInt) for s in (*bval.shape, *bval.stride()))):
-        return None
-    order = sorted(range(bval.dim()), key=lambda d: (-int(bval.stride(d)), d))
-    value = env[base]
-    if order != list(range(bval.dim())):
-        value = b.apply("permute", [value, order],
-                        [(bval.dtype, [int(bval.shape[d]) for d in order])], None)[0]
-    n = bval.numel()
-    value = b.apply("view", [value, [n]], [(bval.dtype, [n])], None)[0]
-    start = int(bval.storage_offset())
-    if start or size != start + n:
-        value = b.apply("constant_pad_nd", [value, [start, size - start - n], 0],
-                        [(bval.dtype, [size])], None)[0]
-    return value
-
-
-def _alias_bases(gm, results, written, index, inputs):
-    """{graph output: the node whose storage it views}, for outputs that are
-    views (of the same dtype) of an input the graph does not write, or of a
-    value computed in the graph with a dense layout from offset 0 (the
-    layout its output then gets). The base is the first node whose fake
-    value has the storage: an input, or the op that made it."""
-    owner = _storage_owners(gm)
-    # How many distinct results share each storage.
-    sharing = {}
-    for out in dict.fromkeys(r for r in results if isinstance(r, torch.fx.Node)):
-        val = out.meta.get("val")
-        if isinstance(val, torch.Tensor):
-            key = val.untyped_storage()._cdata
-            sharing[key] = sharing.get(key, 0) + 1
-    bases = {}
-    for out in results:
-        val = out.meta.get("val") if isinstance(out, torch.fx.Node) else None
-        if not isinstance(val, torch.Tensor) or val.device.type != "tpu" or out in index or out in bases:
-            continue
-        # _unsafe_view (reshape's result where it must copy) is no view in
-        # eager: as a view it could not be written in place (a view a
-        # compiled function returns refuses it).
-        if out.op == "call_function" and out.target is torch.ops.aten._unsafe_view.default:
-            continue
-        base = owner.get(val.untyped_storage()._cdata)
-        if base is None or base is out or base.meta["val"].dtype != val.dtype:
-            continue
-        bval = base.meta["val"]
-        if base in index:
-            i = index[base]
-            ok = i not in written and isinstance(inputs[i], torch.Tensor) and inputs[i].device.type == "tpu"
-        else:
-            # A result the user gets as it is (_mark_own_outputs) is no view
-            # of a value computed in the graph that no other result shares:
-            # stack's decomposition views its cat, and its result, a view
-            # made inside AOTAutograd's autograd.Function, refused in-place
-            # writes (fuzz seed 54156). Results that share the value stay
-            # views of it, as they alias in eager (t.amin(1) and its
-            # .view(-1), seed 60137).
-            alone = out.meta.get(_OWN_OUTPUT) and sharing[val.untyped_storage()._cdata] == 1
-            ok = (not alone and base.op == "call_function" and bval.storage_offset() == 0
-                  and is_non_overlapping_and_dense_or_false(bval)
-                  and bval.untyped_storage().nbytes() == bval.numel() * bval.element_size())
-        if ok:
-            bases[out] = base
-    return bases
-
-
-def _concrete(v):
-    if isinstance(v, torch.fx.Node):
-        return v.meta["val"]
-    return v
-
-
-def _value(v, env):
-    """One node argument as GraphBuilder.apply takes it: a tensor's program
-    value (a list of them), or the argument's Python value (numbers, lists,
-    dtypes, strings); the op's schema says what each one is (describe.h)."""
-    if isinstance(v, torch.fx.Node):
-        if isinstance(v.meta.get("val"), torch.Tensor):
-            return env[v]
-        v = env.get(v, v.meta.get("val"))
-    if isinstance(v, (list, tuple)):
-        return [_value(x, env) for x in v]
-    if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-        return {torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}[type(v)](v)
-    return v
-
-
-def _common_dtype(values):
-    operands = []
-    for v in values:
-        if isinstance(v, torch.fx.Node):
-            v = v.meta.get("val")
-        if isinstance(v, torch.Tensor) or (isinstance(v, (int, float, bool, complex)) and not isinstance(v, type(None))):
-            operands.append(v)
-    if not any(isinstance(v, torch.Tensor) for v in operands):
-        return None
-    try:
-        return elementwise_dtypes(*operands, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)[1]
-    except Exception:  # noqa: BLE001 - ops that are not elementwise need no common dtype
-        return None
-
-
-def _metadata_holds(placeholders, inputs):
-    """True when the graph's metadata already describes these inputs: every
-    input static and laid out as its placeholder's value (AOTAutograd traced
-    it so), so no node's metadata can differ. Re-propagating a training
-    graph costs about half a second."""
-    for node, t in zip(placeholders, inputs):
-        val = node.meta.get("val")
-        if not isinstance(t, torch.Tensor):
-            # A number the graph was traced with (a split graph's pieces may
-            # carry none): host arithmetic on it was traced for that value.
-            if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)) or val is None or val != t:
-                return False
-            continue
-        if not isinstance(val, torch.Tensor):
-            return False
-        if any(isinstance(s, torch.SymInt) for s in (*val.shape, *val.stride(), val.storage_offset())):
-            return False
-        if (val.dtype != t.dtype or tuple(val.shape) != tuple(t.shape) or val.stride() != t.stride()
-                or val.storage_offset() != t.storage_offset()):
-            return False
-    return True
-
-
-def _propagate(gm, inputs):
-    """Refreshes every node's meta['val'] for these concrete inputs."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
-    mode = FakeTensorMode(allow_non_fake_inputs=True)
-    fakes = [mode.from_tensor(t, static_shapes=True) if isinstance(t, torch.Tensor) else t for t in inputs]
-    with mode:
-        FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
+        tensors = (*_fx.tensors(node), *_fx.tensors(list(node.args)), *_fx.tensors(node.kwargs))
+        return all(_placeable(t) for t in tensors)
 
 
 class _Runner:
@@ -658,7 +105,7 @@ class _Runner:
                tuple(v for v in inputs if not isinstance(v, torch.Tensor)))
         program = self.programs.get(sig)
         if program is None:
-            program = self.programs[sig] = _Program(self.gm, list(inputs), self.name)
+            program = self.programs[sig] = _fx.Program(self.gm, list(inputs), self.name)
             _compiles.warn_pending(stacklevel=4)
         return program(inputs)
 
@@ -711,17 +158,12 @@ _counter = [0]
 _function = [None]
 
 
-# Node meta key: the node is a result the user gets as it is (AOTAutograd's
-# PlainAOTOutput), not a view of another value, in eager either.
-_OWN_OUTPUT = _graph_pack.OWN_OUTPUT
-
-
 def _mark_own_outputs(gm):
     """Marks the nodes of |gm|'s results that AOTAutograd returns to the user
     as they are: results it found to alias nothing when it traced the
     function (OutputType.non_alias), although the graph may make them as
     views (stack as a view of a cat). It finds no alias where no result
-    needs grad, so _alias_bases still keeps results that share a value
+    needs grad, so _fx_program's alias bases keep results that share a value
     views of it. Results that alias (regenerated by AOTAutograd from their
     base) are not marked. The mark stays with a node copied into a fused
     region's graph, and _graph_pack keeps it."""
@@ -737,7 +179,7 @@ def _mark_own_outputs(gm):
     for out, desc in zip(results, output.meta.get("desc") or ()):
         if (isinstance(out, torch.fx.Node) and isinstance(desc, PlainAOTOutput) and desc.idx < len(meta.output_info)
                 and meta.output_info[desc.idx].output_type == OutputType.non_alias):
-            out.meta[_OWN_OUTPUT] = True
+            out.meta[_fx.OWN_OUTPUT] = True
 
 
 def _compile_graph(gm):
@@ -745,7 +187,7 @@ def _compile_graph(gm):
     AOTAutograd hands over: one program per input signature where every node
     has a rule, else fused regions as programs and the rest op by op."""
     global _warned_dynamic
-    inputs = _values(list(gm.graph.find_nodes(op="placeholder")))
+    inputs = _fx.tensors(list(gm.graph.find_nodes(op="placeholder")))
     if not _warned_dynamic and any(isinstance(s, torch.SymInt) for t in inputs for s in t.shape):
         _warned_dynamic = True
         warnings.warn("torchtpu: dynamic shapes are specialized: each new input shape compiles its own XLA "
@@ -845,7 +287,7 @@ def tpu_backend(gm, example_inputs, **kwargs):
     XLA's compiles; TORCHTPU_CACHE_DIR=off turns both off."""
     global _setup
     if _setup is None:
-        _setup = (_decompositions(), _cache_tag())
+        _setup = (_decomp.table(), _cache_tag())
     decompositions, tag = _setup
     _flex.in_graph(gm)  # FlexAttention traced into the graph
     gm._torchtpu_build = tag  # AOTAutograd's cache key hashes the graph module's attributes

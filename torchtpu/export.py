@@ -1,10 +1,10 @@
 """torchtpu.export_stablehlo: a torch.export program as one StableHLO module.
 
 The program (torch.export.export of a module and example inputs, or an
-ExportedProgram) is decomposed to core ATen with the table torch.compile's
-backend uses (only ops torchtpu has no rule for) and lowered node by node
-through the same C rules eager and compiled code use (compile._Program's
-walk over a GraphBuilder in exporting mode, csrc/eager/program.c). The
+ExportedProgram) is decomposed with the table torch.compile's backend uses
+(_decomp.table(): only ops torchtpu has no rule for) and lowered node by
+node through the same C rules eager and compiled code use (_fx_program's
+walker over a GraphBuilder in exporting mode, csrc/eager/program.c). The
 module is self-contained: no hand-written kernels (custom calls only a
 torchtpu process registers), no runtime checks, no random state.
 
@@ -15,6 +15,7 @@ one result per output (mutated buffers first, then the user outputs
 flattened). `inputs`/`outputs` (and manifest.json when saved) describe each.
 """
 import json
+import operator
 import os
 import warnings
 
@@ -22,7 +23,8 @@ import torch
 import torch.utils._pytree as pytree
 from torch.export.graph_signature import InputKind, OutputKind
 
-from . import _C
+from . import _C, _decomp
+from . import _fx_program as _fx
 
 _MODULE = "module.mlir"
 _ARTIFACT = "module.mlirbc"
@@ -218,7 +220,6 @@ def export_stablehlo(program, args=(), kwargs=None, *, dynamic_shapes=None, stri
     module (or function) exported here with example inputs |args|/|kwargs|
     (torch.export.export's arguments). Shapes are static: a program with
     dynamic dims is refused (export one module per shape)."""
-    from . import compile as _compile  # imports dynamo's pieces: only when exporting
     if isinstance(program, torch.export.ExportedProgram):
         if args or kwargs or dynamic_shapes is not None:
             raise TypeError("torchtpu.export_stablehlo: an ExportedProgram carries its inputs; pass no args, "
@@ -232,7 +233,7 @@ def export_stablehlo(program, args=(), kwargs=None, *, dynamic_shapes=None, stri
     else:
         raise TypeError(f"torchtpu.export_stablehlo: expected an ExportedProgram or a module, "
                         f"got {type(program).__name__}")
-    ep = ep.run_decompositions(_compile._decompositions())
+    ep = ep.run_decompositions(_decomp.table())
     gm = ep.graph_module
     sig = ep.graph_signature
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -272,37 +273,24 @@ def export_stablehlo(program, args=(), kwargs=None, *, dynamic_shapes=None, stri
         types.append((val.dtype, [int(s) for s in val.shape]))
 
     name = getattr(ep.module_call_graph[0].signature, "name", None) if ep.module_call_graph else None
-    b = _C._export_builder(f"export_{name or 'program'}", types)
-    env, k = {}, 0
-    for node in placeholders:
-        if node in env_numbers:
-            env[node] = env_numbers[node]
-        else:
-            env[node] = b.input(k)
-            k += 1
-    output = None
     for node in gm.graph.nodes:
-        if node.op == "output":
-            output = node
-        if node.op != "call_function":
-            continue
-        target = node.target
-        if target is _getitem:
-            env[node] = env[node.args[0]][node.args[1]]
-        elif target in _TRACE_CHECKS():
-            env[node] = None  # metadata and range assertions hold for the static shapes traced
-        elif _compile._host_side(node):
-            val = node.meta.get("val")
-            if not isinstance(val, (int, float, bool)):
-                raise ValueError(f"torchtpu.export_stablehlo: {node.name} ({target}) is symbolic: a StableHLO "
+        if node.op != "call_function" or node.target is operator.getitem or node.target in _fx.TRACE_CHECKS:
+            continue  # trace-time checks hold for the static shapes traced
+        if _fx.host_side(node):
+            if not isinstance(node.meta.get("val"), (int, float, bool)):
+                raise ValueError(f"torchtpu.export_stablehlo: {node.name} ({node.target}) is symbolic: a StableHLO "
                                  "export has static shapes")
-            env[node] = val
-        elif _compile.rule_name(target) is not None or _compile._foreach_item(target) is not None:
-            env[node] = _compile._Program._apply(b, node, env)
-        else:
-            raise NotImplementedError(f"torchtpu.export_stablehlo: torchtpu has no lowering for {target} "
+        elif not _fx.lowerable(node.target):
+            raise NotImplementedError(f"torchtpu.export_stablehlo: torchtpu has no lowering for {node.target} "
                                       f"(node {node.name}), so this program has no StableHLO form here")
-
+    b = _C._export_builder(f"export_{name or 'program'}", types)
+    env, index = dict(env_numbers), {}
+    for node in placeholders:
+        if node not in env:
+            index[node] = len(index)
+            env[node] = b.input(index[node])
+    _fx.lower(b, gm, env, index)
+    output = next(n for n in gm.graph.nodes if n.op == "output")
     results = list(output.args[0]) if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
     outputs, values, dtypes = [], [], []
     for out, spec in zip(results, sig.output_specs):
@@ -324,17 +312,6 @@ def export_stablehlo(program, args=(), kwargs=None, *, dynamic_shapes=None, stri
                       "where PyTorch raises")
     return StableHLOExport(mlir, inputs, outputs, state, ep.call_spec.in_spec, ep.call_spec.out_spec, dropped,
                            specialized)
-
-
-import operator  # noqa: E402
-
-_getitem = operator.getitem
-
-
-def _TRACE_CHECKS():
-    aten = torch.ops.aten
-    return {getattr(aten, n).default for n in ("_assert_tensor_metadata", "_assert_scalar", "sym_constrain_range",
-                                               "sym_constrain_range_for_size") if hasattr(aten, n)}
 
 
 class _Wrap(torch.nn.Module):

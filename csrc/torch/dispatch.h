@@ -76,7 +76,10 @@ bool run_tpu_meta(const c10::OperatorHandle& op, torch::jit::Stack& stack);
 // The per-tensor op a _foreach_ op runs item by item through its rule, as
 // eager runs it, and per argument of that op the _foreach_ op's argument it
 // comes from (item k of a list; -1: its default); nullopt where there is none.
-std::optional<std::pair<c10::OperatorName, std::vector<int>>> foreach_item(const c10::OperatorName& name);
+// |lowered| false: also where the per-tensor op has no rule (the item by item
+// decomposition of the _foreach_ op, torchtpu/_decomp.py). One table for both.
+std::optional<std::pair<c10::OperatorName, std::vector<int>>> foreach_item(const c10::OperatorName& name,
+                                                                          bool lowered = true);
 
 // Rule names that could not be registered, and why (for `python -m torchtpu info`).
 const std::vector<std::string>& unregistered_rule_names();

@@ -84,7 +84,8 @@ const std::unordered_map<std::string, ItemOp>& item_op_table() {
 
 // The per-tensor overload a _foreach_ overload applies item by item:
 // add_.List -> add_.Tensor, add_.Scalar(List) -> add_.Scalar, sqrt -> sqrt.
-std::optional<c10::OperatorHandle> find_item_op(const std::string& name, const std::string& overload,
+// |lowered|: only one whose rule can run it per item (*out_rule set).
+std::optional<c10::OperatorHandle> find_item_op(const std::string& name, const std::string& overload, bool lowered,
                                                 const tpu_lower_rule** out_rule, std::vector<int>* source) {
   std::string key = overload.empty() ? name : name + "." + overload;
   std::vector<std::string> candidates;
@@ -104,7 +105,8 @@ std::optional<c10::OperatorHandle> find_item_op(const std::string& name, const s
     std::string overload_name = dot == std::string::npos ? "" : c.substr(dot + 1);
     auto handle = c10::Dispatcher::singleton().findSchema({"aten::" + c.substr(0, dot), overload_name});
     const tpu_lower_rule* rule = tpu_lower_find(c.c_str());
-    if (!handle || rule == nullptr || (rule->flags & (TPU_RULE_INTERNAL | TPU_RULE_PER_ITEM))) continue;
+    if (!handle) continue;
+    if (lowered && (rule == nullptr || (rule->flags & (TPU_RULE_INTERNAL | TPU_RULE_PER_ITEM)))) continue;
     *out_rule = rule;
     return handle;
   }
@@ -127,16 +129,16 @@ bool default_arg(const c10::IValue& v, ArgType type, tpu_lower_arg* out) {
 // OpInfo less the eager op (item_handle, item_source, item_promotes set), the
 // rule, and each item argument's source with defaults as constants; nullopt
 // where it cannot (the op keeps PyTorch's kernel, which calls the per-tensor
-// op per item).
-std::optional<OpInfo> describe_foreach(const c10::OperatorHandle& handle, const tpu_lower_rule** out_rule,
-                                       std::vector<tpu_eager_item_arg>* out_sources) {
+// op per item). |lowered| false: the per-tensor op need have no rule.
+std::optional<OpInfo> describe_foreach(const c10::OperatorHandle& handle, bool lowered,
+                                       const tpu_lower_rule** out_rule, std::vector<tpu_eager_item_arg>* out_sources) {
   const c10::FunctionSchema& schema = handle.schema();
   std::string name = schema.name().substr(strlen("aten::"));
   const std::string& overload = schema.overload_name();
   if (name.rfind("_foreach_", 0) != 0) return std::nullopt;
   const tpu_lower_rule* rule = nullptr;
   std::vector<int> source;
-  auto item = find_item_op(name, overload, &rule, &source);
+  auto item = find_item_op(name, overload, lowered, &rule, &source);
   if (!item) return std::nullopt;
   const c10::FunctionSchema& item_schema = item->schema();
   const auto& args = schema.arguments();
@@ -190,7 +192,7 @@ std::optional<OpInfo> describe_foreach(const c10::OperatorHandle& handle, const 
 std::optional<OpInfo> make_foreach_info(const c10::OperatorHandle& handle) {
   const tpu_lower_rule* rule = nullptr;
   std::vector<tpu_eager_item_arg> sources;
-  auto info = describe_foreach(handle, &rule, &sources);
+  auto info = describe_foreach(handle, true, &rule, &sources);
   if (!info) return std::nullopt;
   bool in_place = handle.schema().returns().empty();
   int alias = in_place ? 0 : -1;
@@ -201,11 +203,12 @@ std::optional<OpInfo> make_foreach_info(const c10::OperatorHandle& handle) {
   return info;
 }
 
-std::optional<std::pair<c10::OperatorName, std::vector<int>>> foreach_item(const c10::OperatorName& name) {
+std::optional<std::pair<c10::OperatorName, std::vector<int>>> foreach_item(const c10::OperatorName& name,
+                                                                          bool lowered) {
   auto handle = c10::Dispatcher::singleton().findSchema(name);
   const tpu_lower_rule* rule = nullptr;
   std::vector<tpu_eager_item_arg> sources;
-  auto info = handle ? describe_foreach(*handle, &rule, &sources) : std::nullopt;
+  auto info = handle ? describe_foreach(*handle, lowered, &rule, &sources) : std::nullopt;
   if (!info) return std::nullopt;
   return std::make_pair(info->item_handle->schema().operator_name(), info->item_source);
 }

@@ -1,9 +1,10 @@
 // torch.compile's path into C: a GraphBuilder turns an FX graph into one
 // program by applying, node after node, the same C rules eager uses
 // (eager/program.h); a GraphProgram runs it on the graph's input tensors.
-// The Python backend (torchtpu/compile.py) walks the graph and passes each
+// The Python walker (torchtpu/_fx_program.py) walks the graph and passes each
 // node's argument values; this file describes them for the rule by the op's
 // schema, as the eager kernel describes its calls (describe.h).
+#include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/extension.h>
 
@@ -468,10 +469,35 @@ void bind_graph(py::module& m) {
     return info.promotes;
   });
   m.def("_has_rule", [](const std::string& op) { return tpu_lower_find(op.c_str()) != nullptr; });
-  m.def("_foreach_item", [](const std::string& name, const std::string& overload) -> py::object {
-    auto item = foreach_item(c10::OperatorName(name, overload));
-    if (!item) return py::none();
-    return py::make_tuple(item->first.name, item->first.overload_name, item->second);
+  m.def(
+      "_foreach_item",
+      [](const std::string& name, const std::string& overload, bool lowered) -> py::object {
+        auto item = foreach_item(c10::OperatorName(name, overload), lowered);
+        if (!item) return py::none();
+        return py::make_tuple(item->first.name, item->first.overload_name, item->second);
+      },
+      py::arg("name"), py::arg("overload"), py::arg("lowered") = true);
+  // The dtype eager's kernel promotes these operands to (tensors, fake ones
+  // too, and Python numbers; others are skipped), None without any or where
+  // they have none (float8 with float32: the op's own checks say so): one
+  // implementation of PyTorch's type promotion for both paths.
+  m.def("_promoted_dtype", [](const py::list& operands) -> py::object {
+    std::vector<c10::IValue> ivs;  // a number promotes by its kind alone
+    for (py::handle h : operands) {
+      if (THPVariable_Check(h.ptr())) ivs.emplace_back(THPVariable_Unpack(h.ptr()));
+      else if (PyBool_Check(h.ptr())) ivs.emplace_back(c10::Scalar(false));
+      else if (PyLong_Check(h.ptr())) ivs.emplace_back(c10::Scalar(int64_t{0}));
+      else if (PyFloat_Check(h.ptr())) ivs.emplace_back(c10::Scalar(0.0));
+      else if (PyComplex_Check(h.ptr())) ivs.emplace_back(c10::Scalar(c10::complex<double>(0, 0)));
+    }
+    at::ScalarType t = at::ScalarType::Undefined;
+    try {
+      t = promoted_type(std::vector<bool>(ivs.size(), true), ivs);
+    } catch (const c10::Error&) {
+      return py::none();
+    }
+    if (t == at::ScalarType::Undefined) return py::none();
+    return py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(torch::getTHPDtype(t)));
   });
 }
 
