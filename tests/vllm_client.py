@@ -53,7 +53,7 @@ async def main(url, model):
     messages = [{"role": "system", "content": " ".join(WORDS[:5])},
                 {"role": "user", "content": " ".join(WORDS[10:30])}]
     chat = await client.chat.completions.create(model=model, messages=messages, **GREEDY)
-    rendered = " ".join(f"{m['role']} {m['content']}" for m in messages) + " assistant"
+    rendered = " ".join(f"<s> {m['content']} </s>" for m in messages) + " <s>"
     plain = await client.completions.create(model=model, prompt=rendered, **GREEDY)
     out["chat"] = {"tokens": chat.choices[0].token_ids, "prompt_tokens": chat.usage.prompt_tokens,
                    "role": chat.choices[0].message.role,

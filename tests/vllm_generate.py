@@ -2,7 +2,7 @@
 tests/test_vllm.py, which compares its outputs between platforms.
 
     python tests/vllm_generate.py make ARCH DIR        # a tiny model, random weights
-    python tests/vllm_generate.py run OUT.json eager|compiled DIR...
+    python tests/vllm_generate.py run OUT.json eager|compiled|tp2 DIR...
 
 `run` generates greedily with vLLM's offline engine on whichever platform
 vLLM picks (VLLM_PLUGINS="" keeps vLLM's CPU platform; with torchtpu's
@@ -10,16 +10,17 @@ plugin it is tpu): first a few prompts, then all of them, so the second
 batch hits the prefix cache, with a token budget small enough that the long
 prompts are prefilled in chunks. It writes the tokens and top logprobs;
 on the first model in eager mode also sampling beyond greedy (`sampling`),
-and compiled, the XLA programs built after warm-up (`compiles`).
+compiled, the XLA programs built after warm-up (`compiles`); tp2 is eager
+with tensor_parallel_size=2 (two worker processes over tpu_dist).
 """
 import json
 import sys
 
 WORDS = [f"w{i}" for i in range(250)]
 # The tokenizer's chat template (for the server's chat completions): each
-# message as its role and its words, then the assistant's turn.
-CHAT_TEMPLATE = ("{% for m in messages %}{{ m['role'] }} {{ m['content'] }} {% endfor %}"
-                 "{% if add_generation_prompt %}assistant{% endif %}")
+# message's words between <s> and </s>, then <s> for the assistant's turn.
+CHAT_TEMPLATE = ("{% for m in messages %}<s> {{ m['content'] }} </s> {% endfor %}"
+                 "{% if add_generation_prompt %}<s>{% endif %}")
 
 # Two layers, 4 query heads over 2 KV heads (GQA), head_dim 64 (vLLM's CPU
 # attention takes no smaller); where a model alternates sliding-window and
@@ -47,8 +48,7 @@ def make(arch, path):
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast
 
-    words = WORDS + ["system", "user", "assistant"]
-    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{w: i + 3 for i, w in enumerate(words)}}
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{w: i + 3 for i, w in enumerate(WORDS)}}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
@@ -127,15 +127,21 @@ def sampling(llm, greedy):
 
 
 def compiles(llm, params):
-    """Compiled: how many XLA programs the forward and the eager ops build
-    on a new mix of prompts after the first batches (the forward's token
-    buckets are all seen: none), then on the same mix again (nothing)."""
+    """Compiled: the token counts the forward's programs were built for
+    (each signature's first input's first dimension; the first 16 per
+    owner), the forward programs a new mix of prompts builds after the
+    first batches, and what the same mix builds again (nothing)."""
+    import re
+
     import torchtpu
 
-    def forward_programs():
-        return sum(v["signatures"] for v in torchtpu.compiles().values() if v["kind"] == "compiled")
+    def forward(report):
+        # The model's forward ("compiled forward (llama.py:...)"): vLLM
+        # torch.compiles smaller functions too (the logprobs' ranks).
+        return {name: v for name, v in report.items() if name.startswith("compiled forward")}
 
-    seen = forward_programs()
+    counts = {int(re.search(r"\[(\d+)", example).group(1))
+              for v in forward(torchtpu.compiles()).values() for example in v["examples"]}
     mix = prompts()[5:] + prompts()[:3]
     torchtpu.reset_compiles()
     llm.generate(mix, params, use_tqdm=False)
@@ -143,8 +149,8 @@ def compiles(llm, params):
     torchtpu.reset_compiles()
     llm.generate(mix, params, use_tqdm=False)
     again = torchtpu.compiles()
-    return {"forward_after_warmup": seen,
-            "new_mix_forward": sum(v["signatures"] for v in new_mix.values() if v["kind"] == "compiled"),
+    return {"forward_token_counts": sorted(counts),
+            "new_mix_forward": sum(v["signatures"] for v in forward(new_mix).values()),
             "new_mix_total": new_mix.total(),
             "repeat_total": again.total(), "repeat_table": str(again)}
 
@@ -154,7 +160,8 @@ def generate(path, mode, with_sampling):
 
     from vllm import LLM, SamplingParams
 
-    llm = LLM(model=path, dtype="float32", enforce_eager=(mode == "eager"),
+    llm = LLM(model=path, dtype="float32", enforce_eager=(mode != "compiled"),
+              tensor_parallel_size=2 if mode == "tp2" else 1,
               enable_prefix_caching=True, enable_chunked_prefill=True,
               max_num_batched_tokens=64, max_num_seqs=16, max_model_len=256, block_size=32,
               kv_cache_memory_bytes=64 << 20, seed=0)
