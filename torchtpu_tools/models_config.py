@@ -13,7 +13,8 @@ takes the first whose model builds and runs forward + backward on the CPU
               (hidden, intermediate, embedding, ranks, channels) by F,
               head counts by G, per-head sizes (head_dim, rope sections) by
               F/G, so hidden = heads x head_dim and any sum of sizes stays
-              true; layer counts cut to 2 and per-layer lists cut with
+              true (F = G keeps per-head sizes that a model's code fixes,
+              such as the multimodal rope sections); layer counts cut to 2 and per-layer lists cut with
               them; expert counts, vocabulary and patch grids made small.
               Sub-configs (vision/audio/text towers) get the same recipe.
 """
@@ -38,7 +39,7 @@ TOKEN_IDS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_toke
 VOCAB = 99
 LAYERS = 2
 # (F, G) of the scaled recipes, tried in this order.
-SCALES = ((16, 4), (8, 2), (16, 1), (4, 1))
+SCALES = ((16, 4), (8, 2), (16, 1), (4, 1), (16, 16))
 
 # Names of the scaled recipe's classes of attributes.
 _LAYER = re.compile(r"^(num_hidden_layers|n_layers?|(en|de)coder_layers|num_(\w+_)?layers|\w+_num_layers|"
@@ -46,7 +47,7 @@ _LAYER = re.compile(r"^(num_hidden_layers|n_layers?|(en|de)coder_layers|num_(\w+
 _NOT_LAYER = re.compile(r"kv_shared|mtp|nextn|dense|global|full|sliding|cross|memory|recurrent")
 _HEADS = re.compile(r"(^|_)(heads|n_head|num_heads|n_heads|attention_heads|kv_heads|key_value_heads|"
                     r"head_count|num_head)$")
-_PER_HEAD = re.compile(r"(head_dim|head_size|^d_kv$|mrope_section|^kv_channels$|rotary_dim|rope_dim)")
+_PER_HEAD = re.compile(r"(head_dim|head_size|d_head|^d_kv$|mrope_section|^kv_channels$|rotary_dim|rope_dim)")
 _WIDTH = re.compile(r"(^|_)(hidden_size|intermediate_size|d_model|d_ff|n_embd|n_embed|n_inner|embed_dim|dim|"
                     r"hidden_dim|ffn_dim|ff_dim|mlp_dim|inner_dim|rank|hidden_sizes|embed_dims|projection_dim|"
                     r"channels|hidden_channels|model_dim|width|proj_size|emb_dim|embedding_size|state_size|"

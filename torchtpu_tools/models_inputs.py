@@ -175,6 +175,10 @@ def _maker(name):
         return lambda c: _time_series(c, name)
     if name in ("states", "actions", "rewards", "returns_to_go", "timesteps"):
         return lambda c: _decision(c, name)
+    if name == "input_features_mask":
+        return lambda c: None  # made to match the features below
+    if name == "query_embeds":
+        return lambda c: c.randn(BATCH, 8, int(getattr(c.config, "hidden_size", 32)))
     if name == "inputs_embeds":
         return lambda c: c.randn(BATCH, SEQ, int(getattr(c.text, "hidden_size", 32)))
     return None
@@ -196,6 +200,10 @@ def make_inputs(model, config, variant=0):
     if ("pixel_values" in params and "pixel_values" not in names and "input_ids" in names and no_image_tokens
             and c.sub("vision_config") is not None):
         names.append("pixel_values")  # a two-tower model (CLIP-like) wants both
+    # Optional arguments a model cannot do without (layout boxes, the
+    # trajectory of a decision transformer, a speech encoder's frame mask).
+    names += [n for n in ("bbox", "actions", "rewards", "returns_to_go", "timesteps", "input_features_mask")
+              if n in params and n not in names]
     inputs = {}
     if "grid_thw" in names or "image_grid_thw" in names:
         states, grid = _grid_patches(c)
@@ -211,6 +219,9 @@ def make_inputs(model, config, variant=0):
         if maker is None:
             raise ValueError(f"no input maker for {n!r}")
         inputs[n] = maker(c)
+    if inputs.get("input_features_mask", 0) is None:
+        feats = inputs["input_features"]
+        inputs["input_features_mask"] = torch.ones(BATCH, feats.shape[-1 if variant == 0 else 1], dtype=torch.long)
     if "attention_mask" in params and "input_ids" in inputs and "attention_mask" not in inputs:
         inputs["attention_mask"] = torch.ones_like(inputs["input_ids"])
     if "noise" in params and "pixel_values" in inputs and inputs["pixel_values"].dim() == 4:
