@@ -251,20 +251,25 @@ def _adamw_step(model, inputs):
     return {n: p.detach().cpu() for n, p in model.named_parameters()}, grads
 
 
-def _train_mode(pristine, inputs, want, state):
-    cpu, grads = _adamw_step(copy.deepcopy(pristine), inputs)
-    got, _ = _adamw_step(copy.deepcopy(pristine).to("tpu"), {k: v.to("tpu") for k, v in inputs.items()})
+def _compare_params(got, cpu, grads):
+    """None, or the first parameter after the AdamW step out of tolerance."""
     floor = GRAD_FLOOR * max((g.abs().max().item() for g in grads.values() if g.numel()), default=0.0)
     for n, w in cpu.items():
         g = got[n]
         if g.shape != w.shape:
-            return f"parameter {n}: shape {list(g.shape)} vs CPU's {list(w.shape)}", {}
+            return f"parameter {n}: shape {list(g.shape)} vs CPU's {list(w.shape)}"
         err = (g - w).abs() - (1e-5 + 1e-4 * w.abs())
         if n in grads:
             err = err[grads[n].abs() > floor]
-        if err.numel() and not err.max().item() <= 0:
-            return f"parameter {n} after AdamW: max excess {err.max().item():.3g}", {}
-    return None, {}
+        if err.numel() and not err.max().item() <= 0:  # NaN fails too
+            return f"parameter {n} after AdamW: max excess {err.max().item():.3g}"
+    return None
+
+
+def _train_mode(pristine, inputs, want, state):
+    cpu, grads = _adamw_step(copy.deepcopy(pristine), inputs)
+    got, _ = _adamw_step(copy.deepcopy(pristine).to("tpu"), {k: v.to("tpu") for k, v in inputs.items()})
+    return _compare_params(got, cpu, grads), {}
 
 
 def run_modes(pristine, inputs, want, modes, class_name, send):
