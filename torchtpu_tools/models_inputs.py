@@ -202,8 +202,9 @@ def make_inputs(model, config, variant=0):
         names.append("pixel_values")  # a two-tower model (CLIP-like) wants both
     # Optional arguments a model cannot do without (layout boxes, the
     # trajectory of a decision transformer, a speech encoder's frame mask).
-    names += [n for n in ("bbox", "actions", "rewards", "returns_to_go", "timesteps", "input_features_mask")
-              if n in params and n not in names]
+    names += [n for n in ("bbox", "actions", "rewards", "returns_to_go", "timesteps") if n in params and n not in names]
+    if "input_features" in names and "input_features_mask" in params and "input_features_mask" not in names:
+        names.append("input_features_mask")
     inputs = {}
     if "grid_thw" in names or "image_grid_thw" in names:
         states, grid = _grid_patches(c)

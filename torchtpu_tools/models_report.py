@@ -13,7 +13,7 @@ def _classify(reason):
     if not reason:
         return "?"
     if reason.startswith("scaled: ") or reason.startswith("small: "):
-        reason = reason.split(": ", 1)[1].split("; small: ")[0]
+        reason = reason.split(": ", 1)[1].split("; scaled: ")[0]
     head = reason.split(":", 1)
     kind = head[0]
     text = head[1].strip() if len(head) > 1 else ""
