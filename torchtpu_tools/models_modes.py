@@ -215,10 +215,12 @@ def is_generator(class_name):
 def _generate(model, inputs, **kw):
     import torch
     keep = {k: v for k, v in inputs.items() if k in ("input_ids", "attention_mask")}
+    pad = model.config.get_text_config().pad_token_id or 0
+    if model.config.is_encoder_decoder and getattr(model.config, "decoder_start_token_id", None) is None:
+        kw["decoder_start_token_id"] = pad  # T5's convention: the decoder starts at the pad token
     with torch.no_grad():
         out = model.generate(**keep, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
-                             use_cache=True, pad_token_id=model.config.get_text_config().pad_token_id or 0,
-                             **kw)
+                             use_cache=True, pad_token_id=pad, **kw)
     return out.cpu()
 
 
