@@ -144,11 +144,13 @@ void tpu_runtime_error_reported(tpu_runtime *rt, tpu_status_t st) {
   pthread_mutex_lock(&rt->lock);
   for (int d = 0; d < rt->num_devices; d++) drop_finished(rt, &rt->pending[d], 0);
   destroy_released(rt);
-  /* The launch's failure is the plugin's message after LAUNCH_FAILED ": ". */
+  /* The same failure: its innermost message (after the last ": " of the
+   * contexts XLA and the runtime put before it) is in what the read raised. */
   const char *cause = rt->async_error != NULL ? tpu_status_message(rt->async_error) : NULL;
-  size_t skip = strlen(LAUNCH_FAILED ": ");
-  if (cause != NULL && strncmp(cause, LAUNCH_FAILED ": ", skip) == 0 &&
-      strstr(tpu_status_message(st), cause + skip) != NULL) {
+  const char *inner = NULL;
+  for (const char *p = cause; p != NULL && (p = strstr(p, ": ")) != NULL; p += 2) inner = p + 2;
+  if (cause != NULL && strncmp(cause, LAUNCH_FAILED ": ", strlen(LAUNCH_FAILED ": ")) == 0 && inner != NULL &&
+      *inner != '\0' && strstr(tpu_status_message(st), inner) != NULL) {
     tpu_status_free(rt->async_error);
     rt->async_error = NULL;
   }
