@@ -157,3 +157,20 @@ def test_log_compiles(tmp_path):
     env["TORCHTPU_LOG"] = "compile"
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and "TORCHTPU_LOG='compile': unknown topic(s) compile; expected: compiles" in r.stderr
+
+
+def test_stats_count_what_the_report_counts():
+    """torchtpu.stats()' compile fields are the report's totals: programs
+    compiled (cache_misses), loaded from the disk cache (cache_loads), and
+    the seconds spent on both (compile_seconds; it counted XLA's compiles
+    only, not loads)."""
+    torchtpu.reset_stats()
+    torchtpu.reset_compiles()
+    x = torch.arange(6.0, device="tpu")
+    (x.sin() * 3).cpu()  # programs most likely on disk from an earlier run
+    torch.arange(float(1000 + os.getpid() % 4096), device="tpu").cos().cpu()  # a shape not seen before
+    stats, report = torchtpu.stats(), torchtpu.compiles()
+    assert report.total("compiled") + report.total("loaded") > 0
+    assert stats["cache_misses"] == report.total("compiled")
+    assert stats["cache_loads"] == report.total("loaded")
+    assert stats["compile_seconds"] == pytest.approx(report.total("seconds"), rel=1e-6, abs=1e-6)

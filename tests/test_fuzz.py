@@ -149,3 +149,36 @@ def test_shrink_keeps_the_failure_and_little_else():
     # only what the faulty instruction reads survives: it and its inputs' makers
     assert len(small["instrs"]) <= 1 + len(target["ins"]) * 3
     json.dumps(small)  # saved programs are JSON
+
+
+def _subnormal_program():
+    """Values near float32's smallest normal (the generator's scale 1e-38),
+    where a flushing device's log gives -inf for what the CPU keeps."""
+    return dict(fuzz.generate(5, "eager"), instrs=[
+        {"k": "new", "ins": [], "outs": [0], "shape": [64], "dtype": "float", "seed": 1, "scale": 1e-38},
+        {"k": "op", "src": "{0}.abs() * 0.01", "ins": [0], "outs": [1]},
+        {"k": "op", "src": "torch.log({0})", "ins": [1], "outs": [2]},
+    ])
+
+
+def test_subnormals_are_compared_as_the_platform_defines_them(monkeypatch):
+    """The CPU run flushes subnormals where tpu's device does (TPUs, XLA's
+    CPU plugin): the program agrees. Claimed to keep them, the same program
+    is a mismatch on a flushing device: the comparison is not blind."""
+    import torchtpu.device
+    fuzz.run_program(_subnormal_program())
+    if torchtpu.device.flushes_denormals():
+        monkeypatch.setattr(torchtpu.device, "flushes_denormals", lambda device=None: False)
+        with pytest.raises(fuzz.Failure) as info:
+            fuzz.run_program(_subnormal_program())
+        assert info.value.kind == "mismatch"
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_a_program_with_subnormal_inputs_runs(mode):
+    """Seed 9531 makes a tensor of values near 1e-38 (one in 16 of the
+    generator's new float tensors); it runs as the platform defines them."""
+    program = fuzz.generate(9531, mode)
+    if mode == "eager":
+        assert any(ins["k"] == "new" and ins.get("scale") == 1e-38 for ins in program["instrs"])
+    fuzz.run_program(program)

@@ -8,7 +8,11 @@ indices, aliasing and the parameters of random ops; data checks (an index
 out of range, an integer division by zero) raise by the next cut in fused
 eager (the suite runs again under TORCHTPU_EAGER=fused). Device mixes have
 no CPU counterpart: they are compared with the message PyTorch gives CUDA
-tensors mixed with CPU ones, with tpu's name in it."""
+tensors mixed with CPU ones, with tpu's name in it; so are the tensor type
+names in messages ("torch.tpu.FloatTensor" where the CPU prints
+"torch.FloatTensor" and CUDA "torch.cuda.FloatTensor")."""
+import re
+
 import pytest
 import torch
 
@@ -270,12 +274,18 @@ def _assert_live(live):
     torch.testing.assert_close((live * 2 + 1).sum().cpu(), torch.tensor(36.0))
 
 
+def _as_tpu(message):
+    """The CPU's message with the tensor type names PyTorch gives a CUDA
+    tensor in it ("torch.cuda.FloatTensor"), with tpu's name."""
+    return re.sub(r"\btorch\.(\w+Tensor)\b", r"torch.tpu.\1", message)
+
+
 def _assert_as_cpu(fn, live):
     want = _error_of(fn, "cpu")
     assert want is not None, "the CPU takes this call"
     got = _error_of(fn, "tpu")
     assert got is not None, f"no error on tpu (the CPU's: {type(want).__name__}: {_first_line(want)})"
-    assert (type(got), _first_line(got)) == (type(want), _first_line(want))
+    assert (type(got), _first_line(got)) == (type(want), _as_tpu(_first_line(want)))
     _assert_live(live)
 
 
@@ -286,32 +296,7 @@ def test_dim_out_of_range(name, live):
     _assert_as_cpu(fn, live)
 
 
-# Calls tpu refuses in other words than the CPU (or, index_select with a
-# float index, takes): PyTorch's Python meta functions and decompositions
-# check them first, in their own wording. Left for a follow-up; strict, so
-# that a fix shows.
-META_WORDING = "a Python meta function's wording, not the CPU kernel's"
-KNOWN_GAPS = {
-    "atan2_out_cast": META_WORDING,
-    "embedding_float_index": META_WORDING,
-    "expand_smaller": "the tensor type is printed as tpuFloatType, the CPU's torch.FloatTensor",
-    "floor_divide_bool": META_WORDING,
-    "gather_float_index": META_WORDING,
-    "index_select_float_index": "taken: a float index is not refused",
-    "layer_norm_shape": META_WORDING,
-    "lerp_dtypes": META_WORDING,
-    "masked_fill_float_mask": META_WORDING,
-    "masked_fill_mask_shape": "the broadcast names the tensors in the other order",
-    "mul_inplace_broadcast": META_WORDING,
-    "one_hot_out_of_range": "one_hot's decomposition checks as an index, not as one_hot's class check",
-    "randn_int_dtype": META_WORDING,
-    "topk_k_too_big": META_WORDING,
-    "where_float_condition": META_WORDING,
-}
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN_GAPS[n]))
-                                  if n in KNOWN_GAPS else n for n in sorted(WRONG)])
+@pytest.mark.parametrize("name", sorted(WRONG))
 def test_wrong_call(name, live):
     _assert_as_cpu(WRONG[name], live)
 
@@ -336,7 +321,7 @@ def test_device_mix(name, live):
 
 
 def test_battery_size():
-    assert len(DIMS) + len(WRONG) - len(KNOWN_GAPS) + len(DEVICES) >= 100
+    assert len(DIMS) + len(WRONG) + len(DEVICES) >= 100
 
 
 def test_compiled_dim_out_of_range():

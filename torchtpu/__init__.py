@@ -146,8 +146,11 @@ atexit.register(_settle_autograd_threads)
 
 
 def stats():
-    """Counters since start (or reset_stats()): ops, cache_hits, cache_misses,
-    cache_loads, compile_seconds, executions, h2d_bytes, d2h_bytes, fallbacks
+    """Counters since start (or reset_stats()): ops, cache_hits (programs
+    found in memory), cache_misses (programs XLA compiled), cache_loads
+    (programs loaded from the disk cache instead), compile_seconds (spent
+    compiling and loading: the totals of compiles()' "compiled", "loaded" and
+    "seconds", per owner there), executions, h2d_bytes, d2h_bytes, fallbacks
     and decompositions (op name -> count) and cached_programs; fused eager's
     fused_ops (calls recorded), fused_programs (runs of them launched as one
     program), trace_hits / trace_misses (those programs found in memory or

@@ -15,7 +15,7 @@ typedef enum tpu_counter {
   TPU_STAT_CACHE_HITS,       /* eager executable found in memory */
   TPU_STAT_CACHE_MISSES,     /* program compiled from scratch (eager or graph) */
   TPU_STAT_CACHE_LOADS,      /* program loaded from the on-disk cache instead */
-  TPU_STAT_COMPILE_NS,       /* time spent in XLA compiles */
+  TPU_STAT_COMPILE_NS,       /* time spent compiling programs and loading them from disk */
   TPU_STAT_EXECUTIONS,       /* programs launched */
   TPU_STAT_H2D_BYTES,        /* host to device bytes */
   TPU_STAT_D2H_BYTES,        /* device to host bytes */

@@ -11,7 +11,6 @@
 #include <time.h>
 
 #include "base/alloc.h"
-#include "base/stats.h"
 #include "runtime/internal.h"
 
 /* Serialized xla.CompileOptionsProto: executable_build_options {num_replicas:
@@ -190,8 +189,6 @@ tpu_status_t tpu_executable_compile(tpu_runtime *rt, const char *mlir, size_t si
       .client = rt->client,
       .program = &program,
   };
-  struct timespec t0, t1;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
   int64_t trace_start = tpu_profile_enabled() ? tpu_profile_now_ns() : 0;
   const char *name = options != NULL && options->name != NULL ? options->name : "program";
   tpu_strbuf proto = TPU_STRBUF_INIT;
@@ -219,9 +216,6 @@ tpu_status_t tpu_executable_compile(tpu_runtime *rt, const char *mlir, size_t si
   }
 done:
   tpu_strbuf_release(&proto);
-  clock_gettime(CLOCK_MONOTONIC, &t1);
-  tpu_stats_add(TPU_STAT_COMPILE_NS,
-                (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec)));
   if (trace_start != 0) tpu_profile_span(TPU_PROFILE_COMPILE, name, st != NULL ? "miss (failed)" : "miss", -1, trace_start, tpu_profile_now_ns());
   if (st != NULL) return st;
   TPU_RETURN_IF_ERROR(wrap_loaded(rt, a.executable, out_exe));

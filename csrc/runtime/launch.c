@@ -27,6 +27,8 @@ static bool event_ready(const PJRT_Api *api, PJRT_Event *ev) {
   return a.is_ready;
 }
 
+#define LAUNCH_FAILED "a program failed"
+
 /* Records the first asynchronous error; frees the others. Lock held. */
 static void note_async_error(tpu_runtime *rt, tpu_status_t st) {
   if (st == NULL) return;
@@ -61,7 +63,7 @@ static void drop_finished(tpu_runtime *rt, seq_queue *p, size_t max) {
   while (p->count > 0) {
     PJRT_Event *front = p->items[p->head].ptr;
     if (p->count <= max && !event_ready(rt->api, front)) break;
-    note_async_error(rt, tpu_runtime_event_await(rt->api, front, "a program failed"));
+    note_async_error(rt, tpu_runtime_event_await(rt->api, front, LAUNCH_FAILED));
     queue_pop(p);
   }
 }
@@ -118,7 +120,7 @@ static void pending_push(tpu_runtime *rt, int device, PJRT_Event *ev) {
   destroy_released(rt);
   pthread_mutex_unlock(&rt->lock);
   if (pushed) return;
-  tpu_status_t st = tpu_runtime_event_await(rt->api, ev, "a program failed"); /* no room to keep it */
+  tpu_status_t st = tpu_runtime_event_await(rt->api, ev, LAUNCH_FAILED); /* no room to keep it */
   pthread_mutex_lock(&rt->lock);
   note_async_error(rt, st);
   pthread_mutex_unlock(&rt->lock);
@@ -135,6 +137,24 @@ tpu_status_t tpu_runtime_synchronize(tpu_runtime *rt, int device) {
   rt->async_error = NULL;
   pthread_mutex_unlock(&rt->lock);
   return st;
+}
+
+void tpu_runtime_error_reported(tpu_runtime *rt, tpu_status_t st) {
+  if (st == NULL || tpu_runtime_in_forked_child()) return;
+  pthread_mutex_lock(&rt->lock);
+  for (int d = 0; d < rt->num_devices; d++) drop_finished(rt, &rt->pending[d], 0);
+  destroy_released(rt);
+  /* The same failure: its innermost message (after the last ": " of the
+   * contexts XLA and the runtime put before it) is in what the read raised. */
+  const char *cause = rt->async_error != NULL ? tpu_status_message(rt->async_error) : NULL;
+  const char *inner = NULL;
+  for (const char *p = cause; p != NULL && (p = strstr(p, ": ")) != NULL; p += 2) inner = p + 2;
+  if (cause != NULL && strncmp(cause, LAUNCH_FAILED ": ", strlen(LAUNCH_FAILED ": ")) == 0 && inner != NULL &&
+      *inner != '\0' && strstr(tpu_status_message(st), inner) != NULL) {
+    tpu_status_free(rt->async_error);
+    rt->async_error = NULL;
+  }
+  pthread_mutex_unlock(&rt->lock);
 }
 
 /* --- markers --------------------------------------------------------------- */

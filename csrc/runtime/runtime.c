@@ -407,8 +407,12 @@ tpu_status_t tpu_buffer_to_host(tpu_runtime *rt, tpu_buffer *buf, void *dst, siz
       .dst = dst,
       .dst_size = size,
   };
-  TPU_RETURN_IF_ERROR(CALL(rt->api, PJRT_Buffer_ToHostBuffer, &a, "copying a tensor to the host"));
-  TPU_RETURN_IF_ERROR(tpu_runtime_event_await(rt->api, a.event, "copying a tensor to the host"));
+  tpu_status_t st = CALL(rt->api, PJRT_Buffer_ToHostBuffer, &a, "copying a tensor to the host");
+  if (st == NULL) st = tpu_runtime_event_await(rt->api, a.event, "copying a tensor to the host");
+  if (st != NULL) {
+    tpu_runtime_error_reported(rt, st);
+    return st;
+  }
   tpu_stats_add(TPU_STAT_D2H_BYTES, size);
   return NULL;
 }
@@ -420,7 +424,9 @@ tpu_status_t tpu_buffer_await(tpu_runtime *rt, tpu_buffer *buf) {
       .buffer = (PJRT_Buffer *)buf,
   };
   TPU_RETURN_IF_ERROR(CALL(rt->api, PJRT_Buffer_ReadyEvent, &a, "waiting for a tensor"));
-  return tpu_runtime_event_await(rt->api, a.event, "computing a tensor");
+  tpu_status_t st = tpu_runtime_event_await(rt->api, a.event, "computing a tensor");
+  tpu_runtime_error_reported(rt, st);
+  return st;
 }
 
 tpu_status_t tpu_buffer_host_pointer(tpu_runtime *rt, tpu_buffer *buf, void **out_ptr) {

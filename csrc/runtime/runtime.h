@@ -183,8 +183,16 @@ tpu_status_t tpu_executable_execute_replicas(tpu_runtime *rt, tpu_executable *ex
 bool tpu_runtime_runs_small_programs_inline(const tpu_runtime *rt);
 
 /* Waits for every tracked launch so far on |device| (-1: all devices);
- * returns the first asynchronous error seen, if any. */
+ * returns the first asynchronous error seen and not reported yet, if any. */
 tpu_status_t tpu_runtime_synchronize(tpu_runtime *rt, int device) TPU_MUST_USE;
+
+/* A failed launch surfaces twice: at a read of one of its outputs (the
+ * buffers carry its error) and as its completion event, which synchronize
+ * reports. A read that failed with |st| (tpu_buffer_to_host and
+ * tpu_buffer_await call this) has reported it: the launches in flight are
+ * awaited, and the pending asynchronous error is dropped when it is the one
+ * |st| carries, so that each failure is reported once, where it surfaced. */
+void tpu_runtime_error_reported(tpu_runtime *rt, tpu_status_t st);
 
 /* A point in a device's queue with the time it was reached (what
  * torch.Event(enable_timing=True) records): when every program launched on

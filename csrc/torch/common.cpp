@@ -75,6 +75,10 @@ void check_admitted(bool admitted, const char* kernel, c10::ScalarType t) {
   if (!admitted) throw_status(tpu_lower_not_implemented(kernel, to_tpu(t)));
 }
 
+std::string legacy_type_name(const at::Tensor& t) {
+  return c10::str("torch.", c10::get_privateuse1_backend(), ".", c10::toString(t.scalar_type()), "Tensor");
+}
+
 tpu_runtime* runtime() {
   std::lock_guard<std::mutex> lock(g_runtime_mutex);
   if (g_runtime != nullptr) {

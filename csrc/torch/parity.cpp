@@ -9,10 +9,15 @@
 #include <ATen/native/TypeProperties.h>
 #include <ATen/ops/addmm_meta_dispatch.h>
 #include <ATen/ops/addmv_meta_dispatch.h>
+#include <ATen/native/layer_norm.h>
 #include <ATen/ops/addr_native.h>
+#include <ATen/ops/atan2_meta_dispatch.h>
 #include <ATen/ops/baddbmm_meta_dispatch.h>
 #include <ATen/ops/bmm_meta_dispatch.h>
+#include <ATen/ops/gather_meta_dispatch.h>
+#include <ATen/ops/lerp_meta_dispatch.h>
 #include <ATen/ops/mm_meta_dispatch.h>
+#include <ATen/ops/topk_meta_dispatch.h>
 
 #include <unordered_set>
 
@@ -29,6 +34,16 @@ at::Tensor stand_in(const at::Tensor& t) {
 }
 
 at::Tensor stand_in(const c10::IValue& v) { return stand_in(v.toTensor()); }
+
+// A meta tensor of |t|'s geometry and dtype: what PyTorch's C++ structured
+// meta functions (the CPU kernels' shape and dtype checks, at::meta::*)
+// take, with their messages. Undefined stays undefined.
+at::Tensor meta_of(const at::Tensor& t) {
+  if (!t.defined()) return t;
+  return at::empty_strided(t.sizes(), t.strides(), at::TensorOptions().dtype(t.scalar_type()).device(c10::kMeta));
+}
+
+at::Tensor meta_of(const c10::IValue& v) { return v.isTensor() ? meta_of(v.toTensor()) : at::Tensor(); }
 
 void check_1d(const at::Tensor& t, const char* arg, const char* op) {
   TORCH_CHECK(t.dim() == 1, op, ": Expected 1-D argument ", arg, ", but got ", t.dim(), "-D");
@@ -240,11 +255,6 @@ void check_argmax_argmin(const c10::OperatorHandle& handle, const std::vector<bo
   }
 }
 
-void check_embedding(const c10::OperatorHandle& handle, const std::vector<bool>& promotes,
-                     c10::ArrayRef<c10::IValue> ivs) {
-  TORCH_CHECK(ivs[0].toTensor().dim() == 2, "'weight' must be 2-D");
-}
-
 void check_linalg_ldl_solve(const c10::OperatorHandle& handle, const std::vector<bool>& promotes,
                             c10::ArrayRef<c10::IValue> ivs) {
   // The CPU's meta function (C++; the Python meta registration words it its own way).
@@ -290,6 +300,99 @@ void check_complex(const c10::OperatorHandle&, const std::vector<bool>&, c10::Ar
   (void)at::infer_size_dimvector(ivs[0].toTensor().sizes(), ivs[1].toTensor().sizes());
 }
 
+// The index dtype checks of the CPU kernels (the Python meta functions
+// let index_select's float index through, and add ", but got torch.float32"
+// to gather's message); gather's, topk's, lerp's and atan2's from their C++
+// structured meta functions, which the CPU kernels run first.
+void check_index_select(const c10::OperatorHandle&, const std::vector<bool>&, c10::ArrayRef<c10::IValue> ivs) {
+  const at::Tensor &self = ivs[0].toTensor(), &index = ivs[2].toTensor();
+  TORCH_CHECK_INDEX(index.dim() <= 1, "index_select(): Index is supposed to be a vector");
+  TORCH_CHECK(!(self.dim() == 0 && index.numel() != 1), "index_select(): Index to scalar can have only 1 value, got ",
+              index.numel(), " value(s)");
+  TORCH_CHECK(index.scalar_type() == at::kLong || index.scalar_type() == at::kInt,
+              "index_select(): Expected dtype int32 or int64 for index");
+}
+
+void check_gather(const c10::OperatorHandle&, const std::vector<bool>&, c10::ArrayRef<c10::IValue> ivs) {
+  if (ivs[1].isInt()) (void)at::meta::gather(meta_of(ivs[0]), ivs[1].toInt(), meta_of(ivs[2]), ivs[3].toBool());
+}
+
+void check_topk(const c10::OperatorHandle&, const std::vector<bool>&, c10::ArrayRef<c10::IValue> ivs) {
+  (void)at::meta::topk(meta_of(ivs[0]), ivs[1].toInt(), ivs[2].toInt(), ivs[3].toBool(), ivs[4].toBool());
+}
+
+// The tensor an op writes: an in-place op's self, or its out=.
+std::optional<size_t> written_arg(const c10::OperatorHandle& handle) {
+  const auto& args = handle.schema().arguments();
+  for (size_t i = 0; i < args.size(); i++)
+    if (args[i].alias_info() != nullptr && args[i].alias_info()->isWrite()) return i;
+  return std::nullopt;
+}
+
+void check_lerp(const c10::OperatorHandle& handle, const std::vector<bool>&, c10::ArrayRef<c10::IValue> ivs) {
+  at::Tensor self = meta_of(ivs[0]), end = meta_of(ivs[1]);
+  if (ivs[2].isTensor())
+    (void)at::meta::lerp(self, end, meta_of(ivs[2]));
+  else
+    (void)at::meta::lerp(self, end, ivs[2].toScalar());
+}
+
+void check_atan2(const c10::OperatorHandle& handle, const std::vector<bool>&, c10::ArrayRef<c10::IValue> ivs) {
+  std::optional<size_t> out = written_arg(handle);
+  if (!out) return;  // the functional op takes every dtype
+  at::Tensor self = meta_of(ivs[0]), other = meta_of(ivs[1]);
+  at::Tensor written = *out == 0 ? self : meta_of(ivs[*out]);
+  (void)at::meta::atan2_out(written, self, other);
+}
+
+// layer_norm's shape checks (the CPU kernel's _check_layer_norm_inputs).
+void check_layer_norm(const c10::OperatorHandle&, const std::vector<bool>&, c10::ArrayRef<c10::IValue> ivs) {
+  (void)at::native::_check_layer_norm_inputs(meta_of(ivs[0]), ivs[1].toIntVector(), meta_of(ivs[2]),
+                                             meta_of(ivs[3]));
+}
+
+void check_embedding(const c10::OperatorHandle& handle, const std::vector<bool>& promotes,
+                     c10::ArrayRef<c10::IValue> ivs) {
+  TORCH_CHECK(ivs[0].toTensor().dim() == 2, "'weight' must be 2-D");
+  const at::Tensor& indices = ivs[1].toTensor();
+  TORCH_CHECK(indices.scalar_type() == at::kLong || indices.scalar_type() == at::kInt,
+              "Expected tensor for argument #1 'indices' to have one of the following scalar types: Long, Int; but "
+              "got ",
+              legacy_type_name(indices), " instead (while checking arguments for embedding)");
+}
+
+// Bool floor and trunc division: the CPU's kernels do not take it.
+void check_div_bool(const c10::OperatorHandle& handle, const std::vector<bool>& promotes,
+                    c10::ArrayRef<c10::IValue> ivs) {
+  const std::string& name = handle.schema().name();
+  std::string mode = "floor";
+  if (name == "aten::div" || name == "aten::div_") {
+    std::optional<int> at = handle.schema().argumentIndexWithName("rounding_mode");
+    if (!at || !ivs[*at].isString()) return;
+    mode = ivs[*at].toStringRef();
+  }
+  if (mode != "floor" && mode != "trunc") return;  // the rule raises div's own error
+  const at::ScalarType t = promoted_type(promotes, ivs);
+  check_admitted(t != at::kBool, mode == "floor" ? "div_floor_cpu" : "div_trunc_cpu", t);
+}
+
+// Checks the CPU kernels make before TensorIterator broadcasts the operands
+// (check_before_meta's broadcast would speak first): where's condition
+// dtype; masked_fill's mask dtype, after (the functional op) broadcasting
+// the mask against self, in that order.
+void check_where(const c10::OperatorHandle&, const std::vector<bool>&, c10::ArrayRef<c10::IValue> ivs) {
+  if (!ivs[0].isTensor()) return;
+  const at::ScalarType t = ivs[0].toTensor().scalar_type();
+  TORCH_CHECK(t == at::kBool, "where expected condition to be a boolean tensor, but got a tensor with dtype ", t);
+}
+
+void check_masked_fill(const c10::OperatorHandle& handle, const std::vector<bool>&, c10::ArrayRef<c10::IValue> ivs) {
+  const at::Tensor &self = ivs[0].toTensor(), &mask = ivs[1].toTensor();
+  if (handle.schema().name() == "aten::masked_fill") (void)at::infer_size_dimvector(mask.sizes(), self.sizes());
+  TORCH_CHECK(mask.scalar_type() == at::kBool, "masked_fill_ only supports boolean masks, but got mask with dtype ",
+              mask.dtype());
+}
+
 // The checks by op name (the overload's base name).
 using ParityCheck = void (*)(const c10::OperatorHandle& handle, const std::vector<bool>& promotes,
                              c10::ArrayRef<c10::IValue> ivs);
@@ -302,6 +405,11 @@ double float_arg(const c10::OperatorHandle& handle, c10::ArrayRef<c10::IValue> i
   return 1.0;  // absent: the default, which passes
 }
 void check_normal(const c10::OperatorHandle& h, const std::vector<bool>&, c10::ArrayRef<c10::IValue> ivs) {
+  if (h.schema().name() == "aten::normal_") {  // randn's too: the CPU kernel's dtypes
+    const at::ScalarType t = ivs[0].toTensor().scalar_type();
+    check_admitted(t == at::kFloat || t == at::kDouble || t == at::kHalf || t == at::kBFloat16 || at::isComplexType(t),
+                   "normal_kernel_cpu", t);
+  }
   const double std = float_arg(h, ivs, "std");
   TORCH_CHECK(std >= 0.0, "normal expects std >= 0.0, but found std ", std);
 }
@@ -388,12 +496,35 @@ const std::unordered_map<std::string, ParityCheck>& parity_checks() {
       {"aten::argmax", check_argmax_argmin},
       {"aten::argmin", check_argmax_argmin},
       {"aten::embedding", check_embedding},
+      {"aten::index_select", check_index_select},
+      {"aten::gather", check_gather},
+      {"aten::topk", check_topk},
+      {"aten::lerp", check_lerp},
+      {"aten::lerp_", check_lerp},
+      {"aten::atan2", check_atan2},
+      {"aten::atan2_", check_atan2},
+      {"aten::arctan2", check_atan2},
+      {"aten::arctan2_", check_atan2},
+      {"aten::native_layer_norm", check_layer_norm},
+      {"aten::floor_divide", check_div_bool},
+      {"aten::floor_divide_", check_div_bool},
+      {"aten::div", check_div_bool},
+      {"aten::div_", check_div_bool},
       {"aten::linalg_ldl_solve", check_linalg_ldl_solve},
       {"aten::linalg_eig", check_linalg_eig},
       {"aten::_linalg_eigvals", check_linalg_eig},
       {"aten::linalg_eigvals", check_linalg_eig},
       {"aten::complex", check_complex},
       {"aten::polar", check_complex},
+  };
+  return table;
+}
+
+const std::unordered_map<std::string, ParityCheck>& checks_before_broadcast() {
+  static const std::unordered_map<std::string, ParityCheck> table = {
+      {"aten::where", check_where},
+      {"aten::masked_fill", check_masked_fill},
+      {"aten::masked_fill_", check_masked_fill},
   };
   return table;
 }
@@ -437,15 +568,24 @@ void check_before_meta(const c10::OperatorHandle& handle, const std::vector<bool
                        c10::ArrayRef<c10::IValue> ivs) {
   check_before_decomposition(handle, ivs);
   check_matmul_family(handle, ivs);
+  auto first = checks_before_broadcast().find(handle.schema().name());
+  if (first != checks_before_broadcast().end()) first->second(handle, promotes, ivs);
   if (handle.hasTag(at::Tag::pointwise)) {
     // TensorIterator broadcasts the operands in order, with infer_size's
     // message ("The size of tensor a (3) must match the size of tensor b
-    // (4) at non-singleton dimension 0"); the refs word it their own way.
+    // (4) at non-singleton dimension 0"), and an in-place op's self must
+    // have the broadcast shape; the refs word both their own way.
     std::optional<c10::DimVector> shape;
     for (size_t i = 0; i < ivs.size(); i++) {
       if (!promotes[i] || !ivs[i].isTensor() || !ivs[i].toTensor().defined()) continue;
       c10::IntArrayRef sizes = ivs[i].toTensor().sizes();
       shape = shape ? at::infer_size_dimvector(*shape, sizes) : c10::DimVector(sizes);
+    }
+    if (shape && written_arg(handle) == 0 && ivs[0].isTensor()) {
+      c10::IntArrayRef self = ivs[0].toTensor().sizes();
+      c10::DimVector full = at::infer_size_dimvector(*shape, self);
+      TORCH_CHECK(self.equals(full), "output with shape ", self, " doesn't match the broadcast shape ",
+                  c10::IntArrayRef(full));
     }
   }
   auto check = parity_checks().find(handle.schema().name());

@@ -6,6 +6,7 @@
 #include <ATen/native/Resize.h>
 #include <ATen/native/TensorFactories.h>
 #include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/expand_native.h>
 #include <ATen/ops/unfold_native.h>
 #include <ATen/ops/view_as_complex_native.h>
 #include <ATen/ops/view_as_real_native.h>
@@ -134,6 +135,15 @@ bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& 
   return self.key_set() == from.key_set() || (dense(self) && dense(from));
 }
 
+// PyTorch's expand, with the tensor's type named as PyTorch names a CUDA
+// tensor's (legacy_type_name), not "tpuFloatType".
+at::Tensor expand(const at::Tensor& self, c10::IntArrayRef size, bool implicit) {
+  TORCH_CHECK(size.size() >= static_cast<size_t>(self.dim()), "expand(", legacy_type_name(self), "{", self.sizes(),
+              "}, size=", size, "): the number of sizes provided (", size.size(), ") ",
+              "must be greater or equal to the number of dimensions in the tensor (", self.dim(), ")");
+  return at::native::expand(self, size, implicit);
+}
+
 }  // namespace
 }  // namespace torchtpu
 
@@ -154,6 +164,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   // PyTorch's own view kernels are device-agnostic metadata code.
   m.impl("as_strided", TORCH_FN(at::native::as_strided_tensorimpl));
   m.impl("view", TORCH_FN(at::native::view));
+  m.impl("expand", TORCH_FN(expand));
   m.impl("_reshape_alias", TORCH_FN(at::native::_reshape_alias));
   m.impl("unfold", TORCH_FN(at::native::unfold));
   m.impl("view_as_real", TORCH_FN(at::native::view_as_real));

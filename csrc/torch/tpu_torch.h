@@ -31,6 +31,11 @@ void throw_status(tpu_status_t st, const char* context = nullptr);
 // composites, which have no rule to declare what they admit.
 void check_admitted(bool admitted, const char* kernel, c10::ScalarType t);
 
+// The type name PyTorch's messages give a tensor ("torch.cuda.FloatTensor"),
+// with tpu's name ("torch.tpu.FloatTensor"): c10 prints "tpuFloatType",
+// which Python translates only for the CPU's and CUDA's types.
+std::string legacy_type_name(const at::Tensor& t);
+
 // Chooses the plugin (torchtpu._C._configure). A non-empty |error| is what
 // every use of the device will raise (no plugin found).
 // |cache_dir| ("" = off) holds the persistent compile cache; |kernels|

@@ -1,6 +1,7 @@
 """Running a fuzz program: one device's run (Env), the lockstep of tpu, the
 CPU and float64 (run_program), compiled blocks, and fused eager against strict
 eager bit for bit (_run_fused)."""
+import contextlib
 import json
 import math
 
@@ -383,12 +384,39 @@ def _explained_by_inputs(program, start, tpu, ref, explained):
     return True
 
 
+@contextlib.contextmanager
+def _cpu_as_the_device():
+    """The CPU run flushes subnormal floats to zero where tpu's device does
+    (torchtpu.device.flushes_denormals: TPUs, XLA's CPU plugin), so that a
+    program with subnormal values (the generator makes some, scale 1e-38)
+    is compared with what that platform defines; where tpu keeps them, the
+    CPU keeps them too and a flushed value is a difference. PyTorch's flush
+    mode is its calling thread's: the CPU run keeps to one thread."""
+    if not torchtpu.device.flushes_denormals():
+        yield
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    torch.set_flush_denormal(True)
+    try:
+        yield
+    finally:
+        torch.set_flush_denormal(False)
+        torch.set_num_threads(threads)
+
+
 def run_program(program, fault=None, stop=None):
     """Runs |program| on tpu and on the CPU (float32, float64); raises
     Failure at the first disagreement. |fault| (tests only) perturbs tpu's
     tensors after an instruction: fault(index, instruction, tensors).
     |stop|: run the instructions before it and return the three runs.
-    A fused program runs in fused eager against strict eager (_run_fused)."""
+    A fused program runs in fused eager against strict eager (_run_fused).
+    Subnormals: as the platform defines them (_cpu_as_the_device)."""
+    with _cpu_as_the_device():
+        return _run_program(program, fault, stop)
+
+
+def _run_program(program, fault, stop):
     if program["mode"] == "fused":
         return _run_fused(program, fault)
 
