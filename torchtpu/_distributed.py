@@ -14,7 +14,7 @@ import datetime
 import torch
 import torch.distributed as dist
 
-from . import _C
+from . import _C, _settings
 
 NAME = "tpu_dist"
 
@@ -27,7 +27,7 @@ def _create(store, group_rank, group_size, timeout):
     # device per process (tpu:0) would refuse.
     torch.tpu._lazy_init()
     gloo = dist.ProcessGroupGloo(store, group_rank, group_size, timeout)
-    return _C._ProcessGroupTpu(group_rank, group_size, gloo)
+    return _C._ProcessGroupTpu(group_rank, group_size, gloo, _settings.dist_check())
 
 
 def _pytorchs_device():
