@@ -72,7 +72,8 @@ def _probe(tmp_path, **env):
 def test_settings_reach_the_runtime(tmp_path):
     default = _probe(tmp_path)
     assert default["limit"] == 8 and default["size_cuts"] == 0 and default["value"] == 32.0
-    set_ = _probe(tmp_path, TORCHTPU_COMPILE_LIMIT="3", TORCHTPU_FUSED_MAX_OPS="3", XLA_FLAGS="--xla_backend_optimization_level=2")
+    set_ = _probe(tmp_path, TORCHTPU_COMPILE_LIMIT="3", TORCHTPU_FUSED_MAX_OPS="3",
+                  XLA_FLAGS="--xla_backend_optimization_level=2")
     assert set_["limit"] == 3 and set_["size_cuts"] >= 2 and set_["value"] == 32.0
     # XLA_FLAGS is part of the disk cache's key: another folder
     assert set_["cache_dir"] != default["cache_dir"]
