@@ -56,7 +56,7 @@ with torchtpu.eager_mode("fused"):
     for _ in range(7):
         x = x + 1
     out["value"] = x.sum().item()
-out["size_cuts"] = torchtpu.stats()["cuts"].get("size", 0)
+out["size_cuts"] = torchtpu.stats()["cuts"].get("size_cap", 0)
 print(json.dumps(out))
 """
 
