@@ -3,21 +3,9 @@
     import torch, torchtpu
     x = torch.randn(4, 4, device="tpu")
 
-Environment: TORCHTPU_PLATFORM (cpu | cuda | tpu | path to a plugin),
-TORCHTPU_FALLBACK (warn | error | silent), TORCHTPU_DUMP_DIR (write every
-compiled program's StableHLO there), TORCHTPU_CACHE_DIR (the persistent
-compile cache; default ~/.cache/torchtpu, "off" disables it),
-TORCHTPU_CACHE_MAX_MB (its size cap, default 2048), TORCHTPU_KERNELS (which
-hand-written kernels programs call: 1 all, 0 none, or names such as
-"attention,matmul"; XLA's composites do the rest, for A/B comparisons),
-TORCHTPU_EAGER (strict | fused | blocking: how eager ops run, see
-eager_mode), TORCHTPU_FUSED_MAX_OPS (the most ops one fused program records,
-default 512),
-TORCHTPU_PROGRESS (the compile progress line on stderr: 1 on, 0 off, or the
-seconds a burst of compiles runs before it shows; default on, after 1 s, when
-stderr is a terminal), TORCHTPU_LOG=compiles (a line on stderr per program
-compiled, see compiles()), TORCHTPU_COMPILE_LIMIT (signatures one op or
-compiled function compiles before a warning, default 8).
+Environment: every TORCHTPU_* variable is read once, at import, by
+torchtpu/_settings.py; docs/configuration.md lists them (TORCHTPU_PLATFORM,
+TORCHTPU_EAGER, TORCHTPU_FALLBACK, TORCHTPU_CACHE_DIR, TORCHTPU_KERNELS, ...).
 """
 import atexit
 import os
@@ -28,28 +16,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 import torch  # noqa: E402
 
 from . import _plugin  # noqa: E402
+from . import _settings  # noqa: E402
 from . import _C  # noqa: E402
 
-def _cache_dir():
-    setting = os.environ.get("TORCHTPU_CACHE_DIR")
-    if setting is not None:
-        return "" if setting.lower() in ("", "0", "off", "none") else os.path.expanduser(setting)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "torchtpu")
-
-
-# Under torchrun the CPU plugin makes one device per local process, and
-# process LOCAL_RANK takes tpu:LOCAL_RANK, as CUDA's processes do (trainers
-# such as TorchTitan's and DeviceMesh call set_device(LOCAL_RANK) and place
-# data on "tpu:<LOCAL_RANK>"; a launcher that sets LOCAL_RANK alone gets
-# devices up to it). Collectives run between processes (tpu_dist); a
-# process's other devices are its own. Other plugins ignore the number.
-_cpu_devices = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1),
-                   int(os.environ.get("LOCAL_RANK", "0") or 0) + 1)
-_platform, _plugin_path, _plugin_error = _plugin.resolve()
-_C._configure(_plugin_path, _platform, _cpu_devices, _plugin_error, _cache_dir(),
-              int(float(os.environ.get("TORCHTPU_CACHE_MAX_MB", "2048")) * 2**20),
-              os.environ.get("TORCHTPU_KERNELS", "1"))
+# The environment, read once: the runtime's options come from here.
+settings = _settings.read()
+_platform, _plugin_path, _plugin_error = _plugin.resolve(settings.platform)
+_C._configure(settings, _plugin_path, _platform, _plugin_error)
 
 torch.utils.rename_privateuse1_backend("tpu")
 from . import device as _device_module  # noqa: E402
@@ -58,7 +31,7 @@ torch._register_device_module("tpu", _device_module)
 torch.utils.generate_methods_for_privateuse1_backend(
     for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True)
 
-_C._set_fallback_mode(os.environ.get("TORCHTPU_FALLBACK", "warn"))
+_C._set_fallback_mode(settings.fallback)
 from . import _decomp  # noqa: E402
 from . import _meta  # noqa: E402
 from . import _flex  # noqa: E402
@@ -93,14 +66,14 @@ _flex.enable()
 _reductions.enable()
 _distributed.enable()
 _dlpack.enable()
-if os.environ.get("TORCHTPU_DUMP_DIR"):
-    _C._set_dump_dir(os.environ["TORCHTPU_DUMP_DIR"])
+if settings.dump_dir:
+    _C._set_dump_dir(settings.dump_dir)
 
 
 def _start_progress():
     """The progress line of long compiles (progress.cpp), when TORCHTPU_PROGRESS
     or a terminal on stderr asks for it."""
-    setting = os.environ.get("TORCHTPU_PROGRESS", "").strip()
+    setting = settings.progress
     tty = os.isatty(2)
     try:
         delay = 1.0 if setting in ("", "1") else float(setting)
@@ -117,7 +90,7 @@ _start_progress()
 from ._compiles import compiles, get_compile_limit, reset_compiles, set_compile_limit  # noqa: E402
 from ._compiles import _configure_log  # noqa: E402
 
-_configure_log()
+_configure_log(settings.log)
 
 
 def _settle_autograd_threads():
@@ -231,7 +204,7 @@ def current_eager_mode():
 
 def _default_eager_mode():
     """The process default from TORCHTPU_EAGER (strict when unset)."""
-    return _eager_mode_number(os.environ.get("TORCHTPU_EAGER", "strict").strip().lower() or "strict")
+    return _eager_mode_number(settings.eager)
 
 
 _C._set_default_eager_mode(_default_eager_mode())

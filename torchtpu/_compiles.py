@@ -3,7 +3,6 @@ TORCHTPU_LOG=compiles. The log itself is C's (csrc/base/compiles.c): every
 XLA program is built for an owner (an eager op, a fused eager trace, a
 torch.compile'd function) and one signature (its arguments' dtypes, shapes,
 layouts and the Python numbers baked into it)."""
-import os
 import warnings
 
 from . import _C
@@ -74,12 +73,12 @@ def warn_pending(stacklevel=3):
         warnings.warn(text, stacklevel=stacklevel)
 
 
-def _configure_log():
-    """TORCHTPU_LOG: comma-separated topics; "compiles" logs every program
-    built, compiled or loaded on stderr as it happens."""
-    topics = {t.strip() for t in os.environ.get("TORCHTPU_LOG", "").split(",") if t.strip()}
+def _configure_log(setting):
+    """TORCHTPU_LOG (|setting|): comma-separated topics; "compiles" logs
+    every program built, compiled or loaded on stderr as it happens."""
+    topics = {t.strip() for t in setting.split(",") if t.strip()}
     unknown = topics - {"compiles"}
     if unknown:
-        raise ValueError(f"TORCHTPU_LOG={os.environ['TORCHTPU_LOG']!r}: unknown topic(s) "
+        raise ValueError(f"TORCHTPU_LOG={setting!r}: unknown topic(s) "
                          f"{', '.join(sorted(unknown))}; expected: compiles")
     _C._compiles_log("compiles" in topics)

@@ -14,7 +14,7 @@ import datetime
 import torch
 import torch.distributed as dist
 
-from . import _C
+from . import _C, _settings
 
 NAME = "tpu_dist"
 
@@ -23,7 +23,7 @@ def _create(store, group_rank, group_size, timeout):
     if not isinstance(timeout, datetime.timedelta):
         timeout = datetime.timedelta(seconds=float(timeout))
     gloo = dist.ProcessGroupGloo(store, group_rank, group_size, timeout)
-    return _C._ProcessGroupTpu(group_rank, group_size, gloo)
+    return _C._ProcessGroupTpu(group_rank, group_size, gloo, _settings.dist_check())
 
 
 def _pytorchs_device():

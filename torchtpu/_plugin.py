@@ -20,9 +20,9 @@ def _package_dir(name):
     return list(spec.submodule_search_locations)[0]
 
 
-def resolve(setting=None):
-    """Returns (platform, plugin path, error). The error is '' when found."""
-    setting = setting or os.environ.get("TORCHTPU_PLATFORM", "cpu") or "cpu"
+def resolve(setting):
+    """Returns (platform, plugin path, error) for |setting| (TORCHTPU_PLATFORM,
+    read by _settings). The error is '' when found."""
     if setting not in _KNOWN:
         path = os.path.abspath(os.path.expanduser(setting))
         if not os.path.isfile(path):

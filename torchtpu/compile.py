@@ -262,7 +262,7 @@ def _cache_tag():
     for path in sorted(pathlib.Path(__file__).parent.iterdir()):
         if path.suffix in (".py", ".so"):
             digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    digest.update(f"{torchtpu._platform}\0{torchtpu._plugin_path}\0{os.environ.get('TORCHTPU_KERNELS', '1')}".encode())
+    digest.update(f"{torchtpu._platform}\0{torchtpu._plugin_path}\0{torchtpu.settings.kernels}".encode())
     return digest.hexdigest()
 
 

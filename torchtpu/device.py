@@ -1,11 +1,10 @@
 """torch.tpu: the device module PyTorch looks up for the "tpu" device."""
 
 import contextlib
-import os
 
 import torch
 
-from . import _C
+from . import _C, _settings
 
 _initialized = False
 
@@ -306,21 +305,6 @@ def get_device_name(device=None):
     return f"{info['platform']}:{info['devices'][_index(device)]}"
 
 
-def _peak_flops():
-    """TORCHTPU_PEAK_FLOPS: the device's peak (dense bf16 FLOP/s) a user
-    gives, for MFU; no plugin reports one."""
-    value = os.environ.get("TORCHTPU_PEAK_FLOPS", "")
-    if not value:
-        return None
-    try:
-        peak = float(value)
-    except ValueError:
-        peak = -1.0
-    if not peak > 0 or peak == float("inf"):
-        raise ValueError(f"TORCHTPU_PEAK_FLOPS must be a positive number of FLOP/s, got {value!r}")
-    return peak
-
-
 class _DeviceProperties:
     """What get_device_properties reports: the name (platform:kind), the
     PJRT platform and device kind, total_memory in bytes, and peak_flops
@@ -332,7 +316,7 @@ class _DeviceProperties:
         self.platform = info["platform"]
         self.device_kind = info["devices"][index]
         self.total_memory = mem_get_info(index)[1]
-        self.peak_flops = _peak_flops()
+        self.peak_flops = _settings.peak_flops()
 
     def __repr__(self):
         return (f"_TpuDeviceProperties(name='{self.name}', platform='{self.platform}', "

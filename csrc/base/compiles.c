@@ -59,10 +59,7 @@ void tpu_compiles_set_limit(int n) {
 }
 
 static int limit_locked(void) {
-  if (g_limit > 0) return g_limit;
-  const char *env = getenv("TORCHTPU_COMPILE_LIMIT");
-  int n = env != NULL ? atoi(env) : 0;
-  return n > 0 ? n : DEFAULT_LIMIT;
+  return g_limit > 0 ? g_limit : DEFAULT_LIMIT;
 }
 
 int tpu_compiles_limit(void) {

@@ -1,7 +1,8 @@
-/* Eager execution (see eager.h): op records, call keys, the in-memory cache
- * of one-op programs, the modes, and running an entry on a call's storages
+/* Eager execution (see eager.h): the process's context and options, op
+ * records, call keys, the modes, and running an entry on a call's storages
  * (tpu_eager_execute, with the table of runtime scalars). Programs are built
- * by program.c, entries compiled by entry.c, fused traces kept by trace.c. */
+ * by program.c, entries compiled by entry.c and kept in memory by cache.c,
+ * fused traces kept by trace.c. */
 #include "eager/eager.h"
 
 #include <errno.h>
@@ -19,13 +20,24 @@
 #include "eager/internal.h"
 #include "eager/program.h"
 
-static tpu_eager_context g_context;
+#define DEFAULT_FUSED_MAX_OPS 512
+#define DEFAULT_MAX_CACHED_PROGRAMS 4096 /* see tpu_eager_cache_insert (cache.c) */
+
+#define DEFAULT_OPTIONS \
+  {.fused_max_ops = DEFAULT_FUSED_MAX_OPS, .fused_exact = true, .max_cached_programs = DEFAULT_MAX_CACHED_PROGRAMS}
+
+static tpu_eager_context g_context = {.options = DEFAULT_OPTIONS};
 static char *g_dump_dir; /* g_context.dump_dir, owned */
 static _Atomic uint32_t g_next_op_id = 1;
 
-void tpu_eager_init(tpu_runtime *rt, unsigned kernels) {
+void tpu_eager_options_init(tpu_eager_options *o) { *o = (tpu_eager_options)DEFAULT_OPTIONS; }
+
+void tpu_eager_init(tpu_runtime *rt, const tpu_eager_options *opts) {
+  tpu_eager_options o = *opts;
+  if (o.fused_max_ops <= 0) o.fused_max_ops = DEFAULT_FUSED_MAX_OPS;
+  if (o.max_cached_programs == 0) o.max_cached_programs = DEFAULT_MAX_CACHED_PROGRAMS;
   g_context.rt = rt;
-  g_context.kernels = kernels;
+  g_context.options = o;
 }
 const tpu_eager_context *tpu_eager_context_get(void) { return &g_context; }
 
@@ -178,74 +190,7 @@ static void build_key(tpu_strbuf *k, const tpu_eager_call *call, const flat_call
   }
 }
 
-/* --- the cache ---------------------------------------------------------------------- */
-
-/* The cache's own nodes: a key (held inline) and the entry it names. The
- * cache holds one reference on each entry it keeps. */
-typedef struct cache_node {
-  struct cache_node *next; /* its bucket's chain, or the held or unheld list */
-  tpu_eager_entry *entry;
-  uint64_t hash;
-  size_t key_len;
-  char key[];
-} cache_node;
-
-static pthread_mutex_t g_cache_lock = PTHREAD_MUTEX_INITIALIZER;
-static cache_node **g_buckets;
-static size_t g_num_buckets, g_num_entries;
-/* Out of the cache (cleared), with callers still holding their entries. */
-static cache_node *g_held;
-/* Out of the cache, nobody holds their entries any more, whose last launch
- * may still run: freed by the next clear, after it waited for every launch. */
-static cache_node *g_unheld;
-
-static bool node_has_key(const cache_node *n, const char *key, size_t len, uint64_t h) {
-  return n->hash == h && n->key_len == len && memcmp(n->key, key, len) == 0;
-}
-
-/* Programs kept loaded. Each loaded executable maps a few memory regions and
- * Linux allows about 65k per process, so a process that keeps compiling new
- * signatures (a test suite, an op sweep) would run out; at the cap, or when
- * the maps pass half the limit, the cache is emptied and programs come back
- * from the disk cache as they are used. TORCHTPU_MAX_CACHED_PROGRAMS
- * overrides the cap. */
-#define DEFAULT_MAX_CACHED_PROGRAMS 4096
-
-static size_t max_cached_programs(void) {
-  static size_t cap;
-  if (cap == 0) {
-    const char *env = getenv("TORCHTPU_MAX_CACHED_PROGRAMS");
-    long v = env != NULL ? strtol(env, NULL, 10) : 0;
-    cap = v > 0 ? (size_t)v : DEFAULT_MAX_CACHED_PROGRAMS;
-  }
-  return cap;
-}
-/* Whether the process holds more than half the memory maps Linux allows it
- * (vm.max_map_count, 65530 by default): a few loaded executables can use
- * many (a general eigendecomposition's loops map hundreds of regions), so
- * the count of programs alone does not bound them. False where /proc says
- * nothing. Reads /proc/self/maps: called per program loaded, not per call. */
-static bool maps_running_out(void) {
-  static long limit;
-  if (limit == 0) {
-    long max = 65530;
-    FILE *f = fopen("/proc/sys/vm/max_map_count", "r");
-    if (f != NULL) {
-      if (fscanf(f, "%ld", &max) != 1 || max <= 0) max = 65530;
-      fclose(f);
-    }
-    limit = max / 2;
-  }
-  FILE *f = fopen("/proc/self/maps", "r");
-  if (f == NULL) return false;
-  char buf[1 << 16];
-  long lines = 0;
-  size_t got;
-  while ((got = fread(buf, 1, sizeof buf, f)) > 0)
-    for (size_t i = 0; i < got; i++) lines += buf[i] == '\n';
-  fclose(f);
-  return lines > limit;
-}
+/* --- keys of calls in the cache (cache.c) ---------------------------------------- */
 
 static _Thread_local tpu_strbuf t_key;
 
@@ -276,20 +221,6 @@ tpu_status_t tpu_eager_call_key(const tpu_eager_call *call, char **out, size_t *
   return NULL;
 }
 
-tpu_eager_entry *tpu_eager_cache_find(const char *key, size_t len, uint64_t h) {
-  tpu_eager_entry *found = NULL;
-  pthread_mutex_lock(&g_cache_lock);
-  if (g_num_buckets != 0)
-    for (const cache_node *n = g_buckets[h & (g_num_buckets - 1)]; n != NULL; n = n->next)
-      if (node_has_key(n, key, len, h)) {
-        found = n->entry;
-        tpu_eager_entry_retain(found);
-        break;
-      }
-  pthread_mutex_unlock(&g_cache_lock);
-  return found;
-}
-
 tpu_status_t tpu_eager_prepare(const tpu_eager_call *call) {
   if (__atomic_load_n(&tpu_trace_pending, __ATOMIC_ACQUIRE) == 0 || tpu_eager_current_mode() == TPU_EAGER_FUSED)
     return NULL;
@@ -303,112 +234,6 @@ tpu_eager_entry *tpu_eager_lookup(const tpu_eager_call *call) {
   if (found != NULL) tpu_stats_add(TPU_STAT_CACHE_HITS, 1); /* misses count where programs compile */
   if (found != NULL && tpu_profile_enabled()) tpu_profile_mark(TPU_PROFILE_COMPILE, call->op->name, "hit");
   return found;
-}
-
-/* Inserts |e| unless an equal key is present (a racing compile); returns the
- * entry that stays cached, NULL if out of memory. Lock held. */
-static tpu_eager_entry *insert_locked(tpu_eager_entry *e, const char *key, size_t len, uint64_t h) {
-  if (g_num_entries + 1 > g_num_buckets) {
-    size_t nb = g_num_buckets ? g_num_buckets * 2 : 256;
-    cache_node **b = tpu_alloc_or_null(nb * sizeof *b);
-    if (b != NULL) {
-      memset(b, 0, nb * sizeof *b);
-      for (size_t i = 0; i < g_num_buckets; i++)
-        for (cache_node *x = g_buckets[i], *next; x != NULL; x = next) {
-          next = x->next;
-          x->next = b[x->hash & (nb - 1)];
-          b[x->hash & (nb - 1)] = x;
-        }
-      free(g_buckets);
-      g_buckets = b;
-      g_num_buckets = nb;
-    }
-  }
-  if (g_num_buckets == 0) return NULL;
-  cache_node **head = &g_buckets[h & (g_num_buckets - 1)];
-  for (cache_node *x = *head; x != NULL; x = x->next)
-    if (node_has_key(x, key, len, h)) return x->entry;
-  cache_node *n = tpu_alloc_or_null(sizeof *n + len);
-  if (n == NULL) return NULL;
-  n->next = *head;
-  n->entry = e;
-  n->hash = h;
-  n->key_len = len;
-  memcpy(n->key, key, len);
-  tpu_eager_entry_set_hash(e, h);
-  *head = n;
-  g_num_entries++;
-  return e;
-}
-
-size_t tpu_eager_cache_size(void) {
-  pthread_mutex_lock(&g_cache_lock);
-  size_t n = g_num_entries;
-  pthread_mutex_unlock(&g_cache_lock);
-  return n;
-}
-
-void tpu_eager_entry_release(tpu_eager_entry *e) {
-  if (e == NULL || !tpu_eager_entry_unref(e)) return;
-  /* The cache holds a reference while it keeps an entry: this one left it,
-   * and its node waits on the held list. */
-  pthread_mutex_lock(&g_cache_lock);
-  for (cache_node **link = &g_held; *link != NULL; link = &(*link)->next)
-    if ((*link)->entry == e) {
-      cache_node *n = *link;
-      *link = n->next;
-      n->next = g_unheld;
-      g_unheld = n;
-      break;
-    }
-  pthread_mutex_unlock(&g_cache_lock);
-}
-
-tpu_status_t tpu_eager_cache_clear(void) {
-  cache_node *dead = NULL;
-  pthread_mutex_lock(&g_cache_lock);
-  for (size_t i = 0; i < g_num_buckets; i++) {
-    for (cache_node *n = g_buckets[i], *next; n != NULL; n = next) {
-      next = n->next;
-      cache_node **list = tpu_eager_entry_unref(n->entry) ? &dead : &g_held; /* held: freed after its release */
-      n->next = *list;
-      *list = n;
-    }
-    g_buckets[i] = NULL;
-  }
-  g_num_entries = 0;
-  for (cache_node *n = g_unheld, *next; n != NULL; n = next) {
-    next = n->next;
-    n->next = dead;
-    dead = n;
-  }
-  g_unheld = NULL;
-  pthread_mutex_unlock(&g_cache_lock);
-  /* Nobody holds these, so every launch of theirs was made before now:
-   * wait for those before their executables go. */
-  tpu_status_t st = tpu_runtime_synchronize(g_context.rt, -1);
-  for (cache_node *n = dead, *next; n != NULL; n = next) {
-    next = n->next;
-    tpu_eager_entry_free(n->entry);
-    free(n);
-  }
-  return st;
-}
-
-tpu_eager_entry *tpu_eager_cache_insert(tpu_eager_entry *e, const char *key, size_t len, uint64_t h) {
-  size_t cached = tpu_eager_cache_size();
-  if (cached >= max_cached_programs() || (cached >= 64 && maps_running_out())) {
-    tpu_status_t st = tpu_eager_cache_clear();
-    if (st != NULL) { /* a launch's error, which its own waiters report */
-      tpu_status_free(st);
-    }
-  }
-  pthread_mutex_lock(&g_cache_lock);
-  tpu_eager_entry *kept = insert_locked(e, key, len, h);
-  if (kept != NULL) tpu_eager_entry_retain(kept); /* the caller's */
-  pthread_mutex_unlock(&g_cache_lock);
-  if (kept != e) tpu_eager_entry_free(e);
-  return kept;
 }
 
 /* --- modes ------------------------------------------------------------------------- */

@@ -161,20 +161,34 @@ typedef struct tpu_eager_out_meta {
 
 typedef struct tpu_eager_entry tpu_eager_entry;
 
+/* The process's settings for eager execution, filled by the caller from
+ * its settings (torchtpu/_settings.py reads the environment; C reads none).
+ * tpu_eager_options_init sets the defaults. */
+typedef struct tpu_eager_options {
+  unsigned kernels;           /* TPU_KERNEL_* bits registered with the runtime; 0 */
+  int fused_max_ops;          /* TORCHTPU_FUSED_MAX_OPS: calls one fused program records; 512 */
+  bool fused_exact;           /* TORCHTPU_FUSED_EXACT: a boundary between fused calls; true */
+  size_t max_cached_programs; /* TORCHTPU_MAX_CACHED_PROGRAMS: programs kept loaded; 4096 */
+} tpu_eager_options;
+
+void tpu_eager_options_init(tpu_eager_options *o);
+
 /* What programs are built for and run on, passed to every program
  * (tpu_program_new) and kept by the entries it makes: the runtime, the
- * hand-written kernels (TPU_KERNEL_* bits, registered with it) rules may
- * call, and the folder each compiled program's StableHLO is written into
- * (NULL: none). */
+ * options (options.kernels: the hand-written kernels rules may call), and
+ * the folder each compiled program's StableHLO is written into (NULL:
+ * none). */
 typedef struct tpu_eager_context {
   tpu_runtime *rt;
-  unsigned kernels;
+  tpu_eager_options options;
   const char *dump_dir;
 } tpu_eager_context;
 
 /* Sets the process's context, the one eager calls (tpu_eager_compile) and
- * the cache use and storages are made for; call once before anything else. */
-void tpu_eager_init(tpu_runtime *rt, unsigned kernels);
+ * the cache use and storages are made for, from |rt| and a copy of |opts|
+ * (fields out of range take their defaults); call once before anything
+ * else. */
+void tpu_eager_init(tpu_runtime *rt, const tpu_eager_options *opts);
 /* The process's context, valid as long as the process. */
 const tpu_eager_context *tpu_eager_context_get(void);
 /* The process context's dump folder (NULL or "": off). */
@@ -266,7 +280,7 @@ const char *tpu_cut_reason_name(tpu_cut_reason r);
 tpu_status_t tpu_storage_settle(tpu_storage *s, tpu_cut_reason why) TPU_MUST_USE;
 /* Runs every recorded call. */
 tpu_status_t tpu_eager_flush(tpu_cut_reason why) TPU_MUST_USE;
-/* Sets the trace's size cap in calls (0: TORCHTPU_FUSED_MAX_OPS or 1024). */
+/* Sets the trace's size cap in calls (0: options.fused_max_ops). */
 void tpu_eager_set_fused_max_ops(int n);
 /* Why the last fused program that failed did ("" if none has). */
 void tpu_eager_fused_last_failure(char *out, size_t cap);

@@ -160,8 +160,8 @@ tpu_status_t tpu_eager_entry_compile(tpu_eager_entry *e, const char *text) {
   bool loaded = false;
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  tpu_status_t st = tpu_compile_cached(e->ctx->rt, text, strlen(text), &e->options, &e->exe, &loaded);
-  if (st != NULL) return tpu_status_annotate(st, "%s: compiling its program", e->name);
+  TPU_RETURN_IF_ERROR(tpu_compile_cached(e->ctx->rt, text, strlen(text), &e->options, &e->exe, &loaded),
+                      "%s: compiling its program", e->name);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   int64_t ns = (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec);
   /* stats() and compiles() count the same programs and seconds. */

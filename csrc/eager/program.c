@@ -308,7 +308,7 @@ static tpu_hlo_value next_rng_state(tpu_program *p) {
  * fused broadcast in another order: last bits differed. One boundary per
  * value of the storage. */
 static tpu_hlo_value boundary(tpu_program *p, tpu_hlo_value v) {
-  return p->exact ? tpu_lower_boundary(p->b, p->ctx->kernels, v) : v;
+  return p->exact ? tpu_lower_boundary(p->b, p->ctx->options.kernels, v) : v;
 }
 
 static tpu_hlo_value written_storage(tpu_program *p, int slot) {
@@ -361,7 +361,7 @@ void tpu_program_end_call(tpu_program *p) {
   }
   /* One boundary for all of them: XLA's cost is per custom call and per
    * operand (a _foreach_ call writes a hundred tensors). */
-  tpu_lower_boundary_many(p->b, p->ctx->kernels, values, n, NULL, 0);
+  tpu_lower_boundary_many(p->b, p->ctx->options.kernels, values, n, NULL, 0);
   for (int i = 0; i < n; i++) {
     seq_slot *q = &p->seq[p->ending[i]];
     tpu_hlo_value *slot_value = &p->slot_value[p->ending[i]];
@@ -385,7 +385,7 @@ tpu_status_t tpu_program_apply(tpu_program *p, const tpu_program_apply_args *a, 
       .outputs = out_values,
       .common_dtype = a->common_dtype,
       .precision = a->precision,
-      .kernels = p->exporting ? 0u : p->ctx->kernels,
+      .kernels = p->exporting ? 0u : p->ctx->options.kernels,
       .rng_state = TPU_HLO_NONE,
       .fetch = a->fetch,
       .user = a->user,
@@ -533,7 +533,7 @@ void tpu_program_begin_call(tpu_program *p, int arg_base, int num_args) {
     p->ending[n] = s;
     values[n++] = p->slot_value[s];
   }
-  tpu_lower_boundary_many(p->b, p->ctx->kernels, values, n, NULL, 0);
+  tpu_lower_boundary_many(p->b, p->ctx->options.kernels, values, n, NULL, 0);
   for (int k = 0; k < n; k++) p->slot_value[p->ending[k]] = p->seq[p->ending[k]].read = values[k];
 }
 

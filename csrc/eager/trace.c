@@ -93,7 +93,6 @@ typedef struct parked {
 #define MAX_PERIOD 128
 /* A loop's trace holds whole iterations, at least this many calls. */
 #define MIN_LOOP_CALLS 64
-#define DEFAULT_MAX_CALLS 512
 /* A storage that no call of a trace writes is bound to a parameter of its
  * own per call that reads it (program.c, read_storage): one argument of the
  * launch each. XLA's CPU client keeps a usage event per argument on the
@@ -164,24 +163,9 @@ void tpu_eager_set_fused_max_ops(int n) {
   pthread_mutex_unlock(&g.lock);
 }
 
+/* The cap set at run time, else the process's option. */
 static int max_calls(void) {
-  if (g.max_calls <= 0) {
-    const char *env = getenv("TORCHTPU_FUSED_MAX_OPS");
-    long v = env != NULL ? strtol(env, NULL, 10) : 0;
-    g.max_calls = v > 0 ? (int)v : DEFAULT_MAX_CALLS;
-  }
-  return g.max_calls;
-}
-
-/* TORCHTPU_FUSED_EXACT=0 lets XLA fuse across calls (faster, not
- * bit-identical to strict eager). */
-static bool exact(void) {
-  static int value = -1;
-  if (value < 0) {
-    const char *env = getenv("TORCHTPU_FUSED_EXACT");
-    value = !(env != NULL && strcmp(env, "0") == 0);
-  }
-  return value;
+  return g.max_calls > 0 ? g.max_calls : tpu_eager_context_get()->options.fused_max_ops;
 }
 
 static void *arena_alloc(size_t n) {
@@ -378,7 +362,9 @@ static tpu_status_t build(const tpu_eager_call *all, tpu_eager_entry **out) {
   snprintf(name, sizeof name, "fused_%d_calls", g.n);
   tpu_program *p = NULL;
   TPU_RETURN_IF_ERROR(tpu_program_new(tpu_eager_entry_context(g.recs[0].entry), all, name, &p));
-  tpu_program_set_fused(p, exact());
+  /* fused_exact off lets XLA fuse across calls (faster, not bit-identical
+   * to strict eager). */
+  tpu_program_set_fused(p, tpu_eager_context_get()->options.fused_exact);
   tpu_status_t st = NULL;
   for (int i = 0; i < g.n && st == NULL; i++) {
     const rec *r = &g.recs[i];

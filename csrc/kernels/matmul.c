@@ -21,6 +21,7 @@
  * float32 FMA, the same tiles, stores and C. */
 #include "kernels/matmul.h"
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,6 +102,10 @@ typedef struct isa {
     STORE_TILE(vec, LANES, MR, NV)                                                                \
   }
 
+static _Atomic int g_isa_cap; /* a tpu_matmul_isa_cap */
+
+void tpu_matmul_set_isa_cap(tpu_matmul_isa_cap cap) { atomic_store(&g_isa_cap, (int)cap); }
+
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
 #include <immintrin.h>
 
@@ -130,15 +135,13 @@ __attribute__((target("avx512f,avx512bf16"))) static void micro_avx512_bf16(
   STORE_TILE(v16, 16, 12, 2)
 }
 
-/* The widest kernel the CPU runs; TORCHTPU_MATMUL_ISA=avx2 caps it (as
- * oneDNN's ONEDNN_MAX_CPU_ISA does), for tests and A/B runs of the AVX2
- * kernel on AVX-512 machines, and =avx512 keeps AVX-512 without BF16. */
+/* The widest kernel the CPU runs, under the cap (tpu_matmul_set_isa_cap). */
 static const isa *isa_of_cpu(void) {
   static const isa avx512_bf16 = {"AVX-512 + BF16", 12, 32, micro_avx512, micro_avx512_bf16},
                    avx512 = {"AVX-512", 12, 32, micro_avx512, NULL}, avx2 = {"AVX2", 6, 16, micro_avx2, NULL};
-  const char *cap = getenv("TORCHTPU_MATMUL_ISA");
-  const bool no_512 = cap != NULL && strcmp(cap, "avx2") == 0;
-  const bool no_bf16 = no_512 || (cap != NULL && strcmp(cap, "avx512") == 0);
+  const int cap = atomic_load_explicit(&g_isa_cap, memory_order_relaxed);
+  const bool no_512 = cap == TPU_MATMUL_ISA_AVX2;
+  const bool no_bf16 = no_512 || cap == TPU_MATMUL_ISA_AVX512;
   __builtin_cpu_init();
   if (!no_512 && __builtin_cpu_supports("avx512f"))
     return !no_bf16 && __builtin_cpu_supports("avx512bf16") ? &avx512_bf16 : &avx512;

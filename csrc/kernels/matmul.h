@@ -32,6 +32,16 @@ typedef struct tpu_matmul_shape {
   bool bf16; /* A and B are bfloat16 (C and the bias stay float32) */
 } tpu_matmul_shape;
 
+/* The widest instruction set the kernel may use (TORCHTPU_MATMUL_ISA, as
+ * oneDNN's ONEDNN_MAX_CPU_ISA): for tests and A/B runs of the narrower
+ * kernels on a wider CPU. Process-wide; set before products run. */
+typedef enum tpu_matmul_isa_cap {
+  TPU_MATMUL_ISA_ANY = 0,   /* the widest the CPU has */
+  TPU_MATMUL_ISA_AVX512 = 1, /* AVX-512 without the bfloat16 path */
+  TPU_MATMUL_ISA_AVX2 = 2,
+} tpu_matmul_isa_cap;
+void tpu_matmul_set_isa_cap(tpu_matmul_isa_cap cap);
+
 /* True when this CPU has an inner kernel (x86-64 with AVX2 and FMA, or
  * AVX-512); without one the products are better left to XLA. */
 bool tpu_matmul_available(void);

@@ -62,7 +62,7 @@ static int make_dirs(const char *path) {
   return mkdir(tmp, 0777) != 0 && errno != EEXIST ? -1 : 0;
 }
 
-tpu_status_t tpu_compile_cache_configure(tpu_runtime *rt, const char *dir, int64_t max_bytes) {
+tpu_status_t tpu_compile_cache_configure(tpu_runtime *rt, const char *dir, int64_t max_bytes, const char *xla_flags) {
   pthread_mutex_lock(&g_lock);
   g_dir[0] = '\0';
   g_total = -1;
@@ -82,8 +82,7 @@ tpu_status_t tpu_compile_cache_configure(tpu_runtime *rt, const char *dir, int64
     tpu_strbuf_printf(&id, "%s|%s|%d.%d|%lld|%lld|", tpu_runtime_platform_name(rt), tpu_runtime_platform_version(rt),
                       major, minor, (long long)sb.st_size, (long long)sb.st_mtime);
     tpu_strbuf_append(&id, options, options_size);
-    const char *flags = getenv("XLA_FLAGS");
-    if (flags != NULL) tpu_strbuf_printf(&id, "|XLA_FLAGS=%s", flags);
+    if (xla_flags != NULL) tpu_strbuf_printf(&id, "|XLA_FLAGS=%s", xla_flags);
     uint64_t h = tpu_hash64(id.data, id.len, 17);
     tpu_strbuf_release(&id);
     snprintf(g_dir, sizeof g_dir, "%s/%s-%016llx", dir, tpu_runtime_platform_name(rt), (unsigned long long)h);

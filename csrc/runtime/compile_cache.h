@@ -26,8 +26,10 @@ extern "C" {
 
 /* Points the cache at |dir| (created if needed; NULL or "" turns it off) with
  * a size cap in bytes (0: the default, 2 GiB). Entries go into a
- * subdirectory per plugin identity. */
-tpu_status_t tpu_compile_cache_configure(tpu_runtime *rt, const char *dir, int64_t max_bytes) TPU_MUST_USE;
+ * subdirectory per plugin identity and |xla_flags| (the XLA_FLAGS XLA reads
+ * its defaults from, NULL when unset; the caller reads the environment). */
+tpu_status_t tpu_compile_cache_configure(tpu_runtime *rt, const char *dir, int64_t max_bytes,
+                                         const char *xla_flags) TPU_MUST_USE;
 /* The directory entries of this plugin go to ("" when off); valid until the
  * next configure. */
 const char *tpu_compile_cache_dir(void);

@@ -8,10 +8,12 @@
 #include "torch/tpu_torch.h"
 
 extern "C" {
+#include "base/compiles.h"
 #include "base/pinned.h"
 #include "base/stats.h"
 #include "eager/eager.h"
 #include "kernels/kernels.h"
+#include "kernels/matmul.h"
 #include "runtime/compile_cache.h"
 }
 
@@ -39,7 +41,7 @@ py::dict info() {
   for (int i = 0; i < tpu_runtime_device_count(rt); i++) devices.append(tpu_runtime_device_kind(rt, i));
   d["devices"] = devices;
   char kernels[256];  // the hand-written kernels programs call
-  tpu_kernels_describe(tpu_eager_context_get()->kernels, kernels, sizeof kernels);
+  tpu_kernels_describe(tpu_eager_context_get()->options.kernels, kernels, sizeof kernels);
   d["kernels"] = kernels;
   return d;
 }
@@ -70,10 +72,28 @@ py::dict stats() {
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torchtpu native extension";
-  m.def("_configure", [](const std::string& plugin, const std::string& platform, int cpu_devices,
-                         const std::string& error, const std::string& cache_dir, int64_t cache_max_bytes,
-                         const std::string& kernels) {
-    configure(plugin, platform, cpu_devices, error, cache_dir, cache_max_bytes, kernels);
+  // |settings|: torchtpu._settings.Settings, the one reader of the
+  // environment; the plugin as _plugin.resolve found it.
+  m.def("_configure", [](py::object settings, const std::string& plugin, const std::string& platform,
+                         const std::string& error) {
+    Config c;
+    c.plugin_path = plugin;
+    c.platform = platform;
+    c.error = error;
+    c.cpu_devices = settings.attr("cpu_devices").cast<int>();
+    c.cache_dir = settings.attr("cache_dir").cast<std::string>();
+    c.cache_max_bytes = settings.attr("cache_max_bytes").cast<int64_t>();
+    c.kernels = settings.attr("kernels").cast<std::string>();
+    py::object flags = settings.attr("xla_flags");
+    c.has_xla_flags = !flags.is_none();
+    if (c.has_xla_flags) c.xla_flags = flags.cast<std::string>();
+    tpu_eager_options_init(&c.eager);
+    c.eager.fused_max_ops = settings.attr("fused_max_ops").cast<int>();
+    c.eager.fused_exact = settings.attr("fused_exact").cast<bool>();
+    c.eager.max_cached_programs = settings.attr("max_cached_programs").cast<size_t>();
+    configure(c);
+    tpu_matmul_set_isa_cap(static_cast<tpu_matmul_isa_cap>(settings.attr("matmul_isa_cap").cast<int>()));
+    tpu_compiles_set_limit(settings.attr("compile_limit").cast<int>());
   });
   m.def("_cache_dir", []() {
     runtime();

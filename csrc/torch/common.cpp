@@ -23,29 +23,18 @@ thread_local c10::DeviceIndex t_current_device = 0;
 }  // namespace
 
 namespace {
-// Set by torchtpu._C._configure before first use.
-std::string g_plugin_path;
-std::string g_platform;
-int g_cpu_devices = 1;
-std::string g_cache_dir;
-int64_t g_cache_max_bytes = 0;
+Config g_config;      // set by torchtpu._C._configure before first use
 unsigned g_kernels = ~0u;
 }  // namespace
 
-void configure(const std::string& plugin_path, const std::string& platform, int cpu_devices,
-               const std::string& error, const std::string& cache_dir, int64_t cache_max_bytes,
-               const std::string& kernels) {
+void configure(const Config& config) {
   std::lock_guard<std::mutex> lock(g_runtime_mutex);
   TORCH_CHECK(g_runtime == nullptr, "the tpu runtime has already started; configure it before first use");
-  g_plugin_path = plugin_path;
-  g_platform = platform;
-  g_cpu_devices = cpu_devices;
-  g_runtime_error = error;
-  g_cache_dir = cache_dir;
-  g_cache_max_bytes = cache_max_bytes;
   unsigned bits = 0;
-  TORCH_CHECK_VALUE(tpu_kernels_select(kernels.c_str(), &bits), "TORCHTPU_KERNELS=", kernels,
+  TORCH_CHECK_VALUE(tpu_kernels_select(config.kernels.c_str(), &bits), "TORCHTPU_KERNELS=", config.kernels,
                     ": expected 1, 0, or kernel names (attention, matmul) separated by commas");
+  g_config = config;
+  g_runtime_error = config.error;
   g_kernels = bits;
 }
 
@@ -86,13 +75,13 @@ tpu_runtime* runtime() {
     return g_runtime;
   }
   TORCH_CHECK(g_runtime_error.empty(), g_runtime_error);
-  TORCH_CHECK(!g_plugin_path.empty(),
+  TORCH_CHECK(!g_config.plugin_path.empty(),
               "torchtpu has no PJRT plugin configured: import torchtpu before using the tpu device");
   tpu_runtime_options opts;
   tpu_runtime_options_init(&opts);
-  opts.plugin_path = g_plugin_path.c_str();
-  opts.platform = g_platform.empty() ? nullptr : g_platform.c_str();
-  opts.cpu_device_count = g_cpu_devices;
+  opts.plugin_path = g_config.plugin_path.c_str();
+  opts.platform = g_config.platform.empty() ? nullptr : g_config.platform.c_str();
+  opts.cpu_device_count = g_config.cpu_devices;
   tpu_runtime* rt = nullptr;
   tpu_status_t st = tpu_runtime_create(&opts, &rt);
   if (st != nullptr) {
@@ -100,8 +89,11 @@ tpu_runtime* runtime() {
     tpu_status_free(st);
     TORCH_CHECK(false, g_runtime_error);
   }
-  tpu_eager_init(rt, tpu_kernels_register(rt, g_kernels));
-  st = tpu_compile_cache_configure(rt, g_cache_dir.c_str(), g_cache_max_bytes);
+  tpu_eager_options eager = g_config.eager;
+  eager.kernels = tpu_kernels_register(rt, g_kernels);
+  tpu_eager_init(rt, &eager);
+  st = tpu_compile_cache_configure(rt, g_config.cache_dir.c_str(), g_config.cache_max_bytes,
+                                   g_config.has_xla_flags ? g_config.xla_flags.c_str() : nullptr);
   if (st != nullptr) {  // the cache is an optimization: warn and go on without it
     TORCH_WARN("torchtpu: ", tpu_status_message(st), "; compiled programs will not be cached on disk");
     tpu_status_free(st);
@@ -128,7 +120,7 @@ int device_count_or_zero() noexcept {
     // the count (torch.accelerator, a default process group, DeviceMesh)
     // without starting a client whose threads and memory a process that
     // never uses tpu would carry. Its file was found at configure.
-    if (g_platform == "cpu" && g_runtime_error.empty() && !g_plugin_path.empty()) return g_cpu_devices;
+    if (g_config.platform == "cpu" && g_runtime_error.empty() && !g_config.plugin_path.empty()) return g_config.cpu_devices;
   }
   try {
     return tpu_runtime_device_count(runtime());

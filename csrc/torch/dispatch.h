@@ -62,6 +62,11 @@ void check_matmul_family(const c10::OperatorHandle& handle, c10::ArrayRef<c10::I
 // Refuses out= tensors whose dtype the op's CPU kernel would refuse.
 void check_out_dtypes(const c10::OperatorHandle& handle, c10::ArrayRef<c10::IValue> ivs);
 
+// The unboxed kernel (unboxed.cpp) of |info|'s overload, moved out of
+// |info|, where its signature is one of the common ones; else nullopt and
+// |info| untouched.
+std::optional<torch::CppFunction> unboxed_kernel(OpInfo& info);
+
 // Registers the generic kernel as |m|'s PrivateUse1 kernel of every rule
 // named in namespace |ns| ("aten": unqualified names; others: "ns::op").
 void register_rules(torch::Library& m, const char* ns);
@@ -83,7 +88,7 @@ std::optional<std::pair<c10::OperatorName, std::vector<int>>> foreach_item(const
 
 // Rule names that could not be registered, and why (for `python -m torchtpu info`).
 const std::vector<std::string>& unregistered_rule_names();
-// Overloads served by the unboxed kernel (dispatch.cpp: the common signatures).
+// Overloads served by the unboxed kernel (unboxed.cpp: the common signatures).
 std::vector<std::string> unboxed_rule_names();
 
 }  // namespace torchtpu

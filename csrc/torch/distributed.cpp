@@ -349,11 +349,10 @@ std::string describe(const int64_t* sig) {
 
 class ProcessGroupTpu : public c10d::Backend {
  public:
-  ProcessGroupTpu(int rank, int size, c10::intrusive_ptr<c10d::Backend> gloo)
-      : c10d::Backend(rank, size), gloo_(std::move(gloo)) {
-    const char* env = std::getenv("TORCHTPU_DIST_CHECK");
-    check_ = env == nullptr || std::strcmp(env, "0") != 0;
-  }
+  // |check|: the agreement check before each collective (TORCHTPU_DIST_CHECK,
+  // read by torchtpu/_settings.py when the group is made).
+  ProcessGroupTpu(int rank, int size, c10::intrusive_ptr<c10d::Backend> gloo, bool check)
+      : c10d::Backend(rank, size), gloo_(std::move(gloo)), check_(check) {}
 
   const std::string getBackendName() const override { return "tpu_dist"; }
   bool supportsCoalescing() const override { return false; }
@@ -687,7 +686,7 @@ class ProcessGroupTpu : public c10d::Backend {
   }
 
   c10::intrusive_ptr<c10d::Backend> gloo_;
-  bool check_ = true;
+  bool check_;
 };
 
 // DDP's timer for tpu parameters: host clock stamps (the CPU timer's), so
@@ -715,10 +714,10 @@ void init_distributed(pybind11::module& m) {
   namespace py = pybind11;
   py::module::import("torch._C._distributed_c10d");
   py::class_<ProcessGroupTpu, c10d::Backend, c10::intrusive_ptr<ProcessGroupTpu>>(m, "_ProcessGroupTpu")
-      .def(py::init([](int rank, int size, c10::intrusive_ptr<c10d::Backend> gloo) {
-             return c10::make_intrusive<ProcessGroupTpu>(rank, size, std::move(gloo));
+      .def(py::init([](int rank, int size, c10::intrusive_ptr<c10d::Backend> gloo, bool check) {
+             return c10::make_intrusive<ProcessGroupTpu>(rank, size, std::move(gloo), check);
            }),
-           py::arg("rank"), py::arg("size"), py::arg("gloo"));
+           py::arg("rank"), py::arg("size"), py::arg("gloo"), py::arg("check"));
 }
 
 }  // namespace torchtpu

@@ -215,6 +215,8 @@ class GraphProgram {
   GraphProgram(tpu_eager_entry* entry, std::vector<bool> mutated, std::string name)
       : entry_(entry), mutated_(std::move(mutated)), name_(std::move(name)) {}
   ~GraphProgram() { tpu_eager_entry_free(entry_); }
+  GraphProgram(const GraphProgram&) = delete;  // owns its C handle
+  GraphProgram& operator=(const GraphProgram&) = delete;
 
   // Runs on |inputs| (the same signature it was built for); returns the new
   // outputs by index (None where the graph output is not a new tensor).
@@ -260,6 +262,8 @@ class GraphBuilder {
     }
   }
   ~GraphBuilder() { tpu_program_free(program_); }
+  GraphBuilder(const GraphBuilder&) = delete;  // owns its C handle
+  GraphBuilder& operator=(const GraphBuilder&) = delete;
 
   py::object input(int i) {
     if (exporting()) {
@@ -391,6 +395,8 @@ class ModuleExecutable {
     TPU_CHECK(tpu_executable_compile(rt, module.data(), module.size(), &options, &exe_));
   }
   ~ModuleExecutable() { tpu_executable_destroy(runtime(), exe_); }
+  ModuleExecutable(const ModuleExecutable&) = delete;  // owns its C handle
+  ModuleExecutable& operator=(const ModuleExecutable&) = delete;
 
   size_t num_outputs() const { return tpu_executable_num_outputs(exe_); }
 

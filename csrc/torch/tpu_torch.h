@@ -36,14 +36,22 @@ void check_admitted(bool admitted, const char* kernel, c10::ScalarType t);
 // which Python translates only for the CPU's and CUDA's types.
 std::string legacy_type_name(const at::Tensor& t);
 
-// Chooses the plugin (torchtpu._C._configure). A non-empty |error| is what
-// every use of the device will raise (no plugin found).
-// |cache_dir| ("" = off) holds the persistent compile cache; |kernels|
-// (TORCHTPU_KERNELS: tpu_kernels_select) names the hand-written kernels
-// programs may call (csrc/kernels); throws ValueError for an unknown name.
-void configure(const std::string& plugin_path, const std::string& platform, int cpu_devices,
-               const std::string& error, const std::string& cache_dir, int64_t cache_max_bytes,
-               const std::string& kernels);
+// The process's settings, filled by torchtpu._C._configure from
+// torchtpu/_settings.py (which reads the environment; C++ and C read none).
+struct Config {
+  std::string plugin_path, platform;
+  std::string error;             // non-empty: what every use of the device raises (no plugin)
+  int cpu_devices = 1;           // devices the CPU plugin makes
+  std::string cache_dir;         // the persistent compile cache ("" = off)
+  int64_t cache_max_bytes = 0;   // its size cap (0: the default)
+  std::string kernels = "1";     // TORCHTPU_KERNELS (tpu_kernels_select's names)
+  bool has_xla_flags = false;    // XLA_FLAGS, part of the compile cache's key
+  std::string xla_flags;
+  tpu_eager_options eager{};     // .kernels is filled from |kernels| when the runtime starts
+};
+// Sets the settings the runtime starts with; throws ValueError for an
+// unknown kernel name and RuntimeError once the runtime has started.
+void configure(const Config& config);
 // The runtime of this process, created on first use from the plugin chosen
 // at import (torchtpu._C._configure). Throws if it cannot be created, and
 // in a child forked after it was (tpu_runtime_check_fork's RuntimeError).

@@ -271,7 +271,9 @@ done:
 int main(void) {
   rt = test_runtime_create();
   if (rt == NULL) return 1;
-  tpu_eager_init(rt, 0);
+  tpu_eager_options opts;
+  tpu_eager_options_init(&opts); /* no hand-written kernels */
+  tpu_eager_init(rt, &opts);
   CHECK(run_failing("runtime_create_destroy", runtime_create_destroy) > 0);
   CHECK(run_failing("runtime_programs", runtime_programs) > 0);
   CHECK(run_failing("eager_one_op", eager_one_op) > 0);

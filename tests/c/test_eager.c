@@ -275,7 +275,9 @@ static void test_dtype_admission(void) {
 int main(void) {
   rt = test_runtime_create();
   if (rt == NULL) return 1;
-  tpu_eager_init(rt, 0);
+  tpu_eager_options opts;
+  tpu_eager_options_init(&opts); /* no hand-written kernels */
+  tpu_eager_init(rt, &opts);
   RUN(test_per_item_op);
   RUN(test_scalar_table_collisions);
   RUN(test_cache_clear_while_held);

@@ -3,9 +3,9 @@
  * blocks (edges, one row, K past one block), with a bias and without,
  * batched (in groups too), K = 0, serially and through a tpu_parallel that
  * runs its tasks in reverse (the result must not depend on the order, to
- * the bit), with each inner kernel the CPU has (TORCHTPU_MATMUL_ISA=avx2
- * selects the narrower one). Needs no plugin; on a CPU without an inner
- * kernel the kernel must say so and write nothing. */
+ * the bit), with each inner kernel the CPU has (the AVX2 cap that
+ * TORCHTPU_MATMUL_ISA=avx2 sets runs the narrower one). Needs no plugin; on
+ * a CPU without an inner kernel the kernel must say so and write nothing. */
 #include <float.h>
 #include <math.h>
 #include <stdbool.h>
@@ -159,17 +159,17 @@ int main(void) {
     fprintf(stderr, "no bfloat16 inner kernel for this CPU: its products are refused\n");
   }
   { /* capped below AVX-512 BF16, a bfloat16 product is refused and C left alone */
-    setenv("TORCHTPU_MATMUL_ISA", "avx512", 1);
+    tpu_matmul_set_isa_cap(TPU_MATMUL_ISA_AVX512);
     tpu_matmul_shape s = {.batch = 1, .m = 1, .n = 1, .k = 1, .bf16 = true};
     uint16_t a = 0x3f80, b = 0x4000;
     float c = 5;
     CHECK(!tpu_matmul_bf16_available() && !tpu_matmul(&s, &a, &b, NULL, &c, NULL) && c == 5);
-    unsetenv("TORCHTPU_MATMUL_ISA");
+    tpu_matmul_set_isa_cap(TPU_MATMUL_ISA_ANY);
   }
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-    setenv("TORCHTPU_MATMUL_ISA", "avx2", 1);
+    tpu_matmul_set_isa_cap(TPU_MATMUL_ISA_AVX2);
     RUN(test_every_layout_and_edge);
-    unsetenv("TORCHTPU_MATMUL_ISA");
+    tpu_matmul_set_isa_cap(TPU_MATMUL_ISA_ANY);
   }
   return check_failures ? 1 : 0;
 }
