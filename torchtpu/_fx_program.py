@@ -296,6 +296,8 @@ class Program:
                 self.outputs.append(("input", index[out]))
             elif out in bases:
                 self.outputs.append(None)  # a view, made below
+            elif out in made:  # one value returned twice is one tensor, as eager returns it
+                self.outputs.append(self.outputs[made[out]])
             elif isinstance(out, torch.fx.Node) and isinstance(out.meta.get("val"), torch.Tensor):
                 val = out.meta["val"]
                 b.output(k, env[out], val.dtype, [int(s) for s in val.shape], _dense_strides(val))
@@ -358,14 +360,18 @@ class Program:
             for i, offset, n in places:
                 inputs[i].copy_(flat[offset:offset + n].view(inputs[i].shape))
         result = []
+        host = {}  # output index -> its CPU tensor, one per value returned twice
         for kind, v in self.outputs:
             if kind == "view":
                 (base_kind, j), sizes, strides, offset = v
                 base = outs[j] if base_kind == "new" else inputs[j]
                 result.append(torch.as_strided(base, sizes, strides, offset))
+            elif kind == "host":
+                if v not in host:
+                    host[v] = outs[v].cpu()
+                result.append(host[v])
             else:
-                result.append(outs[v] if kind == "new" else outs[v].cpu() if kind == "host"
-                              else inputs[v] if kind == "input" else v)
+                result.append(outs[v] if kind == "new" else inputs[v] if kind == "input" else v)
         return result[0] if self.single else result
 
 
