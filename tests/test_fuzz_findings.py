@@ -256,3 +256,20 @@ def test_a_value_returned_twice_is_one_tensor(requires_grad):
         t.fill_(3)
         want_t.fill_(3)
     torch.testing.assert_close(u.detach().cpu(), want_u)
+
+
+def test_a_view_of_a_reshape_copy_views_the_result():
+    """unfold of a reshape that must copy (a permuted input): the compiled
+    function made the unfold a view of the copy's inner clone, not of the
+    reshape's result it returns too, so a write through the unfold missed
+    that result (fuzz seed 9744)."""
+    def f(x):
+        r = x.permute(2, 0, 1, 3).reshape(2, 3, 2, 3)
+        return r, r.unfold(1, 1, 1)
+    x = torch.randn(2, 3, 3, 2)
+    want_r, want_u = f(x)
+    r, u = torch.compile(f, backend="tpu")(x.to("tpu"))
+    u.mul_(0.75)
+    want_u.mul_(0.75)
+    torch.testing.assert_close(r.cpu(), want_r)
+    torch.testing.assert_close(u.cpu(), want_u)

@@ -484,6 +484,24 @@ def _alias_bases(gm, results, written, index, inputs):
                   and bval.untyped_storage().nbytes() == bval.numel() * bval.element_size())
         if ok:
             bases[out] = base
+    # A result that is no view and holds a storage computed in the graph
+    # whole (dense from offset 0) is the base of the results viewing that
+    # storage's owner: unfold of reshape's copy (_unsafe_view of a clone)
+    # views the reshape's result, which the user holds, not the clone (fuzz
+    # seed 9744: a write through the unfold missed the reshape's result).
+    held = {}
+    for out in results:
+        val = out.meta.get("val") if isinstance(out, torch.fx.Node) else None
+        if (isinstance(val, torch.Tensor) and out.op == "call_function" and out not in bases
+                and val.storage_offset() == 0 and is_non_overlapping_and_dense_or_false(val)
+                and val.untyped_storage().nbytes() == val.numel() * val.element_size()):
+            held.setdefault(val.untyped_storage()._cdata, out)
+    in_results = set(r for r in results if isinstance(r, torch.fx.Node))
+    for out, base in bases.items():
+        keeper = held.get(out.meta["val"].untyped_storage()._cdata)
+        if base not in in_results and base not in index and keeper is not None and keeper is not out \
+                and keeper.meta["val"].dtype == out.meta["val"].dtype:
+            bases[out] = keeper
     return bases
 
 
