@@ -24,7 +24,7 @@ VENV = Path(os.environ.get("TORCHTPU_INTEGRATIONS_VENV", ROOT / ".venv-integrati
 PYTHON = VENV / "bin" / "python"
 SCRIPT = Path(__file__).with_name("vllm_generate.py")
 CLIENT = Path(__file__).with_name("vllm_client.py")
-ARCHS = ["llama", "qwen3_moe", "gemma3", "gemma2"]
+ARCHS = ["llama", "qwen3", "qwen3_moe", "gemma3", "gemma2"]
 
 pytestmark = pytest.mark.skipif(not (VENV / ".complete").exists(),
                                 reason="no vLLM environment: bash scripts/integrations_env.sh")
