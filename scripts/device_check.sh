@@ -78,8 +78,8 @@ print(f"python {sys.version.split()[0]} at {sys.executable}; torch {torch.__vers
       f"CUDA {torch.version.cuda}, cuda available: {torch.cuda.is_available()}")
 if torch.cuda.is_available():
     print("cuda device:", torch.cuda.get_device_name(0))
-from torchtpu import _plugin
-platform, path, error = _plugin.resolve()
+from torchtpu import _plugin, settings
+platform, path, error = _plugin.resolve(settings.platform)
 print(f"plugin for '{platform}': {path or error}")
 sys.exit(1 if error else 0)
 PYEOF

@@ -6,13 +6,11 @@
 // PyTorch's checks; bincount reads back its largest value, the size of its
 // result. linalg.lstsq returns residuals only for full-rank tall matrices
 // under the gelsd and gelss drivers: it reads back whether all are.
-// linalg.ldl_factor_ex with check_errors reads back info. one_hot reads back
-// its least and largest class, for the CPU kernel's checks.
+// linalg.ldl_factor_ex with check_errors reads back info.
 #include <ATen/MemoryOverlap.h>
 #include <ATen/ATen.h>
 #include <ATen/native/LinearAlgebraUtils.h>
 #include <ATen/native/Resize.h>
-#include <ATen/ops/one_hot_native.h>
 #include <torch/library.h>
 
 #include "torch/tpu_torch.h"
@@ -31,20 +29,6 @@ at::Tensor& nonzero_out(const at::Tensor& self, at::Tensor& out) {
   at::Tensor r = nonzero_impl(self);
   at::native::resize_output(out, r.sizes());
   return out.copy_(r);
-}
-
-// one_hot: the CPU kernel's checks of the classes, with its messages, from
-// one read of their least and largest (PyTorch's composite leaves them to
-// scatter's index check on other devices: "index 3 is out of bounds").
-at::Tensor one_hot_impl(const at::Tensor& self, int64_t num_classes) {
-  TORCH_CHECK(self.scalar_type() == at::kLong, "one_hot is only applicable to index tensor of type LongTensor.");
-  if (self.numel() == 0) return at::native::one_hot(self, num_classes);
-  auto [least, largest] = at::aminmax(self);
-  at::Tensor range = at::stack({least, largest}).cpu();  // the one sync
-  TORCH_CHECK(range[0].item<int64_t>() >= 0, "Class values must be non-negative.");
-  if (num_classes == -1) num_classes = range[1].item<int64_t>() + 1;
-  TORCH_CHECK(num_classes > range[1].item<int64_t>(), "Class values must be smaller than num_classes.");
-  return at::native::one_hot(self, num_classes);
 }
 
 at::Tensor masked_select_impl(const at::Tensor& self, const at::Tensor& mask) {
@@ -439,7 +423,6 @@ Ldl ldl_factor_meta(const at::Tensor& self, bool hermitian) {
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("nonzero", TORCH_FN(torchtpu::nonzero_impl));
-  m.impl("one_hot", TORCH_FN(torchtpu::one_hot_impl));
   m.impl("nonzero.out", TORCH_FN(torchtpu::nonzero_out));
   m.impl("masked_select", TORCH_FN(torchtpu::masked_select_impl));
   m.impl("masked_select.out", TORCH_FN(torchtpu::masked_select_out));
