@@ -17,6 +17,7 @@ typedef struct rule_table {
 
 static const rule_table tables[] = {
     {tpu_rules_elementwise, &tpu_rules_elementwise_count},
+    {tpu_rules_activation, &tpu_rules_activation_count},
     {tpu_rules_reduce, &tpu_rules_reduce_count},
     {tpu_rules_shape, &tpu_rules_shape_count},
     {tpu_rules_linalg, &tpu_rules_linalg_count},

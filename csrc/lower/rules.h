@@ -12,6 +12,7 @@
   extern const int tpu_rules_##family##_count
 
 TPU_RULE_TABLE(elementwise);
+TPU_RULE_TABLE(activation);
 TPU_RULE_TABLE(reduce);
 TPU_RULE_TABLE(shape);
 TPU_RULE_TABLE(linalg);
@@ -137,6 +138,12 @@ static inline tpu_hlo_value tensor_as(tpu_lower_ctx *c, int i, tpu_dtype_t dtype
 }
 
 /* Sets output 0: the end of most rules. */
+/* 1 / (1 + exp(-x)), PyTorch's sigmoid formula. */
+static inline tpu_hlo_value sigmoid_of(tpu_lower_ctx *c, tpu_hlo_value x) {
+  tpu_hlo_value one = const_like(c, x, 1.0);
+  return dvd(c, one, add(c, one, un(c, TPU_HLO_EXP, un(c, TPU_HLO_NEG, x))));
+}
+
 static inline tpu_status_t done(tpu_lower_ctx *c, tpu_hlo_value v) {
   tpu_lower_set_output(c, 0, v);
   return NULL;
