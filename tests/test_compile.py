@@ -134,10 +134,9 @@ def _foreach_mix(xs, ys, t):
     return b, c, d, torch.stack(torch._foreach_norm(e, 2.0))
 
 
-def test_foreach_ops_stay_whole_in_a_graph(monkeypatch):
-    """A _foreach_ op stays one node of the graph (an optimizer's update of
-    a hundred parameters traces as a few dozen nodes) and the walker runs the
-    per-tensor op eager runs per item; ops without one are decomposed."""
+def _record_programs(monkeypatch):
+    """The ops of every program the backend builds from here on, as a list
+    of sets of call_function targets (one set per program)."""
     from torchtpu import compile as backend
     made = []
     real = backend._Runner
@@ -146,6 +145,14 @@ def test_foreach_ops_stay_whole_in_a_graph(monkeypatch):
         made.append({n.target for n in gm.graph.nodes if n.op == "call_function"})
         return real(gm, name)
     monkeypatch.setattr(backend, "_Runner", runner)
+    return made
+
+
+def test_foreach_ops_stay_whole_in_a_graph(monkeypatch):
+    """A _foreach_ op stays one node of the graph (an optimizer's update of
+    a hundred parameters traces as a few dozen nodes) and the walker runs the
+    per-tensor op eager runs per item; ops without one are decomposed."""
+    made = _record_programs(monkeypatch)
     xs = [torch.randn(3, 4), torch.randn(5), torch.randn(2, 2, 2)]
     ys = [torch.rand(x.shape) + 0.5 for x in xs]
     t = 0.5
@@ -166,14 +173,7 @@ def test_graph_and_eager_decompose_alike(monkeypatch):
     (bucketize: the CPU's and CUDA's) and that has no rule decomposes in a
     graph as the eager fallback decomposes it, so the graph stays one
     program; before, it split the graph and ran eagerly."""
-    from torchtpu import compile as backend
-    made = []
-    real = backend._Runner
-
-    def runner(gm, name):
-        made.append({n.target for n in gm.graph.nodes if n.op == "call_function"})
-        return real(gm, name)
-    monkeypatch.setattr(backend, "_Runner", runner)
+    made = _record_programs(monkeypatch)
 
     def f(x, edges):
         return torch.bucketize(x * 2, edges) + 1

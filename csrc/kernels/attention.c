@@ -14,22 +14,11 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/multiversion.h"
+
 /* On Zen 4 the x86-64-v4 clone (AVX-512) runs 4x faster than baseline SSE2
  * code and 2x faster than the AVX2 one (whose 16 registers cannot hold the
- * tile); target_clones needs glibc's ifunc. The helpers of cloned functions
- * are forced inline: only then are they compiled for each clone's ISA. The
- * build adds -O3 (-O2 leaves loops of unknown trip count scalar) and
- * -ffp-contract=fast (ISO C mode forms no fused multiply-adds). */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__GLIBC__)
-#define MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define MULTIVERSION
-#endif
-#if defined(__GNUC__)
-#define INLINE inline __attribute__((always_inline))
-#else
-#define INLINE inline
-#endif
+ * tile). */
 
 enum {
   KEY_BLOCK = 128,    /* keys per block, at most; a multiple of 16 */

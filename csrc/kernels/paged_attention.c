@@ -13,19 +13,7 @@
 #include <math.h>
 #include <string.h>
 
-/* As kernels/attention.c: clones for AVX-512 and AVX2 where glibc has
- * ifuncs, helpers forced inline so that each clone compiles them for its
- * ISA; the build adds -O3 and -ffp-contract=fast. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__GLIBC__)
-#define MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define MULTIVERSION
-#endif
-#if defined(__GNUC__)
-#define INLINE inline __attribute__((always_inline))
-#else
-#define INLINE inline
-#endif
+#include "kernels/multiversion.h"
 
 enum {
   KEYS = 64,      /* keys per step of the online softmax */
