@@ -4,7 +4,7 @@ every step equal those of the same job on the CPU over gloo within 1e-5
 (relative; bf16 parameters within BF16_RTOL), both starting from one seed
 checkpoint (the devices' random streams differ); a DCP checkpoint written
 every 3 steps resumes on tpu with the uninterrupted run's losses and on
-the CPU; a process killed mid-run makes its peer exit with tpu_dist's
+the CPU; a process killed mid-run makes its peers exit with tpu_dist's
 error. TorchTitan lives in the integrations' virtual environment
 (scripts/integrations_env.sh: TorchTitan 0.2.2 and triton, which it imports);
 only the CPU reference is adapted to run (tests/titan/cpu_reference.py),
@@ -117,11 +117,15 @@ def slug(args):
 
 FSDP2 = ["--parallelism.data-parallel-shard-degree", "2"]
 FSDP_TP = FSDP2 + ["--parallelism.tensor-parallel-degree", "2"]
+HSDP = ["--parallelism.data-parallel-replicate-degree", "2", "--parallelism.data-parallel-shard-degree", "2"]
 # TorchTitan's default precision: FSDP2 gathers bf16 parameters (float32
 # ones stay in the optimizer) and reduce-scatters gradients in float32.
 BF16 = ["--training.mixed-precision-param", "bfloat16", "--training.mixed-precision-reduce", "float32"]
 COMPILE = ["--compile.enable", "--compile.backend", "tpu"]
 FULL_AC = ["--activation-checkpoint.mode", "full"]
+# TorchTitan's default is layer-wise selective checkpointing (every 2nd
+# block); "op" is per-op selective (saves matmuls, recomputes the rest).
+OP_SAC = ["--activation-checkpoint.mode", "selective", "--activation-checkpoint.selective-ac-option", "op"]
 # bf16 rounds float32 sums, and the devices order them differently: an
 # element near a rounding boundary lands one bf16 ulp apart, and the losses
 # drift by up to 3.3e-5 relative (measured: tpu against the CPU, 5 steps, 4
@@ -175,42 +179,54 @@ def test_fsdp2_checkpoint_resume(assets, references):
     assert_losses_equal(on_cpu, got[3:], BF16_RTOL)
 
 
-def test_killed_process_fails_its_peer(assets):
-    """Two ranks started by hand (no torchrun agent to end the survivor):
-    rank 1 is killed after step 2 and rank 0, in or before its next
-    collective, exits with tpu_dist's error (gloo's "Connection reset/closed
-    by peer") instead of hanging. The group's timeout is set past the wait,
-    so the error is the dead peer's, not a timeout."""
-    name = "tpu-killed"
+def test_hsdp_then_killed_process_fails_its_peers(assets, references):
+    """HSDP (2 replicas of FSDP over 2) on four ranks started by hand (no
+    torchrun agent to end the survivors), with per-op selective activation
+    checkpointing: steps 1-5 equal the CPU HSDP job's; then rank 1 is
+    killed and every other rank, in or before its next collective, exits
+    with tpu_dist's error (gloo's "Connection reset/closed by peer", from
+    rank 1 or from a rank that exited) instead of hanging. The group's
+    timeout is set past the wait, so the error is the dead peer's, not a
+    timeout. Both jobs schedule the learning rate for 1000 steps (5 of
+    warmup, as the 5-step jobs have), as the tpu one runs until stopped."""
+    schedule = ["--lr-scheduler.warmup-steps", "5", "--lr-scheduler.total-steps", "1000"]
+    want = references(HSDP + schedule, 4)
+    name, nproc = "tpu-hsdp-killed", 4
     shutil.copytree(assets / "seed" / "checkpoint", assets / name / "checkpoint")
     port = free_port()
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1",
-               WORLD_SIZE="2", LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    args = JOB + FSDP2 + ["--training.steps", "1000", "--job.dump-folder", name,
-                          "--comm.init-timeout-seconds", "600", "--comm.train-timeout-seconds", "600"]
-    logs = [open(assets / f"{name}-{rank}.log", "w+") for rank in range(2)]
-    procs = [subprocess.Popen([VENV_PYTHON, "-m", "torchtitan.train", *args], cwd=assets, stdout=logs[rank],
+               WORLD_SIZE=str(nproc), LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    args = JOB + HSDP + schedule + OP_SAC + ["--training.steps", "1000", "--job.dump-folder", name,
+                                             "--comm.init-timeout-seconds", "600",
+                                             "--comm.train-timeout-seconds", "600"]
+    logs = [assets / f"{name}-{rank}.log" for rank in range(nproc)]
+    files = [open(log, "w+") for log in logs]
+    procs = [subprocess.Popen([VENV_PYTHON, "-m", "torchtitan.train", *args], cwd=assets, stdout=files[rank],
                               stderr=subprocess.STDOUT, env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank)),
-                              start_new_session=True) for rank in range(2)]
+                              start_new_session=True) for rank in range(nproc)]
     try:
         deadline = time.monotonic() + 400
-        while "step:  2" not in (assets / f"{name}-0.log").read_text():
-            assert procs[0].poll() is None and procs[1].poll() is None, (assets / f"{name}-0.log").read_text()[-4000:]
-            assert time.monotonic() < deadline, "step 2 not reached"
+        while len(losses(logs[0].read_text())) < STEPS:
+            assert all(p.poll() is None for p in procs), logs[0].read_text()[-4000:]
+            assert time.monotonic() < deadline, f"step {STEPS} not reached"
             time.sleep(0.2)
+        out = logs[0].read_text()
+        assert "Applied selective activation checkpointing" in out, out[-3000:]
+        assert_losses_equal(losses(out)[:STEPS], want)
         procs[1].kill()
-        try:
-            rc = procs[0].wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            pytest.fail("rank 0 still runs 120 s after its peer was killed:\n"
-                        + (assets / f"{name}-0.log").read_text()[-4000:])
-        out = (assets / f"{name}-0.log").read_text()
-        assert rc != 0, out[-4000:]
-        assert re.search(r"Connection (reset|closed) by peer", out), out[-4000:]
+        for rank in (0, 2, 3):
+            try:
+                rc = procs[rank].wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"rank {rank} still runs 120 s after rank 1 was killed:\n"
+                            + logs[rank].read_text()[-4000:])
+            out = logs[rank].read_text()
+            assert rc != 0, out[-4000:]
+            assert re.search(r"Connection (reset|closed) by peer", out), out[-4000:]
     finally:
         for p in procs:
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
             p.wait()
-        for f in logs:
+        for f in files:
             f.close()
