@@ -1,6 +1,7 @@
-"""Shared test helpers: run a function on CPU and on tpu, compare the results
-with torch.testing tolerances, make sure nothing fell back to the CPU, and
-read the programs a piece of code compiles."""
+"""Shared test helpers: make inputs (torch.testing.make_tensor, seeded), run
+a function on CPU and on tpu and compare the results and the gradients with
+torch.testing tolerances, make sure nothing fell back to the CPU, and read
+the programs a piece of code compiles."""
 import copy
 import os
 import subprocess
@@ -8,6 +9,7 @@ import sys
 
 import pytest
 import torch
+from torch.utils._pytree import tree_leaves
 
 import torchtpu
 
@@ -21,10 +23,40 @@ os.environ.setdefault("TORCHTPU_COMPILE_LIMIT", str(2**30))
 torchtpu.set_compile_limit(int(os.environ["TORCHTPU_COMPILE_LIMIT"]))
 
 
+def make(shape, dtype=torch.float32, seed=0, *, layout="contiguous", low=None, high=None,
+         requires_grad=False):
+    """A CPU tensor from torch.testing.make_tensor whose values depend only on
+    |seed| and the shape (two inputs of other shapes differ with one seed).
+    Floats lie in [-2, 2) (the scale of randn, which the tolerances were
+    written for) and integers in [-4, 5) (small, so that ties occur) unless
+    |low| and |high| say. "transposed" and "sliced" |layout|s give
+    non-contiguous views of the same shape."""
+    floating = dtype.is_floating_point or dtype.is_complex
+    if dtype != torch.bool and low is None and high is None:
+        low, high = (-2, 2) if floating else (-4, 5)
+    base = list(shape)
+    if layout == "transposed":
+        base = base[::-1]
+    elif layout == "sliced":
+        base[0] *= 2
+    with torch.random.fork_rng(devices=[]):
+        torch.default_generator.manual_seed(seed * 101 + sum(shape) + len(shape))
+        x = torch.testing.make_tensor(base, dtype=dtype, device="cpu", low=low, high=high)
+    if layout == "transposed":
+        x = x.permute(*reversed(range(x.dim())))
+    elif layout == "sliced":
+        x = x[::2]
+    assert tuple(x.shape) == tuple(shape)
+    assert layout == "contiguous" or not x.is_contiguous() or x.numel() <= 1
+    return x.requires_grad_(requires_grad)
+
+
 def to_tpu(x):
     if isinstance(x, torch.Tensor):
         y = x.detach().to("tpu")
         return y.requires_grad_(x.requires_grad) if x.is_floating_point() or x.is_complex() else y
+    if isinstance(x, torch.nn.Module):
+        return copy.deepcopy(x).to("tpu")
     if isinstance(x, (list, tuple)):
         return type(x)(to_tpu(v) for v in x)
     if isinstance(x, dict):
@@ -48,6 +80,31 @@ def compare(fn, *args, rtol=None, atol=None, equal_nan=True, check_dtype=True, *
                                check_dtype=check_dtype)
     if isinstance(got, torch.Tensor):
         assert got.device.type == "tpu"
+    return got
+
+
+def compare_grad(fn, *args, rtol=None, atol=None, grad_rtol=None, grad_atol=None):
+    """compare(fn, *args), then backward from every differentiable output
+    with one seeded upstream gradient: the gradients of the tensor arguments
+    that require grad and of the parameters of module arguments (the tpu
+    side runs on a copy) match the CPU's. Returns the tpu result."""
+    leaves = [a.detach().clone().requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor) else a
+              for a in args]
+    tpu_leaves = to_tpu(leaves)
+    expected, got = fn(*leaves), fn(*tpu_leaves)
+    torch.testing.assert_close(to_cpu(got), expected, rtol=rtol, atol=atol, equal_nan=True)
+    outs = [(e, g) for e, g in zip(tree_leaves(expected), tree_leaves(got))
+            if isinstance(e, torch.Tensor) and e.requires_grad]
+    ups = [make(e.shape, e.dtype, seed=i + 1) for i, (e, _) in enumerate(outs)]
+    torch.autograd.backward([e for e, _ in outs], ups)
+    torch.autograd.backward([g for _, g in outs], to_tpu(ups))
+
+    def grads(values):
+        return [p.grad for v in values
+                for p in (v.parameters() if isinstance(v, torch.nn.Module) else [v])
+                if isinstance(p, torch.Tensor) and p.requires_grad]
+    torch.testing.assert_close(to_cpu(grads(tpu_leaves)), grads(leaves), rtol=grad_rtol or rtol,
+                               atol=grad_atol or atol, equal_nan=True)
     return got
 
 
