@@ -1,9 +1,11 @@
 """Shared test helpers: make inputs (torch.testing.make_tensor, seeded), run
 a function on CPU and on tpu and compare the results and the gradients with
-torch.testing tolerances, make sure nothing fell back to the CPU, and read
-the programs a piece of code compiles."""
+torch.testing tolerances, make sure nothing fell back to the CPU, read the
+programs a piece of code compiles, and launch processes as torchrun does."""
 import copy
 import os
+import signal
+import socket
 import subprocess
 import sys
 
@@ -130,6 +132,65 @@ def dumped_programs(tmp_path, code):
     return {p.name: p.read_text() for p in tmp_path.glob("*.mlir")}
 
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env(extra):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.update(extra or {})
+    return env
+
+
+def _finish(procs, timeout, what):
+    """Every process's output; past |timeout| every process group still
+    running is killed and the test fails."""
+    outs = []
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                if q.poll() is None:
+                    os.killpg(q.pid, signal.SIGKILL)
+            out, _ = p.communicate()
+            pytest.fail(f"{what} did not finish in {timeout} s:\n{out[-4000:]}")
+        outs.append(out)
+    return outs
+
+
+def torchrun(args, n, timeout, python=sys.executable, cwd=None, env=None):
+    """`torchrun --nproc-per-node=n *args` (|python|'s) with this tree first
+    on the path; returns (exit status, output)."""
+    cmd = [python, "-m", "torch.distributed.run", f"--nproc-per-node={n}", f"--master-port={free_port()}", *args]
+    p = subprocess.Popen(cmd, cwd=cwd, env=_env(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
+    out, = _finish([p], timeout, " ".join(args))
+    return p.returncode, out
+
+
+def launch(args, n, timeout, python=sys.executable, cwd=None, env=None):
+    """n plain processes of `python *args` with the variables torchrun sets
+    (RANK, WORLD_SIZE, MASTER_*), without torchrun's agent stopping the
+    others when one exits; returns ([exit status], [output]) by rank."""
+    port = str(free_port())
+    procs = [subprocess.Popen([python, *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              start_new_session=True,
+                              env=_env({"RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(n),
+                                        "LOCAL_WORLD_SIZE": str(n), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
+                                        **(env or {})}))
+             for r in range(n)]
+    outs = _finish(procs, timeout, " ".join(args))
+    return [p.returncode for p in procs], outs
+
+
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "strict_eager: the test asserts what strict eager does inside (one program per op, "
@@ -204,8 +265,7 @@ def write_dist_info(directory):
     first on a process's path, it shadows any other installed copy's, so the
     process finds this tree's plugins."""
     import tomllib
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    with open(os.path.join(root, "pyproject.toml"), "rb") as f:
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
         project = tomllib.load(f)["project"]
     info = directory / f"torchtpu-{project['version']}.dist-info"
     info.mkdir(exist_ok=True)
