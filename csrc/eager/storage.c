@@ -318,5 +318,6 @@ tpu_status_t tpu_storage_copy_prefix(tpu_storage *dst, const tpu_storage *src) {
   tpu_executable_destroy(rt, exe);
   free(text);
   tpu_hlo_builder_destroy(b);
-  return st;
+  return tpu_status_annotate(st, "copying a storage of %lld bytes into one of %lld", (long long)src->nbytes,
+                             (long long)dst->nbytes);
 }
