@@ -257,7 +257,7 @@ tpu_eager_mode tpu_eager_current_mode(void) {
  * a recorded call uses it: one that writes it whole gives it a value, and
  * the launch raises what is still poisoned when it reads it. */
 static tpu_status_t check_input(const tpu_storage *s) {
-  if (s == NULL || __atomic_load_n(&s->traced, __ATOMIC_ACQUIRE)) return NULL;
+  if (s == NULL || __atomic_load_n(&s->trace.held, __ATOMIC_ACQUIRE)) return NULL;
   return tpu_storage_check_value(s);
 }
 

@@ -190,7 +190,7 @@ void tpu_storage_free(tpu_storage *s) {
   count(s->device, s->nbytes, -1);
   pthread_mutex_unlock(&g_live_lock);
   /* A storage a recorded call uses is freed by its trace. */
-  if (__atomic_load_n(&s->traced, __ATOMIC_ACQUIRE) && tpu_trace_drop(s)) return;
+  if (__atomic_load_n(&s->trace.held, __ATOMIC_ACQUIRE) && tpu_trace_drop(s)) return;
   tpu_storage_destroy(s);
 }
 
