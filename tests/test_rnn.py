@@ -16,7 +16,7 @@ def state_sum(h):
     return sum(t.sum() for t in h) if isinstance(h, tuple) else h.sum()
 
 
-def compare(module, x, *state, dtype=torch.float32, rtol=None, atol=None):
+def compare_recurrent(module, x, *state, dtype=torch.float32, rtol=None, atol=None):
     """Outputs, the final state and every gradient (input, initial state,
     parameters), CPU vs tpu."""
     def run(m, x, *state):
@@ -36,7 +36,7 @@ LAYERS = [(nn.LSTM, dict(batch_first=True)), (nn.LSTM, dict(num_layers=2, bidire
 @pytest.mark.parametrize("cls,kwargs", LAYERS, ids=[f"{c.__name__}-{'-'.join(k)}" for c, k in LAYERS])
 def test_recurrent_layers(no_fallbacks, cls, kwargs):
     torch.manual_seed(0)
-    compare(cls(4, 8, **kwargs), torch.randn(3, 5, 4))
+    compare_recurrent(cls(4, 8, **kwargs), torch.randn(3, 5, 4))
 
 
 @pytest.mark.parametrize("cls", [nn.LSTM, nn.GRU])
@@ -45,8 +45,8 @@ def test_initial_state_and_float64(no_fallbacks, cls):
     torch.manual_seed(0)
     layers, h = 2, torch.randn(2, 3, 8)
     state = (h, torch.randn(2, 3, 8)) if cls is nn.LSTM else (h,)
-    compare(cls(4, 8, num_layers=layers), torch.randn(5, 3, 4), *state)
-    compare(cls(4, 8), torch.randn(5, 3, 4), dtype=torch.float64)
+    compare_recurrent(cls(4, 8, num_layers=layers), torch.randn(5, 3, 4), *state)
+    compare_recurrent(cls(4, 8), torch.randn(5, 3, 4), dtype=torch.float64)
 
 
 @pytest.mark.parametrize("cls", [nn.LSTMCell, nn.GRUCell, nn.RNNCell])
@@ -55,8 +55,8 @@ def test_cells(no_fallbacks, cls, batched):
     torch.manual_seed(0)
     x = torch.randn(3, 4) if batched else torch.randn(4)
     h = torch.randn(3, 8) if batched else torch.randn(8)
-    compare(cls(4, 8), x)
-    compare(cls(4, 8), x, *((h, torch.randn_like(h)) if cls is nn.LSTMCell else (h,)))
+    compare_recurrent(cls(4, 8), x)
+    compare_recurrent(cls(4, 8), x, *((h, torch.randn_like(h)) if cls is nn.LSTMCell else (h,)))
 
 
 def test_lstm_half_cell_rounds_once(no_fallbacks):
