@@ -1,13 +1,17 @@
-"""Shared test helpers: run a function on CPU and on tpu, compare the results
-with torch.testing tolerances, make sure nothing fell back to the CPU, and
-read the programs a piece of code compiles."""
+"""Shared test helpers: make inputs (torch.testing.make_tensor, seeded), run
+a function on CPU and on tpu and compare the results and the gradients with
+torch.testing tolerances, make sure nothing fell back to the CPU, read the
+programs a piece of code compiles, and launch processes as torchrun does."""
 import copy
 import os
+import signal
+import socket
 import subprocess
 import sys
 
 import pytest
 import torch
+from torch.utils._pytree import tree_leaves
 
 import torchtpu
 
@@ -21,10 +25,40 @@ os.environ.setdefault("TORCHTPU_COMPILE_LIMIT", str(2**30))
 torchtpu.set_compile_limit(int(os.environ["TORCHTPU_COMPILE_LIMIT"]))
 
 
+def make(shape, dtype=torch.float32, seed=0, *, layout="contiguous", low=None, high=None,
+         requires_grad=False):
+    """A CPU tensor from torch.testing.make_tensor whose values depend only on
+    |seed| and the shape (two inputs of other shapes differ with one seed).
+    Floats lie in [-2, 2) (the scale of randn, which the tolerances were
+    written for) and integers in [-4, 5) (small, so that ties occur) unless
+    |low| and |high| say. "transposed" and "sliced" |layout|s give
+    non-contiguous views of the same shape."""
+    floating = dtype.is_floating_point or dtype.is_complex
+    if dtype != torch.bool and low is None and high is None:
+        low, high = (-2, 2) if floating else (-4, 5)
+    base = list(shape)
+    if layout == "transposed":
+        base = base[::-1]
+    elif layout == "sliced":
+        base[0] *= 2
+    with torch.random.fork_rng(devices=[]):
+        torch.default_generator.manual_seed(seed * 101 + sum(shape) + len(shape))
+        x = torch.testing.make_tensor(base, dtype=dtype, device="cpu", low=low, high=high)
+    if layout == "transposed":
+        x = x.permute(*reversed(range(x.dim())))
+    elif layout == "sliced":
+        x = x[::2]
+    assert tuple(x.shape) == tuple(shape)
+    assert layout == "contiguous" or not x.is_contiguous() or x.numel() <= 1
+    return x.requires_grad_(requires_grad)
+
+
 def to_tpu(x):
     if isinstance(x, torch.Tensor):
         y = x.detach().to("tpu")
         return y.requires_grad_(x.requires_grad) if x.is_floating_point() or x.is_complex() else y
+    if isinstance(x, torch.nn.Module):
+        return copy.deepcopy(x).to("tpu")
     if isinstance(x, (list, tuple)):
         return type(x)(to_tpu(v) for v in x)
     if isinstance(x, dict):
@@ -51,6 +85,31 @@ def compare(fn, *args, rtol=None, atol=None, equal_nan=True, check_dtype=True, *
     return got
 
 
+def compare_grad(fn, *args, rtol=None, atol=None, grad_rtol=None, grad_atol=None):
+    """compare(fn, *args), then backward from every differentiable output
+    with one seeded upstream gradient: the gradients of the tensor arguments
+    that require grad and of the parameters of module arguments (the tpu
+    side runs on a copy) match the CPU's. Returns the tpu result."""
+    leaves = [a.detach().clone().requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor) else a
+              for a in args]
+    tpu_leaves = to_tpu(leaves)
+    expected, got = fn(*leaves), fn(*tpu_leaves)
+    torch.testing.assert_close(to_cpu(got), expected, rtol=rtol, atol=atol, equal_nan=True)
+    outs = [(e, g) for e, g in zip(tree_leaves(expected), tree_leaves(got))
+            if isinstance(e, torch.Tensor) and e.requires_grad]
+    ups = [make(e.shape, e.dtype, seed=i + 1) for i, (e, _) in enumerate(outs)]
+    torch.autograd.backward([e for e, _ in outs], ups)
+    torch.autograd.backward([g for _, g in outs], to_tpu(ups))
+
+    def grads(values):
+        return [p.grad for v in values
+                for p in (v.parameters() if isinstance(v, torch.nn.Module) else [v])
+                if isinstance(p, torch.Tensor) and p.requires_grad]
+    torch.testing.assert_close(to_cpu(grads(tpu_leaves)), grads(leaves), rtol=grad_rtol or rtol,
+                               atol=grad_atol or atol, equal_nan=True)
+    return got
+
+
 def compare_compiled_step(step, module, *inputs, rtol=1e-5, atol=1e-6, grad_rtol=None):
     """step(module, *inputs) (which calls backward) on CPU vs compiled for tpu
     on a copy of |module|: the returned loss and every parameter's gradient
@@ -71,6 +130,65 @@ def dumped_programs(tmp_path, code):
     env = dict(os.environ, TORCHTPU_DUMP_DIR=str(tmp_path), TORCHTPU_CACHE_DIR=str(tmp_path / "cache"))
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
     return {p.name: p.read_text() for p in tmp_path.glob("*.mlir")}
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env(extra):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.update(extra or {})
+    return env
+
+
+def _finish(procs, timeout, what):
+    """Every process's output; past |timeout| every process group still
+    running is killed and the test fails."""
+    outs = []
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                if q.poll() is None:
+                    os.killpg(q.pid, signal.SIGKILL)
+            out, _ = p.communicate()
+            pytest.fail(f"{what} did not finish in {timeout} s:\n{out[-4000:]}")
+        outs.append(out)
+    return outs
+
+
+def torchrun(args, n, timeout, python=sys.executable, cwd=None, env=None):
+    """`torchrun --nproc-per-node=n *args` (|python|'s) with this tree first
+    on the path; returns (exit status, output)."""
+    cmd = [python, "-m", "torch.distributed.run", f"--nproc-per-node={n}", f"--master-port={free_port()}", *args]
+    p = subprocess.Popen(cmd, cwd=cwd, env=_env(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
+    out, = _finish([p], timeout, " ".join(args))
+    return p.returncode, out
+
+
+def launch(args, n, timeout, python=sys.executable, cwd=None, env=None):
+    """n plain processes of `python *args` with the variables torchrun sets
+    (RANK, WORLD_SIZE, MASTER_*), without torchrun's agent stopping the
+    others when one exits; returns ([exit status], [output]) by rank."""
+    port = str(free_port())
+    procs = [subprocess.Popen([python, *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              start_new_session=True,
+                              env=_env({"RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(n),
+                                        "LOCAL_WORLD_SIZE": str(n), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
+                                        **(env or {})}))
+             for r in range(n)]
+    outs = _finish(procs, timeout, " ".join(args))
+    return [p.returncode for p in procs], outs
 
 
 def pytest_configure(config):
@@ -147,8 +265,7 @@ def write_dist_info(directory):
     first on a process's path, it shadows any other installed copy's, so the
     process finds this tree's plugins."""
     import tomllib
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    with open(os.path.join(root, "pyproject.toml"), "rb") as f:
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
         project = tomllib.load(f)["project"]
     info = directory / f"torchtpu-{project['version']}.dist-info"
     info.mkdir(exist_ok=True)

@@ -12,46 +12,34 @@ import torch
 import torch.nn.functional as F
 
 import torchtpu
-from conftest import compare_compiled_step, dumped_programs, to_cpu, to_tpu
+from conftest import compare_compiled_step, compare_grad, dumped_programs, make, to_tpu
 
 # (B, H, T, S, D, E); (H, T, S, D, E) is 3-d, which takes PyTorch's decomposition
 SHAPES = [(2, 3, 16, 16, 8, 8), (1, 2, 37, 53, 24, 40), (2, 2, 53, 37, 16, 16), (3, 20, 19, 12, 6)]
 
 
-def make(shape, dtype=torch.float32, requires_grad=True):
+def qkv(shape, dtype=torch.float32, requires_grad=True):
     *lead, t, s, d, e = shape
-    q, k, v = torch.randn(*lead, t, d), torch.randn(*lead, s, d), torch.randn(*lead, s, e)
-    return [x.to(dtype).requires_grad_(requires_grad) for x in (q, k, v)]
+    return [make(size, dtype, seed, requires_grad=requires_grad)
+            for seed, size in enumerate([(*lead, t, d), (*lead, s, d), (*lead, s, e)])]
 
 
-def compare_sdpa(q, k, v, rtol=None, atol=None, **kwargs):
-    """Forward and every gradient (mask included when it requires grad), CPU
-    vs tpu, with one random upstream gradient."""
-    cpu = [x.detach().clone().requires_grad_(x.requires_grad) for x in (q, k, v)]
-    mask = kwargs.pop("attn_mask", None)
-    cpu_mask = mask.detach().clone().requires_grad_(mask.requires_grad) if mask is not None else None
-    tpu, tpu_mask = to_tpu(cpu), to_tpu(cpu_mask)
-    expected = F.scaled_dot_product_attention(*cpu, attn_mask=cpu_mask, **kwargs)
-    got = F.scaled_dot_product_attention(*tpu, attn_mask=tpu_mask, **kwargs)
-    torch.testing.assert_close(to_cpu(got), expected, rtol=rtol, atol=atol)
-    up = torch.randn_like(expected)
-    expected.backward(up)
-    got.backward(up.to("tpu"))
-    for a, b in zip(cpu + [cpu_mask], tpu + [tpu_mask]):
-        if a is not None and a.requires_grad:
-            torch.testing.assert_close(b.grad.cpu(), a.grad, rtol=rtol, atol=atol)
-    return got
+def compare_sdpa(q, k, v, attn_mask=None, rtol=None, atol=None, **kwargs):
+    """Forward and every gradient (the mask's too when it requires grad), CPU
+    vs tpu."""
+    return compare_grad(lambda q, k, v, mask: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, **kwargs),
+                        q, k, v, attn_mask, rtol=rtol, atol=atol)
 
 
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("causal", [False, True])
 def test_sdpa_matches_cpu(no_fallbacks, shape, causal):
-    compare_sdpa(*make(shape), is_causal=causal)
+    compare_sdpa(*qkv(shape), is_causal=causal)
 
 
 @pytest.mark.parametrize("kind", ["bool", "float", "float_grad", "broadcast", "broadcast_grad"])
 def test_sdpa_masks(no_fallbacks, kind):
-    q, k, v = make((2, 3, 12, 20, 8, 8))
+    q, k, v = qkv((2, 3, 12, 20, 8, 8))
     if kind == "bool":
         mask = torch.rand(2, 3, 12, 20) > 0.3
     elif kind.startswith("broadcast"):  # one [1, T, S] mask for every batch and head
@@ -64,26 +52,18 @@ def test_sdpa_masks(no_fallbacks, kind):
 def test_sdpa_scale_and_views(no_fallbacks):
     """An explicit scale; q, k, v as the transposed views a transformer block
     makes of one projection."""
-    x = torch.randn(2, 10, 3 * 32, requires_grad=True)
-
     def f(x):
         q, k, v = (z.view(2, 10, 4, 8).transpose(1, 2) for z in x.split(32, dim=2))
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.3)
 
-    expected = f(x)
-    xt = x.detach().to("tpu").requires_grad_()
-    got = f(xt)
-    torch.testing.assert_close(got.cpu(), expected)
-    expected.sum().backward()
-    got.sum().backward()
-    torch.testing.assert_close(xt.grad.cpu(), x.grad)
+    compare_grad(f, make((2, 10, 3 * 32), requires_grad=True))
 
 
 def test_sdpa_bfloat16(no_fallbacks):
     """bfloat16 computes in float32 and rounds once; PyTorch's CPU kernel also
     rounds the probabilities, so both are judged against float64: ours must
     be at least as close as the CPU's, forward and gradients."""
-    q, k, v = make((2, 2, 16, 16, 8, 8), torch.bfloat16)
+    q, k, v = qkv((2, 2, 16, 16, 8, 8), torch.bfloat16)
     up = torch.randn(2, 2, 16, 8).to(torch.bfloat16)
 
     def run(device, dtype):
@@ -100,7 +80,7 @@ def test_sdpa_bfloat16(no_fallbacks):
 def test_sdpa_row_that_sees_nothing(no_fallbacks):
     """A query whose mask hides every key: a zero row and zero gradients, as
     PyTorch's CPU kernels give, and no NaN anywhere."""
-    q, k, v = make((1, 2, 4, 5, 8, 8))
+    q, k, v = qkv((1, 2, 4, 5, 8, 8))
     mask = torch.ones(4, 5, dtype=torch.bool)
     mask[1] = False
     got = compare_sdpa(q, k, v, attn_mask=mask)
@@ -110,7 +90,7 @@ def test_sdpa_row_that_sees_nothing(no_fallbacks):
 
 def test_sdpa_is_one_fused_op():
     """An eager call runs the fused op, not PyTorch's decomposition."""
-    q, k, v = to_tpu(make((2, 2, 8, 8, 4, 4), requires_grad=False))
+    q, k, v = to_tpu(qkv((2, 2, 8, 8, 4, 4), requires_grad=False))
     F.scaled_dot_product_attention(q, k, v, is_causal=True)
     torchtpu.reset_stats()
     F.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -120,7 +100,7 @@ def test_sdpa_is_one_fused_op():
 def test_sdpa_dropout_decomposes(no_fallbacks):
     """Dropout, which the fused op does not take, runs PyTorch's math
     decomposition on tpu (random, so compared by its statistics)."""
-    q, k, v = to_tpu(make((2, 4, 8, 8, 4, 4), requires_grad=False))
+    q, k, v = to_tpu(qkv((2, 4, 8, 8, 4, 4), requires_grad=False))
     out = F.scaled_dot_product_attention(q, k, v, dropout_p=0.5)
     assert out.shape == q.shape and not out.isnan().any()
 
@@ -131,7 +111,7 @@ def test_sdpa_grouped_query_heads(no_fallbacks, kv_heads, causal):
     """enable_gqa: 4 query heads in groups over fewer key heads (Llama's
     attention), one fused op, gradients of the key heads summed over their
     groups; with a mask too."""
-    q, k, v = make((2, 4, 9, 11, 8, 6))
+    q, k, v = qkv((2, 4, 9, 11, 8, 6))
     k, v = k[:, :kv_heads].detach().requires_grad_(), v[:, :kv_heads].detach().requires_grad_()
     compare_sdpa(q, k, v, is_causal=causal, enable_gqa=True)
     if not causal:
@@ -164,7 +144,7 @@ def test_sdpa_grouped_heads_as_views(no_fallbacks):
 
 def test_sdpa_grouped_heads_need_enable_gqa():
     """Without enable_gqa, fewer key heads are PyTorch's error, as on CPU."""
-    q, k, v = make((2, 4, 8, 8, 4, 4), requires_grad=False)
+    q, k, v = qkv((2, 4, 8, 8, 4, 4), requires_grad=False)
     k, v = k[:, :2], v[:, :2]
     with pytest.raises(RuntimeError) as cpu:
         F.scaled_dot_product_attention(q, k, v)
@@ -175,7 +155,7 @@ def test_sdpa_grouped_heads_need_enable_gqa():
 
 def test_sdpa_compiled(no_fallbacks):
     """torch.compile: the graph keeps the fused op and its backward."""
-    q, k, v = make((2, 3, 16, 16, 8, 8))
+    q, k, v = qkv((2, 3, 16, 16, 8, 8))
     mask = torch.randn(16, 16)
 
     def f(q, k, v, mask):

@@ -177,3 +177,13 @@ def test_export_of_a_model_on_tpu():
     got = exported(x.to("tpu"))
     assert got.device.type == "tpu"
     torch.testing.assert_close(got.cpu(), want.detach())
+
+
+def test_a_module_that_does_not_compile_says_what_failed(tmp_path):
+    """A saved module the plugin cannot compile raises at its first call,
+    saying what was being done before the plugin's own words."""
+    torchtpu.export_stablehlo(lambda x: x * 2, (torch.ones(3),)).save(tmp_path, portable_artifact=False)
+    (tmp_path / "module.mlir").write_text("module { this is not StableHLO }")
+    loaded = torchtpu.load_stablehlo(tmp_path)
+    with pytest.raises(RuntimeError, match="^compiling a StableHLO module: "):
+        loaded(torch.ones(3))

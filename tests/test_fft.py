@@ -2,13 +2,9 @@
 import pytest
 import torch
 
-from conftest import compare
+from conftest import compare, make
 
 TOL = dict(rtol=1e-4, atol=1e-4)
-
-
-def make(shape, dtype, seed=0):
-    return torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
 
 
 REAL_IN = [

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 import torchtpu
 
-from conftest import compare, to_cpu, to_tpu
+from conftest import compare, compare_grad, to_tpu
 
 torch.manual_seed(0)
 
@@ -19,22 +19,6 @@ def raises_like(fn, *args):
         fn(*to_tpu(args))
     assert type(tpu.value) is type(cpu.value), (tpu.value, cpu.value)
     return tpu.value
-
-
-def compare_grad(fn, *args):
-    """fn's result and the gradients of its floating inputs match CPU."""
-    cpu_args = [a.detach().clone().requires_grad_(a.is_floating_point()) if isinstance(a, torch.Tensor) else a
-                for a in args]
-    tpu_args = [a.detach().to("tpu").requires_grad_(a.is_floating_point()) if isinstance(a, torch.Tensor) else a
-                for a in args]
-    expected, got = fn(*cpu_args), fn(*tpu_args)
-    torch.testing.assert_close(got.detach().cpu(), expected.detach())
-    w = torch.randn(expected.shape, dtype=expected.dtype)
-    (expected * w).sum().backward()
-    (got * w.to("tpu")).sum().backward()
-    for a, b in zip(cpu_args, tpu_args):
-        if isinstance(a, torch.Tensor) and a.requires_grad:
-            torch.testing.assert_close(b.grad.cpu(), a.grad)
 
 
 def t(*shape, dtype=torch.float32):
@@ -90,7 +74,7 @@ def test_index_select_out_of_range(no_fallbacks):
 
 
 def test_index_select_backward(no_fallbacks):
-    compare_grad(lambda x, i: x.index_select(1, i), t(3, 4), torch.tensor([3, 0, 3]))
+    compare_grad(lambda x, i: x.index_select(1, i), t(3, 4).requires_grad_(), torch.tensor([3, 0, 3]))
 
 
 # --- gather -----------------------------------------------------------------------
@@ -124,8 +108,8 @@ def test_gather_out_of_range(no_fallbacks):
 
 
 def test_gather_backward(no_fallbacks):
-    compare_grad(lambda x, i: x.gather(1, i), t(3, 4), torch.tensor([[0, 0, 3], [1, 2, 1], [3, 3, 3]]))
-    compare_grad(lambda x, i: torch.take_along_dim(x, i, 0), t(3, 4), torch.tensor([[0, 2, 1, 1]]))
+    compare_grad(lambda x, i: x.gather(1, i), t(3, 4).requires_grad_(), torch.tensor([[0, 0, 3], [1, 2, 1], [3, 3, 3]]))
+    compare_grad(lambda x, i: torch.take_along_dim(x, i, 0), t(3, 4).requires_grad_(), torch.tensor([[0, 2, 1, 1]]))
 
 
 # --- take -------------------------------------------------------------------------
@@ -181,8 +165,9 @@ def test_put_errors(no_fallbacks):
 
 def test_put_take_backward(no_fallbacks):
     idx = torch.tensor([[0, 5], [5, -1]])
-    compare_grad(lambda x, i, s: torch.put(x, i, s, accumulate=True), t(3, 4), idx, t(2, 2))
-    compare_grad(lambda x, i: torch.take(x, i), t(3, 4), idx)
+    compare_grad(lambda x, i, s: torch.put(x, i, s, accumulate=True),
+                 t(3, 4).requires_grad_(), idx, t(2, 2).requires_grad_())
+    compare_grad(lambda x, i: torch.take(x, i), t(3, 4).requires_grad_(), idx)
 
 
 # --- scatter family -------------------------------------------------------------
@@ -271,8 +256,10 @@ def test_scatter_out_of_range(no_fallbacks):
 
 
 def test_scatter_backward(no_fallbacks):
-    compare_grad(lambda x, i, s: x.scatter(1, i, s), t(2, 4), torch.tensor([[0, 1, 2], [2, 0, 1]]), t(2, 3))
-    compare_grad(lambda x, i, s: x.scatter_add(1, i, s), t(2, 4), torch.tensor([[0, 0, 1], [3, 3, 3]]), t(2, 3))
+    compare_grad(lambda x, i, s: x.scatter(1, i, s),
+                 t(2, 4).requires_grad_(), torch.tensor([[0, 1, 2], [2, 0, 1]]), t(2, 3).requires_grad_())
+    compare_grad(lambda x, i, s: x.scatter_add(1, i, s),
+                 t(2, 4).requires_grad_(), torch.tensor([[0, 0, 1], [3, 3, 3]]), t(2, 3).requires_grad_())
 
 
 # --- index_add / index_copy / index_fill ----------------------------------------------
@@ -325,7 +312,8 @@ def test_index_add_shape_error(no_fallbacks):
 
 
 def test_index_add_backward(no_fallbacks):
-    compare_grad(lambda x, i, s: x.index_add(0, i, s, alpha=2), t(3, 4), torch.tensor([1, 1, 0]), t(3, 4))
+    compare_grad(lambda x, i, s: x.index_add(0, i, s, alpha=2),
+                 t(3, 4).requires_grad_(), torch.tensor([1, 1, 0]), t(3, 4).requires_grad_())
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -385,8 +373,10 @@ def test_index_reduce_errors(no_fallbacks):
 
 def test_index_reduce_backward(no_fallbacks):
     idx = torch.tensor([1, 0, 1])
-    compare_grad(lambda x, i, s: x.index_reduce(0, i, s, "prod"), t(3, 4), idx, t(3, 4))
-    compare_grad(lambda x, i, s: x.index_reduce(0, i, s, "mean", include_self=False), t(3, 4), idx, t(3, 4))
+    compare_grad(lambda x, i, s: x.index_reduce(0, i, s, "prod"), t(3, 4).requires_grad_(), idx,
+                 t(3, 4).requires_grad_())
+    compare_grad(lambda x, i, s: x.index_reduce(0, i, s, "mean", include_self=False),
+                 t(3, 4).requires_grad_(), idx, t(3, 4).requires_grad_())
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -417,7 +407,7 @@ def test_index_fill_out_of_range(no_fallbacks):
 
 
 def test_index_fill_backward(no_fallbacks):
-    compare_grad(lambda x, i: x.index_fill(1, i, 3.0), t(3, 4), torch.tensor([0, 2]))
+    compare_grad(lambda x, i: x.index_fill(1, i, 3.0), t(3, 4).requires_grad_(), torch.tensor([0, 2]))
 
 
 # --- advanced indexing: index.Tensor ---------------------------------------------------
@@ -491,9 +481,9 @@ def test_index_boolean_mask(no_fallbacks):
 
 def test_index_backward(no_fallbacks):
     i = torch.tensor([[0, 2], [2, 2]])  # repeated indices accumulate their gradients
-    compare_grad(lambda x, i: x[i], t(3, 4), i)
-    compare_grad(lambda x, i: x[:, i, 1], t(2, 3, 4), i)
-    compare_grad(lambda x, i: x[i, :, i], t(3, 2, 4), i)
+    compare_grad(lambda x, i: x[i], t(3, 4).requires_grad_(), i)
+    compare_grad(lambda x, i: x[:, i, 1], t(2, 3, 4).requires_grad_(), i)
+    compare_grad(lambda x, i: x[i, :, i], t(3, 2, 4).requires_grad_(), i)
 
 
 # --- index_put -------------------------------------------------------------------------
@@ -614,8 +604,9 @@ def test_index_put_out(no_fallbacks):
 
 def test_index_put_backward(no_fallbacks):
     i = torch.tensor([2, 0])
-    compare_grad(lambda x, i, v: x.index_put((i,), v), t(3, 4), i, t(2, 4))
-    compare_grad(lambda x, i, v: x.index_put((i,), v, accumulate=True), t(3, 4), i, t(4))
+    compare_grad(lambda x, i, v: x.index_put((i,), v), t(3, 4).requires_grad_(), i, t(2, 4).requires_grad_())
+    compare_grad(lambda x, i, v: x.index_put((i,), v, accumulate=True),
+                 t(3, 4).requires_grad_(), i, t(4).requires_grad_())
 
 
 # --- embedding ----------------------------------------------------------------------------
@@ -625,7 +616,7 @@ def test_index_put_backward(no_fallbacks):
 def test_embedding(no_fallbacks, padding_idx, scale):
     idx = torch.tensor([[0, 2, 5], [5, 5, 1]])
     compare_grad(lambda w: F.embedding(idx.to(w.device), w, padding_idx=padding_idx, scale_grad_by_freq=scale),
-                 t(6, 3))
+                 t(6, 3).requires_grad_())
 
 
 def test_embedding_dense_backward(no_fallbacks):
@@ -666,6 +657,6 @@ def test_masked_scatter_errors(no_fallbacks):
 def test_masked_scatter_backward():
     m = torch.tensor([[True, False, True], [False, True, True]])
     torchtpu.reset_stats()
-    compare_grad(lambda x, m, s: x.masked_scatter(m, s), t(2, 3), m, t(5))
+    compare_grad(lambda x, m, s: x.masked_scatter(m, s), t(2, 3).requires_grad_(), m, t(5).requires_grad_())
     # masked_select has a data-dependent size: it has no rule (not this family)
     assert set(torchtpu.stats()["fallbacks"]) <= {"aten::masked_select"}

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import torchtpu
-from conftest import compare, to_cpu, to_tpu
+from conftest import compare, compare_grad, to_tpu
 
 A = torch.ops.aten
 
@@ -16,25 +16,6 @@ A = torch.ops.aten
 @pytest.fixture(autouse=True)
 def seed():
     torch.manual_seed(0)
-
-
-def compare_grad(fn, *args, rtol=None, atol=None, grad_rtol=None, grad_atol=None):
-    """fn(*args) and the gradients of every argument that requires grad, CPU
-    vs tpu, with one random upstream gradient."""
-    cpu_args = [a.detach().clone().requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor) else a
-                for a in args]
-    tpu_args = to_tpu(list(args))
-    expected = fn(*cpu_args)
-    got = fn(*tpu_args)
-    torch.testing.assert_close(to_cpu(got), expected, rtol=rtol, atol=atol, equal_nan=True)
-    up = torch.randn_like(expected)
-    expected.backward(up)
-    got.backward(up.to("tpu"))
-    for a, b in zip(cpu_args, tpu_args):
-        if isinstance(a, torch.Tensor) and a.requires_grad:
-            torch.testing.assert_close(b.grad.cpu(), a.grad, rtol=grad_rtol or rtol, atol=grad_atol or atol,
-                                       equal_nan=True)
-    return got
 
 
 def assert_no_fallbacks_since_reset():

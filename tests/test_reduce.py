@@ -9,54 +9,14 @@ import sys
 import pytest
 import torch
 
-import torchtpu
-from conftest import compare, to_cpu
+from conftest import compare, compare_grad, make
 
 INF, NAN = math.inf, math.nan
 FLOATS = [torch.float32, torch.bfloat16, torch.float16]
 
 
-def make(shape, dtype=torch.float32, layout="contiguous", seed=0):
-    """A CPU tensor of |shape|; "transposed" and "sliced" give non-contiguous
-    views. Integers are small so that ties occur."""
-    g = torch.Generator().manual_seed(seed)
-    base_shape = list(shape)
-    if layout == "transposed":
-        base_shape = base_shape[::-1]
-    elif layout == "sliced":
-        base_shape[0] *= 2
-    if dtype.is_floating_point or dtype.is_complex:
-        x = torch.randn(base_shape, generator=g, dtype=dtype if dtype.is_complex else None).to(dtype)
-    elif dtype == torch.bool:
-        x = torch.randint(0, 2, base_shape, generator=g).bool()
-    elif dtype == torch.uint8:
-        x = torch.randint(0, 3, base_shape, generator=g).to(dtype)
-    else:
-        x = torch.randint(-4, 5, base_shape, generator=g).to(dtype)
-    if layout == "transposed":
-        x = x.permute(*reversed(range(x.dim())))
-    elif layout == "sliced":
-        x = x[::2]
-    assert tuple(x.shape) == tuple(shape)
-    assert layout == "contiguous" or not x.is_contiguous() or x.numel() <= 1
-    return x
-
-
 def out_like(x, dtype=None):
     return torch.empty(0, dtype=dtype or x.dtype, device=x.device)
-
-
-def compare_grad(fn, x, **tol):
-    """x.grad after fn(x).backward(g) on CPU vs on tpu; nothing may fall back."""
-    torchtpu.reset_stats()
-    x = x.detach().clone().requires_grad_()
-    y = fn(x)
-    g = make(y.shape, y.dtype, seed=1)
-    y.backward(g)
-    xt = x.detach().to("tpu").requires_grad_()
-    fn(xt).backward(g.to("tpu"))
-    torch.testing.assert_close(to_cpu(xt.grad), x.grad, **tol)
-    assert not torchtpu.stats()["fallbacks"], torchtpu.stats()["fallbacks"]
 
 
 SHAPE = (3, 4, 5)
@@ -199,7 +159,7 @@ class TestProd:
     @pytest.mark.parametrize("dtype", [torch.float32, torch.int32, torch.bool])
     @pytest.mark.parametrize("layout", LAYOUTS)
     def test_full(self, dtype, layout):
-        compare(lambda x: x.prod(), make((3, 4), dtype, layout))
+        compare(lambda x: x.prod(), make((3, 4), dtype, layout=layout))
 
     def test_edge(self):
         compare(lambda x: x.prod(0), torch.ones(0, 3))
@@ -259,7 +219,7 @@ class TestMaxMinFull:
     @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32, torch.uint8, torch.bool])
     @pytest.mark.parametrize("layout", LAYOUTS)
     def test_values(self, op, dtype, layout):
-        compare(op, make(SHAPE, dtype, layout))
+        compare(op, make(SHAPE, dtype, layout=layout))
 
     @pytest.mark.parametrize("op", [torch.max, torch.min])
     def test_edges(self, op):
@@ -309,7 +269,7 @@ class TestMaxMinDim:
 
     @pytest.mark.parametrize("layout", LAYOUTS)
     def test_layouts(self, layout):
-        compare(lambda x: tuple(torch.max(x, 1)), make(SHAPE, torch.int32, layout))
+        compare(lambda x: tuple(torch.max(x, 1)), make(SHAPE, torch.int32, layout=layout))
         compare(lambda x: tuple(torch.min(x, -1, keepdim=True)), make(SHAPE, layout=layout))
 
     def test_zero_dim_and_empty(self):
@@ -355,7 +315,7 @@ class TestArgmaxArgmin:
     @pytest.mark.parametrize("layout", LAYOUTS)
     def test_layouts_flattened(self, op, layout):
         # dim=None indexes the tensor as if flattened in logical order
-        compare(op, make(SHAPE, torch.int32, layout))
+        compare(op, make(SHAPE, torch.int32, layout=layout))
         compare(lambda x: op(x, 0), make(SHAPE, layout=layout))
 
     @pytest.mark.parametrize("op", [torch.argmax, torch.argmin])
@@ -543,7 +503,7 @@ class TestAllAny:
     @pytest.mark.parametrize("op", [torch.all, torch.any])
     @pytest.mark.parametrize("layout", LAYOUTS)
     def test_layouts_and_edges(self, op, layout):
-        compare(lambda x: op(x, 1), make(SHAPE, torch.bool, layout))
+        compare(lambda x: op(x, 1), make(SHAPE, torch.bool, layout=layout))
         compare(lambda x: op(x, (0, 2)), make(SHAPE, layout=layout))
         compare(op, torch.ones(0, 3))
         compare(lambda x: op(x, 0), torch.ones(0, 3))
@@ -568,7 +528,7 @@ class TestCountNonzero:
 
     @pytest.mark.parametrize("layout", LAYOUTS)
     def test_layouts_and_edges(self, layout):
-        compare(lambda x: torch.count_nonzero(x, (0, 1)), make(SHAPE, torch.int32, layout))
+        compare(lambda x: torch.count_nonzero(x, (0, 1)), make(SHAPE, torch.int32, layout=layout))
         compare(torch.count_nonzero, torch.tensor(0.0))
         compare(lambda x: torch.count_nonzero(x, 0), torch.ones(0, 3))
 
@@ -663,7 +623,7 @@ CUMS = [torch.cumsum, torch.cumprod]
 
 
 def cum_input(op, dtype, layout="contiguous"):
-    x = make(SHAPE, dtype, layout)
+    x = make(SHAPE, dtype, layout=layout)
     if op is torch.cumprod and dtype.is_floating_point:
         x = x * 0.5 + 1.0  # keep products in range
     return x
@@ -722,7 +682,7 @@ class TestComplex:
     ], ids=["sum", "mean", "prod", "var", "std_mean", "norm2", "norm_inf", "norm3", "cumsum", "all",
             "count_nonzero"])
     def test_ops(self, fn):
-        compare(fn, make(SHAPE, torch.complex64, "transposed"))
+        compare(fn, make(SHAPE, torch.complex64, layout="transposed"))
 
 
 # --- gradients ------------------------------------------------------------------------
@@ -735,21 +695,21 @@ class TestBackward:
         lambda x: x.prod(1), lambda x: x.prod(0, keepdim=True),
     ], ids=["sum", "sum_dims", "nansum", "mean", "mean_dim", "mean_dims", "prod_dim", "prod_keepdim"])
     def test_sums(self, fn):
-        compare_grad(fn, make(SHAPE))
+        compare_grad(fn, make(SHAPE, requires_grad=True))
 
     @pytest.mark.parametrize("fn", [
         lambda x: x.amax(1), lambda x: x.amin((0, 2)), lambda x: x.max(), lambda x: x.min(),
     ], ids=["amax", "amin", "max", "min"])
     def test_max(self, fn):
-        compare_grad(fn, make(SHAPE))
-        compare_grad(fn, make(SHAPE, torch.float64).round())  # ties share the gradient
+        compare_grad(fn, make(SHAPE, requires_grad=True))
+        compare_grad(fn, make(SHAPE, torch.float64).round().requires_grad_())  # ties share the gradient
 
     @pytest.mark.parametrize("fn", [
         lambda x: x.var(1), lambda x: x.std(), lambda x: x.var((0, 2), correction=0, keepdim=True),
         lambda x: x.std(-1, correction=2), lambda x: sum(torch.var_mean(x, 1)), lambda x: sum(torch.std_mean(x)),
     ], ids=["var", "std", "var_corr0", "std_corr2", "var_mean", "std_mean"])
     def test_stats(self, fn):
-        compare_grad(fn, make(SHAPE))
+        compare_grad(fn, make(SHAPE, requires_grad=True))
 
     @pytest.mark.parametrize("fn", [
         lambda x: x.logsumexp(1), lambda x: x.logsumexp((0, 2), keepdim=True),
@@ -757,19 +717,19 @@ class TestBackward:
         lambda x: torch.log_softmax(x, -1), lambda x: torch.log_softmax(x, 0),
     ], ids=["logsumexp", "logsumexp_dims", "softmax", "softmax0", "log_softmax", "log_softmax0"])
     def test_exp_family(self, fn):
-        compare_grad(fn, make(SHAPE))
-        compare_grad(fn, make(SHAPE, layout="transposed"))
+        compare_grad(fn, make(SHAPE, requires_grad=True))
+        compare_grad(fn, make(SHAPE, layout="transposed", requires_grad=True))
 
     def test_softmax_bf16(self):
         # both sides round the forward output to bfloat16 first
         tol = dict(rtol=1.6e-2, atol=2e-3)
-        compare_grad(lambda x: torch.softmax(x, 1), make(SHAPE, torch.bfloat16), **tol)
-        compare_grad(lambda x: torch.log_softmax(x, 1), make(SHAPE, torch.bfloat16), **tol)
+        compare_grad(lambda x: torch.softmax(x, 1), make(SHAPE, torch.bfloat16, requires_grad=True), **tol)
+        compare_grad(lambda x: torch.log_softmax(x, 1), make(SHAPE, torch.bfloat16, requires_grad=True), **tol)
 
     @pytest.mark.parametrize("ord", [2, 1, INF, 3, 0.5])
     def test_norm(self, ord):
-        compare_grad(lambda x: torch.linalg.vector_norm(x, ord, 1), make(SHAPE))
-        compare_grad(lambda x: torch.linalg.vector_norm(x, ord), make(SHAPE))
+        compare_grad(lambda x: torch.linalg.vector_norm(x, ord, 1), make(SHAPE, requires_grad=True))
+        compare_grad(lambda x: torch.linalg.vector_norm(x, ord), make(SHAPE, requires_grad=True))
 
 
 @pytest.mark.usefixtures("no_fallbacks")
@@ -779,7 +739,7 @@ class TestHashTensor:
     def test_dims(self, dtype, dim):
         kw = {} if dim is None else {"dim": dim}
         compare(lambda x: torch.hash_tensor(x, **kw), make(SHAPE, dtype))
-        compare(lambda x: torch.hash_tensor(x, **kw, keepdim=True), make(SHAPE, dtype, "transposed"))
+        compare(lambda x: torch.hash_tensor(x, **kw, keepdim=True), make(SHAPE, dtype, layout="transposed"))
 
     def test_nan_and_signed_zero(self):
         compare(torch.hash_tensor, torch.tensor([NAN, -0.0, 0.0, INF]))
@@ -811,6 +771,7 @@ class TestSegmentReduce:
         x = make((7, 2))
         x[1, 0] = 0.0  # prod's zero
         x[5] = x[4]  # max/min ties
+        x.requires_grad_()
         lengths = torch.tensor([3, 0, 2, 1])
         compare_grad(lambda x: torch.segment_reduce(x, reduce, lengths=lengths.to(x.device), unsafe=True), x)
         compare_grad(lambda x: torch.segment_reduce(x, reduce, lengths=lengths.to(x.device), unsafe=True,
@@ -828,23 +789,24 @@ class TestSegmentReduce:
             torch.segment_reduce(x, "sum", lengths=torch.tensor([1, 2], device="tpu"))
 
 
+@pytest.mark.usefixtures("no_fallbacks")
 class TestBackwardThroughOtherFamilies:
     """Gradients whose backward formulas use ops of other families (nonzero,
     flip, cat, scatter)."""
 
     def test_prod_full(self):
-        compare_grad(lambda x: x.prod(), make(SHAPE))
+        compare_grad(lambda x: x.prod(), make(SHAPE, requires_grad=True))
 
     def test_prod_with_zero(self):
         x = make(SHAPE)
         x[1, 2, 3] = 0.0
-        compare_grad(lambda x: x.prod(2), x)
+        compare_grad(lambda x: x.prod(2), x.requires_grad_())
 
     def test_max_dim(self):
-        compare_grad(lambda x: x.max(1).values, make(SHAPE))
+        compare_grad(lambda x: x.max(1).values, make(SHAPE, requires_grad=True))
 
     def test_cumsum(self):
-        compare_grad(lambda x: x.cumsum(1), make(SHAPE))
+        compare_grad(lambda x: x.cumsum(1), make(SHAPE, requires_grad=True))
 
 
 # --- high ranks -----------------------------------------------------------------------------

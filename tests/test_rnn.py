@@ -9,40 +9,22 @@ import torch
 import torch.nn as nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from conftest import compare_compiled_step, compare_grad
+
 
 def state_sum(h):
     return sum(t.sum() for t in h) if isinstance(h, tuple) else h.sum()
 
 
-def compare(module, x, *state, dtype=torch.float32, rtol=None, atol=None):
+def compare_recurrent(module, x, *state, dtype=torch.float32, rtol=None, atol=None):
     """Outputs, the final state and every gradient (input, initial state,
     parameters), CPU vs tpu."""
-    cpu = module.to(dtype)
-    tpu = copy.deepcopy(cpu).to("tpu")
-    inputs = [t.detach().to(dtype).clone().requires_grad_() for t in (x, *state)]
-    tpu_inputs = [t.detach().to("tpu").requires_grad_() for t in inputs]
-
     def run(m, x, *state):
         if not state:
             return m(x)
         return m(x, tuple(state) if isinstance(m, (nn.LSTM, nn.LSTMCell)) else state[0])
 
-    out, got = run(cpu, *inputs), run(tpu, *tpu_inputs)
-    if isinstance(out, tuple) and isinstance(cpu, (nn.LSTM, nn.GRU, nn.RNN)):
-        (y, h), (ty, th) = out, got
-        loss, tpu_loss = y.square().sum() + state_sum(h), ty.square().sum() + state_sum(th)
-    else:
-        loss, tpu_loss = state_sum(out), state_sum(got)
-        y, ty = out, got
-    torch.testing.assert_close(ty[0].cpu() if isinstance(ty, tuple) else ty.cpu(),
-                               y[0] if isinstance(y, tuple) else y, rtol=rtol, atol=atol)
-    torch.testing.assert_close(tpu_loss.cpu(), loss, rtol=rtol, atol=atol)
-    loss.backward()
-    tpu_loss.backward()
-    for a, b in zip(inputs, tpu_inputs):
-        torch.testing.assert_close(b.grad.cpu(), a.grad, rtol=rtol, atol=atol)
-    for a, b in zip(cpu.parameters(), tpu.parameters()):
-        torch.testing.assert_close(b.grad.cpu(), a.grad, rtol=rtol, atol=atol)
+    compare_grad(run, module.to(dtype), *(t.to(dtype).requires_grad_() for t in (x, *state)), rtol=rtol, atol=atol)
 
 
 LAYERS = [(nn.LSTM, dict(batch_first=True)), (nn.LSTM, dict(num_layers=2, bidirectional=True)),
@@ -54,7 +36,7 @@ LAYERS = [(nn.LSTM, dict(batch_first=True)), (nn.LSTM, dict(num_layers=2, bidire
 @pytest.mark.parametrize("cls,kwargs", LAYERS, ids=[f"{c.__name__}-{'-'.join(k)}" for c, k in LAYERS])
 def test_recurrent_layers(no_fallbacks, cls, kwargs):
     torch.manual_seed(0)
-    compare(cls(4, 8, **kwargs), torch.randn(3, 5, 4))
+    compare_recurrent(cls(4, 8, **kwargs), torch.randn(3, 5, 4))
 
 
 @pytest.mark.parametrize("cls", [nn.LSTM, nn.GRU])
@@ -63,8 +45,8 @@ def test_initial_state_and_float64(no_fallbacks, cls):
     torch.manual_seed(0)
     layers, h = 2, torch.randn(2, 3, 8)
     state = (h, torch.randn(2, 3, 8)) if cls is nn.LSTM else (h,)
-    compare(cls(4, 8, num_layers=layers), torch.randn(5, 3, 4), *state)
-    compare(cls(4, 8), torch.randn(5, 3, 4), dtype=torch.float64)
+    compare_recurrent(cls(4, 8, num_layers=layers), torch.randn(5, 3, 4), *state)
+    compare_recurrent(cls(4, 8), torch.randn(5, 3, 4), dtype=torch.float64)
 
 
 @pytest.mark.parametrize("cls", [nn.LSTMCell, nn.GRUCell, nn.RNNCell])
@@ -73,8 +55,8 @@ def test_cells(no_fallbacks, cls, batched):
     torch.manual_seed(0)
     x = torch.randn(3, 4) if batched else torch.randn(4)
     h = torch.randn(3, 8) if batched else torch.randn(8)
-    compare(cls(4, 8), x)
-    compare(cls(4, 8), x, *((h, torch.randn_like(h)) if cls is nn.LSTMCell else (h,)))
+    compare_recurrent(cls(4, 8), x)
+    compare_recurrent(cls(4, 8), x, *((h, torch.randn_like(h)) if cls is nn.LSTMCell else (h,)))
 
 
 def test_lstm_half_cell_rounds_once(no_fallbacks):
@@ -103,7 +85,6 @@ def test_compiled_training_step(no_fallbacks, cls, bias):
     """Dynamo runs recurrent modules eagerly inside the compiled function
     (and traces the frames their meta functions call: torchtpu's repair of
     the LSTM cell's check among them, which must leave no graph)."""
-    from conftest import compare_compiled_step
     torch.manual_seed(0)
 
     def step(m, x):

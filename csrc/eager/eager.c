@@ -257,7 +257,7 @@ tpu_eager_mode tpu_eager_current_mode(void) {
  * a recorded call uses it: one that writes it whole gives it a value, and
  * the launch raises what is still poisoned when it reads it. */
 static tpu_status_t check_input(const tpu_storage *s) {
-  if (s == NULL || __atomic_load_n(&s->traced, __ATOMIC_ACQUIRE)) return NULL;
+  if (s == NULL || __atomic_load_n(&s->trace.held, __ATOMIC_ACQUIRE)) return NULL;
   return tpu_storage_check_value(s);
 }
 
@@ -707,8 +707,10 @@ tpu_status_t tpu_eager_execute_checked(const tpu_eager_entry *e, const tpu_eager
     }
   }
   TPU_GOTO_IF_ERROR(st, tpu_eager_entry_executable(e, &exe), done);
-  TPU_GOTO_IF_ERROR(st, tpu_executable_execute(rt, exe, call->device, args, (size_t)e->num_params,
-                                                e->any_donation ? e->donate : NULL, e->track, outs),
+  TPU_GOTO_IF_ERROR(st,
+                    tpu_status_annotate(tpu_executable_execute(rt, exe, call->device, args, (size_t)e->num_params,
+                                                               e->any_donation ? e->donate : NULL, e->track, outs),
+                                        "%s", e->name),
                     done);
   int first_check = e->num_results - e->num_checks;
   if (!e->checks_first) put_results(e, &f, new_outputs, outs);

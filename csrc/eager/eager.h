@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "eager/trace.h"
 #include "hlo/view.h"
 #include "lower/lower.h"
 #include "runtime/runtime.h"
@@ -49,13 +50,7 @@ typedef struct tpu_storage {
   tpu_hlo_type type; /* |buf|'s element type and dims */
   int64_t nbytes;
   int device;
-  /* Fused eager (trace.c): a recorded call reads or writes the storage
-   * (read and written atomically; changed under the trace's lock), and
-   * PyTorch let go of it while it was (the trace frees it). */
-  int traced;
-  bool dropped;
-  int trace_slot; /* while traced: its index among the trace's storages */
-  int trace_readers, trace_reader; /* while traced: calls that read it (trace.c, MAX_READERS); the last counted */
+  tpu_trace_mark trace; /* fused eager's (trace.h) */
   struct tpu_storage *live_prev, *live_next; /* the live list (storage.c), for memory snapshots */
   /* Fused eager: why the storage has no value (NULL: it has one, or is
    * merely unwritten, as torch.empty's). A failed trace sets it on what the

@@ -190,7 +190,7 @@ void tpu_storage_free(tpu_storage *s) {
   count(s->device, s->nbytes, -1);
   pthread_mutex_unlock(&g_live_lock);
   /* A storage a recorded call uses is freed by its trace. */
-  if (__atomic_load_n(&s->traced, __ATOMIC_ACQUIRE) && tpu_trace_drop(s)) return;
+  if (__atomic_load_n(&s->trace.held, __ATOMIC_ACQUIRE) && tpu_trace_drop(s)) return;
   tpu_storage_destroy(s);
 }
 
@@ -318,5 +318,6 @@ tpu_status_t tpu_storage_copy_prefix(tpu_storage *dst, const tpu_storage *src) {
   tpu_executable_destroy(rt, exe);
   free(text);
   tpu_hlo_builder_destroy(b);
-  return st;
+  return tpu_status_annotate(st, "copying a storage of %lld bytes into one of %lld", (long long)src->nbytes,
+                             (long long)dst->nbytes);
 }

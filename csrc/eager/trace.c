@@ -220,11 +220,11 @@ static bool grow(void **p, int *cap, int need, size_t elem) {
  * them before the cut). NULL (a Python number, an absent tensor) is -1. */
 static bool track(tpu_storage *s) {
   if (!grow((void **)&g.held, &g.cap_held, g.num_held + 1, sizeof *g.held)) return false;
-  s->trace_slot = g.num_held;
-  s->trace_readers = 0;
-  s->trace_reader = -1;
+  s->trace.slot = g.num_held;
+  s->trace.readers = 0;
+  s->trace.reader = -1;
   g.held[g.num_held++] = s;
-  __atomic_store_n(&s->traced, 1, __ATOMIC_RELEASE);
+  __atomic_store_n(&s->trace.held, 1, __ATOMIC_RELEASE);
   __atomic_add_fetch(&tpu_trace_pending, 1, __ATOMIC_ACQ_REL);
   return true;
 }
@@ -233,10 +233,10 @@ static bool track(tpu_storage *s) {
  * (MAX_READERS); a written storage is one parameter (-1). */
 static void count_use(tpu_storage *s, bool writes) {
   if (writes) {
-    s->trace_readers = -1;
-  } else if (s->trace_readers >= 0 && s->trace_reader != g.n) {
-    s->trace_reader = g.n;
-    if (++s->trace_readers > g.max_readers) g.max_readers = s->trace_readers;
+    s->trace.readers = -1;
+  } else if (s->trace.readers >= 0 && s->trace.reader != g.n) {
+    s->trace.reader = g.n;
+    if (++s->trace.readers > g.max_readers) g.max_readers = s->trace.readers;
   }
 }
 
@@ -245,7 +245,7 @@ static bool hold(tpu_storage *s, tpu_dtype_t reader, bool writes) {
     tpu_strbuf_put_i64(&g.key, -1);
     return true;
   }
-  if (!s->traced) {
+  if (!s->trace.held) {
     if (!track(s)) return false;
     tpu_hlo_type scratch;
     const tpu_hlo_type *t = tpu_storage_type_in(s, reader, &scratch);
@@ -254,7 +254,7 @@ static bool hold(tpu_storage *s, tpu_dtype_t reader, bool writes) {
     tpu_strbuf_append(&g.key, t->dims, (size_t)t->rank * sizeof(int64_t));
   }
   count_use(s, writes);
-  tpu_strbuf_put_i64(&g.key, s->trace_slot);
+  tpu_strbuf_put_i64(&g.key, s->trace.slot);
   return true;
 }
 
@@ -379,11 +379,11 @@ static tpu_status_t build(const tpu_eager_call *all, tpu_eager_entry **out) {
     tpu_program_set_base(p, 0);
     for (int a = 0; a < all->num_args; a++) {
       const tpu_eager_arg *arg = &all->args[a];
-      if (arg->lower.kind == TPU_ARG_TENSOR && arg->tensor.storage != NULL && arg->tensor.storage->dropped)
+      if (arg->lower.kind == TPU_ARG_TENSOR && arg->tensor.storage != NULL && arg->tensor.storage->trace.dropped)
         tpu_program_discard(p, a, -1);
       if (arg->lower.kind == TPU_ARG_TENSOR_LIST)
         for (int i = 0; i < arg->lower.n; i++)
-          if (arg->items[i].storage != NULL && arg->items[i].storage->dropped) tpu_program_discard(p, a, i);
+          if (arg->items[i].storage != NULL && arg->items[i].storage->trace.dropped) tpu_program_discard(p, a, i);
     }
     st = tpu_program_finish(p, out);
   }
@@ -409,7 +409,7 @@ static tpu_status_t build(const tpu_eager_call *all, tpu_eager_entry **out) {
  * cut, the count of calls and which storages nobody holds any more. */
 static bool trace_key(uint64_t *out_hash) {
   tpu_strbuf_put_i64(&g.key, g.n);
-  for (int i = 0; i < g.num_held; i++) tpu_strbuf_put_i64(&g.key, g.held[i]->dropped);
+  for (int i = 0; i < g.num_held; i++) tpu_strbuf_put_i64(&g.key, g.held[i]->trace.dropped);
   *out_hash = tpu_hash64(g.key.data, g.key.len, 0);
   return !g.key.failed;
 }
@@ -522,8 +522,8 @@ static void replay(void) {
 static void reset(bool loop) {
   for (int i = 0; i < g.num_held; i++) {
     tpu_storage *s = g.held[i];
-    __atomic_store_n(&s->traced, 0, __ATOMIC_RELEASE);
-    if (s->dropped) tpu_storage_destroy(s);
+    __atomic_store_n(&s->trace.held, 0, __ATOMIC_RELEASE);
+    if (s->trace.dropped) tpu_storage_destroy(s);
   }
   __atomic_sub_fetch(&tpu_trace_pending, g.num_held, __ATOMIC_ACQ_REL);
   for (int i = 0; i < g.n; i++) tpu_eager_entry_release(g.recs[i].entry);
@@ -601,11 +601,11 @@ tpu_status_t tpu_eager_flush(tpu_cut_reason why) {
 
 tpu_status_t tpu_storage_settle(tpu_storage *s, tpu_cut_reason why) {
   tpu_status_t st;
-  if (s == NULL || !__atomic_load_n(&s->traced, __ATOMIC_ACQUIRE)) {
+  if (s == NULL || !__atomic_load_n(&s->trace.held, __ATOMIC_ACQUIRE)) {
     st = unpark();
   } else {
     pthread_mutex_lock(&g.lock);
-    st = s->traced ? flush_locked(why) : unpark_locked();
+    st = s->trace.held ? flush_locked(why) : unpark_locked();
     pthread_mutex_unlock(&g.lock);
   }
   if (st == NULL && s != NULL && why == TPU_CUT_HOST_READ) st = tpu_storage_check_value(s);
@@ -614,14 +614,14 @@ tpu_status_t tpu_storage_settle(tpu_storage *s, tpu_cut_reason why) {
 
 bool tpu_trace_drop(tpu_storage *s) {
   pthread_mutex_lock(&g.lock);
-  bool held = s->traced;
-  if (held) s->dropped = true;
+  bool held = s->trace.held;
+  if (held) s->trace.dropped = true;
   pthread_mutex_unlock(&g.lock);
   return held;
 }
 
 static bool ref_traced(const tpu_tensor_ref *r) {
-  return r->storage != NULL && __atomic_load_n(&r->storage->traced, __ATOMIC_ACQUIRE);
+  return r->storage != NULL && __atomic_load_n(&r->storage->trace.held, __ATOMIC_ACQUIRE);
 }
 
 bool tpu_trace_call_touches(const tpu_eager_call *call) {

@@ -392,7 +392,8 @@ class ModuleExecutable {
     tpu_compile_options_init(&options);
     options.max_rank = TPU_HLO_MAX_RANK;
     py::gil_scoped_release release;
-    TPU_CHECK(tpu_executable_compile(rt, module.data(), module.size(), &options, &exe_));
+    TPU_CHECK(tpu_status_annotate(tpu_executable_compile(rt, module.data(), module.size(), &options, &exe_),
+                                  "compiling a StableHLO module"));
   }
   ~ModuleExecutable() { tpu_executable_destroy(runtime(), exe_); }
   ModuleExecutable(const ModuleExecutable&) = delete;  // owns its C handle
@@ -430,7 +431,9 @@ class ModuleExecutable {
                                   static_cast<int>(dims.size()), &args[i]);
       }
       if (st == nullptr)
-        st = tpu_executable_execute(rt, exe_, device, args.data(), args.size(), nullptr, false, bufs.data());
+        st = tpu_status_annotate(
+            tpu_executable_execute(rt, exe_, device, args.data(), args.size(), nullptr, false, bufs.data()),
+            "running a StableHLO module");
       for (size_t i = 0; i < n && st == nullptr; i++)
         st = tpu_buffer_to_host(rt, bufs[i], results[i].data_ptr(), static_cast<size_t>(results[i].nbytes()));
       for (tpu_buffer* buf : args) tpu_buffer_destroy(rt, buf);

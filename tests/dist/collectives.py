@@ -8,11 +8,11 @@ import torch
 import torch.distributed as dist
 
 import torchtpu  # noqa: F401
+from checks import FAILS, finish
 
 dist.init_process_group("tpu_dist", timeout=datetime.timedelta(seconds=60))
 RANK, WORLD = dist.get_rank(), dist.get_world_size()
 GLOO = dist.new_group(backend="gloo")
-FAILS = []
 COUNT = {"ok": 0, "err": 0}
 R = dist.ReduceOp
 
@@ -251,8 +251,4 @@ check("functional coalesced", coalesced)
 
 dist.barrier()
 assert dist.get_backend() == "tpu_dist", dist.get_backend()
-for f in FAILS:
-    print(f"rank {RANK} FAIL {f}", flush=True)
-print(f"rank {RANK}: {COUNT['ok']} equal, {COUNT['err']} refused by both, {len(FAILS)} failures", flush=True)
-dist.destroy_process_group()
-sys.exit(1 if FAILS else 0)
+finish(f"{COUNT['ok']} equal, {COUNT['err']} refused by both")

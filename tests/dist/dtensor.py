@@ -3,7 +3,6 @@ DTensor on tpu through tpu_dist on a 2x2 mesh: placements, redistribute, and a
 tensor-parallel MLP (parallelize_module, column- then row-wise) whose
 parameters after 3 steps equal one process's."""
 import copy
-import sys
 
 import torch
 import torch.nn as nn
@@ -12,19 +11,12 @@ from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tenso
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 import torchtpu  # noqa: F401
+from checks import finish, same
 
 mesh = init_device_mesh("tpu", (2, 2), mesh_dim_names=("dp", "tp"))
 import torch.distributed as dist  # noqa: E402
 
 RANK = dist.get_rank()
-FAILS = []
-
-
-def same(name, a, b, tol=1e-6):
-    try:
-        torch.testing.assert_close(a.detach().cpu(), b.detach().cpu(), rtol=tol, atol=tol)
-    except AssertionError as e:
-        FAILS.append(f"{name}: {str(e).splitlines()[-1]}")
 
 
 assert isinstance(dist.group.WORLD._get_backend(torch.device("tpu")), torchtpu._C._ProcessGroupTpu)
@@ -64,8 +56,4 @@ for x, y in data:
 for (n, a), b in zip(tp.named_parameters(), ref.parameters()):
     same(f"tensor parallel {n}", a.full_tensor(), b)
 
-for f in FAILS:
-    print(f"rank {RANK} FAIL {f}", flush=True)
-print(f"rank {RANK}: dtensor checks done, {len(FAILS)} failures", flush=True)
-dist.destroy_process_group()
-sys.exit(1 if FAILS else 0)
+finish("dtensor checks done")
