@@ -72,6 +72,7 @@ def build(model_type, class_name, recipe=None):
     its inputs, the recipe's name ("small/0": recipe/input variant) and the
     CPU's forward + backward (models_modes._forward_backward's result).
     Raises what the recipes raised when none runs."""
+    import torch
     from .models_config import recipes
     from .models_inputs import VARIANTS, make_inputs
     from .models_modes import _forward_backward
@@ -85,6 +86,8 @@ def build(model_type, class_name, recipe=None):
             try:
                 config = make_config()
                 model = _instantiate(class_name, config)
+                if type(model).forward is torch.nn.Module.forward:
+                    raise BuildError(f"{class_name} has no forward (it only generates, through sub-models)")
                 inputs = make_inputs(model, model.config, variant)
                 shapes = {k: tuple(getattr(v, "shape", ())) for k, v in inputs.items()}
                 if shapes in tried:

@@ -53,7 +53,7 @@ _WIDTH = re.compile(r"(^|_)(hidden_size|intermediate_size|d_model|d_ff|n_embd|n_
                     r"channels|hidden_channels|model_dim|width|proj_size|emb_dim|embedding_size|state_size|"
                     r"conv_dim|filters|num_filters|d_inner|d_state|output_dim|text_embed_dim|"
                     r"vision_embed_dim|latent_dim|intermediate_dim|expert_dim|encoder_hidden_size|"
-                    r"decoder_hidden_size|moe_intermediate_size|shared_expert_intermediate_size)$")
+                    r"decoder_hidden_size|moe_intermediate_size|shared_expert_intermediate_size|upsample_groups)$")
 _NOT_WIDTH = re.compile(r"^(num_channels|in_channels|input_channels|out_channels|image_channels|audio_channels|"
                         r"num_mel_bins|feature_size|vocab_size|max_\w+|patch_size|image_size|window_size|"
                         r"sampling_rate|codebook_dim|num_labels|spatial_merge_size|temporal_patch_size)$|"
@@ -95,10 +95,15 @@ def shrink_small(config, seen=None):
     if id(config) in seen:
         return
     seen.add(id(config))
+    # Groups as wide as the model (depthwise convolutions) stay as wide.
+    hidden = _get(config, "hidden_size")
+    depthwise = [k for k in list(vars(config)) if k.endswith("groups") and _get(config, k) == hidden]
     for key, value in SMALL.items():
         old = _get(config, key)
         if hasattr(config, key) and isinstance(old, (int, bool)) == isinstance(value, (int, bool)):
             _set(config, key, value)
+    for key in depthwise:
+        _set(config, key, _get(config, "hidden_size"))
     vocab = _get(config, "vocab_size")
     if isinstance(vocab, int):  # special tokens inside the smaller vocabulary
         for key in TOKEN_IDS:

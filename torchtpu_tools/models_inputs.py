@@ -73,8 +73,15 @@ class _Ctx:
 
 
 def _pixel_values(c):
+    if c.variant == 1:  # a video model's clip (VideoMAE, ViViT, TimeSformer)
+        return _videos(c)
     h, w = c.image_size()
-    return c.randn(BATCH, c.channels(), h, w)
+    channels = c.channels()
+    if c.variant == 2:  # the channels the model's first convolution takes (a backbone's stem sizes)
+        import torch
+        conv = next((m for m in c.model.modules() if isinstance(m, torch.nn.Conv2d)), None)
+        channels = conv.in_channels if conv is not None else channels
+    return c.randn(BATCH, channels, h, w)
 
 
 def _videos(c):
