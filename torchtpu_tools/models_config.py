@@ -328,13 +328,35 @@ def cohere(config):
     return config
 
 
+_TOWER_WIDTH = re.compile(r"(hidden_size|_dim|_channels|_size)$")
+
+
+def _follow_widths(before, configs):
+    """After the small recipe: a size that named another tower's width (a
+    Q-Former's encoder_hidden_size, a projector's input) follows that
+    tower's new width. |before| holds each config's attributes before the
+    recipe, in _configs order."""
+    widths = {}
+    for old, c in zip(before, configs):
+        if isinstance(old.get("hidden_size"), int) and old["hidden_size"] > 64:
+            widths.setdefault(old["hidden_size"], _get(c, "hidden_size"))
+    for old, c in zip(before, configs):
+        for key, value in old.items():
+            if key in SMALL or not _TOWER_WIDTH.search(key) or type(value) is not int or value not in widths:
+                continue
+            if _get(c, key) == value:  # the recipe left it
+                _set(c, key, widths[value])
+
+
 def recipes(model_type):
     """[(name, make_config)] in the order the sweep tries them."""
     import transformers
 
     def small():
         config = transformers.AutoConfig.for_model(model_type)
+        before = [{k: _get(c, k) for k in list(vars(c))} for c in _configs(config)]
         shrink_small(config)
+        _follow_widths(before, list(_configs(config)))
         return cohere(config)
 
     out = [("small", small)]
