@@ -153,6 +153,11 @@ def _scale_value(key, value, f, g):
     if _PER_HEAD.search(key):
         return _div(value, max(1, f // g))
     if _WIDTH.search(key) and not _NOT_WIDTH.search(key):
+        if "intermediate" in key and value // f >= 4:
+            # A feed-forward width no other size derives from, kept a
+            # multiple of 4: the CPU's grouped_mm (MoE experts) wants
+            # 16-byte strides (DeepSeek-V2-Lite's 1407).
+            return (value // f + 3) // 4 * 4
         return _div(value, f)
     return value
 
