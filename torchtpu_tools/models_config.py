@@ -17,6 +17,11 @@ takes the first whose model builds and runs forward + backward on the CPU
               such as the multimodal rope sections); layer counts cut to 2 and per-layer lists cut with
               them; expert counts, vocabulary and patch grids made small.
               Sub-configs (vision/audio/text towers) get the same recipe.
+
+After either recipe, cohere() makes the sizes that one attribute derives
+from others agree again on every sub-config (multimodal rope sections,
+per-layer-type rope parameters, head_dim, a backbone's stages), and the
+small recipe's sizes that named another tower's width follow that tower.
 """
 import re
 
