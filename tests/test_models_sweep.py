@@ -42,6 +42,30 @@ def test_scaled_recipe_keeps_the_relations_between_sizes():
     assert c.depths == [1, 1, 1, 1] and c.embed_dim == 6 and c.num_heads == [1, 1, 3, 6]
 
 
+def test_recipes_keep_derived_sizes_coherent():
+    import transformers
+    from torchtpu_tools.models_build import _config_for
+    recipes = {t: dict(config.recipes(t)) for t in ("glm4v", "cohere_compass", "hunyuan_v1_dense", "mimi", "llama4")}
+    for name in ("small", "scaled/16/4"):
+        # The rope sections split the rotary half-width the head size gives
+        # (the model's code defaults to the released checkpoint's split).
+        t = recipes["glm4v"][name]().text_config
+        head_dim = t.hidden_size // t.num_attention_heads
+        half = int(head_dim * t.rope_parameters.get("partial_rotary_factor", 1.0)) // 2
+        assert sum(t.rope_parameters["mrope_section"]) == half
+        # Rope parameters per layer type, head_dim where a default left it None.
+        c = recipes["cohere_compass"][name]()
+        assert set(c.get_text_config().layer_types) <= set(c.get_text_config().rope_parameters)
+        c = recipes["hunyuan_v1_dense"][name]()
+        assert c.head_dim * c.num_attention_heads == c.hidden_size
+        # Depthwise upsampling groups stay as wide as the model.
+        c = recipes["mimi"][name]()
+        assert c.upsample_groups == c.hidden_size
+    # A text-only head under a multimodal type takes the text config.
+    c = recipes["llama4"]["small"]()
+    assert isinstance(_config_for(transformers.Llama4ForCausalLM, c), transformers.Llama4TextConfig)
+
+
 def test_inputs_from_the_forward_signature():
     _, inputs, recipe, _ = sweep.build("patchtst", "PatchTSTModel")
     assert inputs["past_values"].dim() == 3

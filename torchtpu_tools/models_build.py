@@ -28,10 +28,22 @@ def architectures():
     return out
 
 
+def _config_for(cls, config):
+    """The config |cls| takes: |config|, or its sub-config of the class's
+    config class (a text-only head registered under a multimodal type, such
+    as Llama4ForCausalLM under llama4, takes the text config)."""
+    from .models_config import _configs
+    want = getattr(cls, "config_class", None)
+    if want is None or isinstance(config, want):
+        return config
+    return next((c for c in _configs(config) if isinstance(c, want)), config)
+
+
 def _instantiate(class_name, config):
     import torch
     import transformers
     cls = getattr(transformers, class_name)
+    config = _config_for(cls, config)
     torch.manual_seed(0)
     model = cls(config).eval().float()
     # Weights a model initializes to zero (MoE routers, some output
@@ -60,11 +72,13 @@ def build(model_type, class_name, recipe=None):
     its inputs, the recipe's name ("small/0": recipe/input variant) and the
     CPU's forward + backward (models_modes._forward_backward's result).
     Raises what the recipes raised when none runs."""
+    import torch
     from .models_config import recipes
     from .models_inputs import VARIANTS, make_inputs
     from .models_modes import _forward_backward
     errors = {}
     for name, make_config in recipes(model_type):
+        tried = []  # the variants' input shapes: a variant that changes nothing is not run again
         for variant in range(VARIANTS):
             tag = f"{name}/{variant}"
             if recipe is not None and tag != recipe:
@@ -72,7 +86,13 @@ def build(model_type, class_name, recipe=None):
             try:
                 config = make_config()
                 model = _instantiate(class_name, config)
-                inputs = make_inputs(model, config, variant)
+                if type(model).forward is torch.nn.Module.forward:
+                    raise BuildError(f"{class_name} has no forward (it only generates, through sub-models)")
+                inputs = make_inputs(model, model.config, variant)
+                shapes = {k: tuple(getattr(v, "shape", ())) for k, v in inputs.items()}
+                if shapes in tried:
+                    continue
+                tried.append(shapes)
                 # Each mode starts from the model as built: a forward may
                 # leave state behind (recurrent caches that are not graph
                 # leaves and cannot be deep-copied, updated buffers).

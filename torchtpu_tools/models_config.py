@@ -17,6 +17,11 @@ takes the first whose model builds and runs forward + backward on the CPU
               such as the multimodal rope sections); layer counts cut to 2 and per-layer lists cut with
               them; expert counts, vocabulary and patch grids made small.
               Sub-configs (vision/audio/text towers) get the same recipe.
+
+After either recipe, cohere() makes the sizes that one attribute derives
+from others agree again on every sub-config (multimodal rope sections,
+per-layer-type rope parameters, head_dim, a backbone's stages), and the
+small recipe's sizes that named another tower's width follow that tower.
 """
 import re
 
@@ -30,7 +35,7 @@ SMALL = {"hidden_size": 32, "d_model": 32, "n_embd": 32, "embed_dim": 32, "dim":
          "d_ff": 64, "hidden_dim": 64, "vocab_size": 99, "max_position_embeddings": 64, "head_dim": 8,
          "num_experts": 4, "num_local_experts": 4, "n_routed_experts": 4, "moe_intermediate_size": 32,
          "num_experts_per_tok": 2, "n_group": 1, "topk_group": 1,
-         "image_size": 32, "patch_size": 8, "num_labels": 3, "use_cache": False,
+         "image_size": 32, "patch_size": 8, "num_labels": 3, "use_cache": False, "num_queries": 8,
          # Sampling noise in an eval forward (VITS's durations and prior): the
          # comparison would test the random stream, and tpu's is not the CPU's.
          "noise_scale": 0.0, "noise_scale_duration": 0.0}
@@ -53,7 +58,7 @@ _WIDTH = re.compile(r"(^|_)(hidden_size|intermediate_size|d_model|d_ff|n_embd|n_
                     r"channels|hidden_channels|model_dim|width|proj_size|emb_dim|embedding_size|state_size|"
                     r"conv_dim|filters|num_filters|d_inner|d_state|output_dim|text_embed_dim|"
                     r"vision_embed_dim|latent_dim|intermediate_dim|expert_dim|encoder_hidden_size|"
-                    r"decoder_hidden_size|moe_intermediate_size|shared_expert_intermediate_size)$")
+                    r"decoder_hidden_size|moe_intermediate_size|shared_expert_intermediate_size|upsample_groups)$")
 _NOT_WIDTH = re.compile(r"^(num_channels|in_channels|input_channels|out_channels|image_channels|audio_channels|"
                         r"num_mel_bins|feature_size|vocab_size|max_\w+|patch_size|image_size|window_size|"
                         r"sampling_rate|codebook_dim|num_labels|spatial_merge_size|temporal_patch_size)$|"
@@ -95,10 +100,15 @@ def shrink_small(config, seen=None):
     if id(config) in seen:
         return
     seen.add(id(config))
+    # Groups as wide as the model (depthwise convolutions) stay as wide.
+    hidden = _get(config, "hidden_size")
+    depthwise = [k for k in list(vars(config)) if k.endswith("groups") and _get(config, k) == hidden]
     for key, value in SMALL.items():
         old = _get(config, key)
         if hasattr(config, key) and isinstance(old, (int, bool)) == isinstance(value, (int, bool)):
             _set(config, key, value)
+    for key in depthwise:
+        _set(config, key, _get(config, "hidden_size"))
     vocab = _get(config, "vocab_size")
     if isinstance(vocab, int):  # special tokens inside the smaller vocabulary
         for key in TOKEN_IDS:
@@ -131,6 +141,8 @@ def _scale_value(key, value, f, g):
         return min(value, 8)
     if key in ("num_experts_per_tok", "top_k", "moe_topk", "num_experts_per_token", "top_k_experts"):
         return min(value, 2)
+    if key == "num_queries":  # a detector's top-k over a small image's anchors
+        return min(value, 8)
     if key == "n_group":
         return min(value, 2)
     if key == "topk_group":
@@ -146,6 +158,11 @@ def _scale_value(key, value, f, g):
     if _PER_HEAD.search(key):
         return _div(value, max(1, f // g))
     if _WIDTH.search(key) and not _NOT_WIDTH.search(key):
+        if "intermediate" in key and value // f >= 4:
+            # A feed-forward width no other size derives from, kept a
+            # multiple of 4: the CPU's grouped_mm (MoE experts) wants
+            # 16-byte strides (DeepSeek-V2-Lite's 1407).
+            return (value // f + 3) // 4 * 4
         return _div(value, f)
     return value
 
@@ -169,8 +186,9 @@ def _kept_layers(d, count):
 
 
 def _is_layer_count(key, d):
-    # Swin-style stage models derive num_layers from len(depths).
-    return bool(_LAYER.match(key)) and not _NOT_LAYER.search(key) and not (key == "num_layers" and "depths" in d)
+    # A stage model's layer counts are its number of stages (len(depths)),
+    # which its per-stage lists (heads, widths) follow: kept whole.
+    return bool(_LAYER.match(key)) and not _NOT_LAYER.search(key) and "depths" not in d
 
 
 def _scaled_dict(d, f, g):
@@ -206,6 +224,7 @@ def _scaled_dict(d, f, g):
     if "patch_size" in out and isinstance(out.get("image_size"), int) and isinstance(out["patch_size"], int):
         if out["patch_size"] >= 8 and out["image_size"] > 4 * out["patch_size"]:
             out["image_size"] = 4 * out["patch_size"]
+    out.update(_backbone_stages(out))
     vocab = out.get("vocab_size")
     if isinstance(vocab, int):
         for key in TOKEN_IDS:
@@ -229,17 +248,129 @@ def shrink_scaled(config, f, g):
     return type(config).from_dict(d)
 
 
+def _configs(config, seen=None):
+    """|config| and its sub-configs, each once."""
+    seen = set() if seen is None else seen
+    if id(config) in seen:
+        return
+    seen.add(id(config))
+    yield config
+    for key in list(vars(config)):
+        value = _get(config, key)
+        if _is_config(value):
+            yield from _configs(value, seen)
+
+
+def _rope_sections(config):
+    """Multimodal rope (mrope_section, a split of the rotary half-width
+    between time, height and width) re-split over the half-width the
+    config's sizes give: a recipe changes head sizes, and many default
+    configs leave the section to a constant in the model's code that only
+    fits the released checkpoint's head size."""
+    rope = _get(config, "rope_parameters")
+    uses = "mrope_section" in getattr(type(config), "ignore_keys_at_rope_validation", ()) or (
+        isinstance(rope, dict) and "mrope_section" in rope)
+    if not uses or not isinstance(rope, dict) or "rope_type" not in rope:
+        return
+    heads, hidden = _get(config, "num_attention_heads"), _get(config, "hidden_size")
+    head_dim = _get(config, "head_dim") or (hidden // heads if isinstance(hidden, int) and heads else None)
+    if not isinstance(head_dim, int):
+        return
+    factor = rope.get("partial_rotary_factor", _get(config, "partial_rotary_factor") or 1.0)
+    half = int(head_dim * factor) // 2
+    section = rope.get("mrope_section") or [1, 1, 1]
+    if sum(section) == half or half < len(section):
+        return
+    parts = [max(1, half * s // sum(section)) for s in section]
+    parts[0] += half - sum(parts)
+    rope["mrope_section"] = parts
+
+
+def _rope_per_layer_type(config):
+    """A config whose rope parameters are per layer type (a dict of dicts
+    keyed by layer_types) but whose default leaves them out: the default
+    rope for each type, as a released checkpoint spells it."""
+    rope, kinds = _get(config, "rope_parameters"), _get(config, "layer_types")
+    if not isinstance(rope, dict) or "rope_type" in rope or not isinstance(kinds, list):
+        return
+    if rope and not all(isinstance(v, dict) or v is None for v in rope.values()):
+        return
+    for kind in kinds:
+        if isinstance(kind, str) and kind not in rope:
+            rope[kind] = {"rope_type": "default", "rope_theta": 10000.0}
+
+
+def _head_dim(config):
+    """head_dim left None by a default config whose model reads it: the
+    width over the heads, what the released checkpoints have."""
+    hidden, heads = _get(config, "hidden_size"), _get(config, "num_attention_heads")
+    if "head_dim" in vars(config) and _get(config, "head_dim") is None and isinstance(hidden, int) \
+            and isinstance(heads, int) and heads > 0:
+        _set(config, "head_dim", hidden // heads)
+
+
+def _backbone_stages(d):
+    """A backbone whose stages are its layers (ViT-like backbones: stem,
+    stage1..stageN) after its layer count changed: the stage names follow
+    the count, and the features it hands on are the last stages, as many as
+    before (a detector's neck wants that many). {attribute: value} to set."""
+    names, indices, n = d.get("stage_names"), d.get("out_indices"), d.get("num_hidden_layers")
+    if not (isinstance(names, list) and isinstance(indices, (list, tuple)) and isinstance(n, int)) \
+            or len(names) == n + 1 or "depths" in d:
+        return {}
+    n = max(n, len(indices))
+    indices = list(range(n - len(indices) + 1, n + 1))
+    return {"num_hidden_layers": n, "stage_names": ["stem"] + [f"stage{i}" for i in range(1, n + 1)],
+            "out_features": [f"stage{i}" for i in indices], "out_indices": indices}
+
+
+def cohere(config):
+    """The sizes one attribute derives from others, made to agree after a
+    recipe (in place, every sub-config); returns |config|."""
+    for c in _configs(config):
+        _head_dim(c)
+        stages = {k: _get(c, k) for k in ("stage_names", "out_indices", "num_hidden_layers")}
+        stages["depths"] = _get(c, "depths")
+        for key, value in _backbone_stages({k: v for k, v in stages.items() if v is not None}).items():
+            _set(c, key, value)
+        _rope_per_layer_type(c)
+        _rope_sections(c)
+    return config
+
+
+_TOWER_WIDTH = re.compile(r"(hidden_size|_dim|_channels|_size)$")
+
+
+def _follow_widths(before, configs):
+    """After the small recipe: a size that named another tower's width (a
+    Q-Former's encoder_hidden_size, a projector's input) follows that
+    tower's new width. |before| holds each config's attributes before the
+    recipe, in _configs order."""
+    widths = {}
+    for old, c in zip(before, configs):
+        if isinstance(old.get("hidden_size"), int) and old["hidden_size"] > 64:
+            widths.setdefault(old["hidden_size"], _get(c, "hidden_size"))
+    for old, c in zip(before, configs):
+        for key, value in old.items():
+            if key in SMALL or not _TOWER_WIDTH.search(key) or type(value) is not int or value not in widths:
+                continue
+            if _get(c, key) == value:  # the recipe left it
+                _set(c, key, widths[value])
+
+
 def recipes(model_type):
     """[(name, make_config)] in the order the sweep tries them."""
     import transformers
 
     def small():
         config = transformers.AutoConfig.for_model(model_type)
+        before = [{k: _get(c, k) for k in list(vars(c))} for c in _configs(config)]
         shrink_small(config)
-        return config
+        _follow_widths(before, list(_configs(config)))
+        return cohere(config)
 
     out = [("small", small)]
     for f, g in SCALES:
         out.append((f"scaled/{f}/{g}",
-                    lambda f=f, g=g: shrink_scaled(transformers.AutoConfig.for_model(model_type), f, g)))
+                    lambda f=f, g=g: cohere(shrink_scaled(transformers.AutoConfig.for_model(model_type), f, g))))
     return out

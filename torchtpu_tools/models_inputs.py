@@ -13,7 +13,7 @@ import inspect
 
 BATCH, SEQ = 2, 12
 SAMPLES = 3840  # audio samples: a multiple of the usual hops (160, 320, 640, 1280, 1920)
-VARIANTS = 2
+VARIANTS = 3
 
 
 class _Ctx:
@@ -73,8 +73,15 @@ class _Ctx:
 
 
 def _pixel_values(c):
+    if c.variant == 1:  # a video model's clip (VideoMAE, ViViT, TimeSformer)
+        return _videos(c)
     h, w = c.image_size()
-    return c.randn(BATCH, c.channels(), h, w)
+    channels = c.channels()
+    if c.variant == 2:  # the channels the model's first convolution takes (a backbone's stem sizes)
+        import torch
+        conv = next((m for m in c.model.modules() if isinstance(m, torch.nn.Conv2d)), None)
+        channels = conv.in_channels if conv is not None else channels
+    return c.randn(BATCH, channels, h, w)
 
 
 def _videos(c):
@@ -94,7 +101,17 @@ def _grid_patches(c):
     return c.randn(BATCH * side * side, c.channels() * tp * p * p), grid
 
 
+def _spectrogram(c):
+    """(frames, mel bins) of a spectrogram model (AST, CLAP's audio tower)."""
+    bins = int(c.get([c.audio, c.config], ["num_mel_bins", "feature_size", "n_mels", "num_mel_filters",
+                                            "input_feat_per_channel", "input_dim"], 80))
+    frames = c.get([c.audio, c.config], ["max_length", "max_source_positions"], None)
+    return (frames if isinstance(frames, int) and frames <= 3000 else 64), bins
+
+
 def _input_values(c):
+    if c.variant == 2:  # a spectrogram, frames-first
+        return c.randn(BATCH, *_spectrogram(c))
     if c.variant == 1 or hasattr(c.config, "audio_channels"):
         return c.randn(BATCH, int(getattr(c.config, "audio_channels", 1) or 1), SAMPLES)
     return c.randn(BATCH, SAMPLES)
@@ -105,6 +122,8 @@ def _input_features(c):
                                             "input_feat_per_channel", "input_dim"], 80))
     src = c.get([c.audio, c.config], ["max_source_positions"], None)
     frames = 2 * src if isinstance(src, int) and src <= 3000 else 64
+    if c.variant == 2:  # one channel of a spectrogram image (CLAP)
+        return c.randn(BATCH, 1, *_spectrogram(c))
     if c.variant == 1:
         return c.randn(BATCH, frames, bins)
     return c.randn(BATCH, bins, frames)
@@ -196,10 +215,14 @@ def make_inputs(model, config, variant=0):
               and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     if "decoder_input_ids" in params and getattr(config, "is_encoder_decoder", False):
         names.append("decoder_input_ids")
-    no_image_tokens = not any(hasattr(config, k) for k in ("image_token_id", "image_token_index", "image_token"))
-    if ("pixel_values" in params and "pixel_values" not in names and "input_ids" in names and no_image_tokens
-            and c.sub("vision_config") is not None):
-        names.append("pixel_values")  # a two-tower model (CLIP-like) wants both
+    # A two-tower model (CLIP-, CLAP-like: a text tower beside an image or
+    # audio tower, no placeholder tokens in the text) wants both inputs.
+    for tower, placeholders, wanted in (
+            ("vision_config", ("image_token_id", "image_token_index", "image_token"), ("pixel_values",)),
+            ("audio_config", ("audio_token_id", "audio_token_index", "audio_token"),
+             ("input_features", "input_values"))):
+        if "input_ids" in names and c.sub(tower) is not None and not any(hasattr(config, k) for k in placeholders):
+            names += [n for n in wanted if n in params and n not in names][:1]
     # Optional arguments a model cannot do without (layout boxes, the
     # trajectory of a decision transformer, a speech encoder's frame mask).
     names += [n for n in ("bbox", "actions", "rewards", "returns_to_go", "timesteps") if n in params and n not in names]

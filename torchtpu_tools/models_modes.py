@@ -18,6 +18,7 @@ built on the CPU (models_build.py), run on tpu and compared with the CPU.
   generate  causal and seq2seq LMs: 8 greedy tokens with the KV cache
             (generate(max_new_tokens=8, do_sample=False)), eagerly and with
             the forward compiled (static cache), token-identical to the CPU
+            with the same cache
   train     one AdamW step (lr 1e-3) on the tpu gradients: every parameter
             after it within 1e-5 absolute + 1e-4 relative of the CPU's after
             the same step, except elements whose CPU gradient is under the
@@ -239,6 +240,9 @@ def _generate_mode(pristine, inputs, want, state):
     m = copy.deepcopy(pristine).to("tpu")
     m.forward = torch.compile(m.forward, backend="tpu")
     compiled = _generate(m, dev, cache_implementation="static")
+    # Against the CPU with the same (static) cache: some models' tokens
+    # depend on the cache kind on the CPU too (RoBERTa's position ids).
+    cpu = _generate(copy.deepcopy(pristine), inputs, cache_implementation="static")
     if not torch.equal(compiled, cpu):
         return f"compiled tokens {compiled[0].tolist()} vs CPU's {cpu[0].tolist()}", {}
     return None, {"tokens": cpu.shape[-1]}

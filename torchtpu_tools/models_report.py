@@ -70,7 +70,7 @@ def report(state, out_path, command):
              f"under `torch.autocast(\"cpu\", torch.bfloat16)`: each output within {BF16_TOL:g} of its largest "
              "element, or tpu's RMSE against the float32 CPU forward at most twice the CPU bf16 forward's.",
              "- **generate** (causal and seq2seq LMs): 8 greedy tokens with the KV cache, eager and with the "
-             "forward compiled (static cache), token-identical to the CPU.",
+             "forward compiled (static cache), token-identical to the CPU with the same cache.",
              "- **train**: one AdamW step (lr 1e-3) on the tpu gradients; parameters after it within 1e-5 + 1e-4 "
              "relative of the CPU's, except elements whose CPU gradient is under the noise floor.", "",
              f"Command: `{command}`; commits: {', '.join(commits)}.", "",
