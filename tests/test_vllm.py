@@ -223,6 +223,20 @@ def test_compiled_buckets_steady_state(runs, models):
     assert len(counts["forward_token_counts"]) > 1, counts
     assert set(counts["forward_token_counts"]) <= {1, 2, 4, 8, 16, 32, 64}, counts
     assert counts["repeat_total"] == 0, counts["repeat_table"]
+    # The attention pads a step's requests to a power of two: before, one
+    # program per request count (3, 5, 10, ...).
+    assert counts["attention_request_counts"], counts
+    assert set(counts["attention_request_counts"]) <= {1, 2, 4, 8, 16}, counts
+
+
+def test_kv_cache_layers_own_storages(tpu, runs, cpu, models):
+    # vLLM places every layer's cache in one allocation; a cache write
+    # through one layer's view copied the layer out and back each step
+    # (torchtpu/vllm/worker.py): on tpu each layer has a storage of its own.
+    for path in models:
+        assert tpu["models"][path]["kv_cache_own_storages"], path
+    assert runs["tpu_compiled"]["models"][models[0]]["kv_cache_own_storages"]
+    assert not cpu["models"][models[0]]["kv_cache_own_storages"]
 
 
 def test_sampling_matches_cpu_platform(cpu, tpu, models):

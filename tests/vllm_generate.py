@@ -144,8 +144,9 @@ def compiles(llm, params):
         # torch.compiles smaller functions too (the logprobs' ranks).
         return {name: v for name, v in report.items() if name.startswith("compiled forward")}
 
+    before = torchtpu.compiles()
     counts = {int(re.search(r"\[(\d+)", example).group(1))
-              for v in forward(torchtpu.compiles()).values() for example in v["examples"]}
+              for v in forward(before).values() for example in v["examples"]}
     mix = prompts()[5:] + prompts()[:3]
     torchtpu.reset_compiles()
     llm.generate(mix, params, use_tqdm=False)
@@ -153,7 +154,12 @@ def compiles(llm, params):
     torchtpu.reset_compiles()
     llm.generate(mix, params, use_tqdm=False)
     again = torchtpu.compiles()
-    return {"forward_token_counts": sorted(counts),
+    # The paged attention's programs: one per request bucket (its block
+    # table's rows), not per step's request count.
+    tables = {int(m.group(1)) for report in (before, new_mix)
+              for example in report.get("torchtpu::paged_attention", {"examples": []})["examples"]
+              for m in [re.search(r"; int32\[(\d+),\d+\]", example)] if m}
+    return {"forward_token_counts": sorted(counts), "attention_request_counts": sorted(tables),
             "new_mix_forward": sum(v["signatures"] for v in forward(new_mix).values()),
             "new_mix_total": new_mix.total(),
             "repeat_total": again.total(), "repeat_table": str(again)}
@@ -177,6 +183,13 @@ def generate(path, mode, with_sampling):
         result["sampling"] = sampling(llm, result["greedy"][4:10])
     if mode == "compiled":
         result["compiles"] = compiles(llm, params)
+    if mode != "tp2":
+        # Each layer's KV cache a storage of its own (tpu's runner; vLLM's
+        # places them in one allocation, as the CPU platform keeps them).
+        caches = llm.llm_engine.model_executor.driver_worker.worker.model_runner.kv_caches
+        storages = {t.untyped_storage().data_ptr() for t in caches}
+        result["kv_cache_own_storages"] = len(storages) == len(caches) and all(
+            t.untyped_storage().nbytes() == t.numel() * t.element_size() for t in caches)
     del llm
     gc.collect()
     # Each model its own distributed environment, as vLLM's tests do between

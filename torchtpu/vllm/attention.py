@@ -30,6 +30,7 @@ from vllm.v1.attention.backend import (
     MultipleOf,
 )
 from vllm.v1.kv_cache_layout import KVCacheLayout
+from .kernels import whole
 
 
 class TpuAttentionBackend(AttentionBackend):
@@ -99,15 +100,21 @@ class TpuAttentionMetadataBuilder(AttentionMetadataBuilder[TpuAttentionMetadata]
     def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata,
               fast_build: bool = False) -> TpuAttentionMetadata:
         m = common_attn_metadata
-        num_reqs = m.num_reqs
         table = m.block_table_tensor
         num_blocks = min(_bucket(-(-int(m.max_seq_len) // self.block_size)), table.shape[1])
+        # Requests padded to a power of two (within the runner's buffers),
+        # so that the attention compiles once per bucket, not per count:
+        # the padding requests have no query tokens (vLLM pads
+        # query_start_loc with the step's token count), so nothing reads
+        # their block table rows or lengths.
+        rows = min(_bucket(m.num_reqs), whole(table).shape[0], whole(m.seq_lens).shape[0],
+                   whole(m.query_start_loc).shape[0] - 1)
         return TpuAttentionMetadata(
             num_actual_tokens=m.num_actual_tokens,
             max_query_len=_bucket(int(m.max_query_len)),
-            block_table=table[:num_reqs, :num_blocks],
-            seq_lens=m.seq_lens[:num_reqs],
-            query_start_loc=m.query_start_loc[:num_reqs + 1],
+            block_table=whole(table, rows)[:, :num_blocks],
+            seq_lens=whole(m.seq_lens, rows),
+            query_start_loc=whole(m.query_start_loc, rows + 1),
             slot_mapping=m.slot_mapping,
         )
 
@@ -142,9 +149,14 @@ class TpuAttentionImpl(AttentionImpl):
         if self.alibi_slopes is not None and self.alibi_slopes.device != query.device:
             self.alibi_slopes = self.alibi_slopes.to(query.device)
         writes = self.kv_sharing_target_layer_name is None and key is not None and value is not None
+        query = query.view(-1, self.num_heads, self.head_size)
+        # The compiled forward pads the step's tokens to a bucket: the slot
+        # mapping too (the runner's buffer holds PAD_ID past the step's tokens).
+        slots = m.slot_mapping
+        if slots.shape[0] < query.shape[0] <= whole(slots).shape[0]:
+            slots = whole(slots, query.shape[0])
         out = torch.ops.torchtpu.paged_attention(
-            query.view(-1, self.num_heads, self.head_size),
-            key if writes else None, value if writes else None, kv_cache, m.slot_mapping,
+            query, key if writes else None, value if writes else None, kv_cache, slots,
             m.block_table, m.seq_lens, m.query_start_loc, m.max_query_len, self.scale,
             self.sliding_window, self.logits_soft_cap, self.alibi_slopes)
         output.copy_(out.view(output.shape))
