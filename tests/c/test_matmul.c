@@ -122,6 +122,21 @@ static void test_large_batches_run_in_groups(void) {
   }
 }
 
+/* A few rows of A times a large transposed B (F.linear at decode sizes)
+ * take the skinny path: odd K and N (tails of the dots and of the groups of
+ * four columns), one product and two, with and without a bias; M = 17 is
+ * the packed path's again. */
+static void test_skinny_products(void) {
+  static const int64_t sizes[][4] = {/* batch, M, K, N */
+                                     {1, 1, 1000, 2101}, {1, 5, 768, 4099}, {2, 16, 1001, 2103}, {1, 17, 768, 2800}};
+  for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
+    for (int bias = 0; bias < 2; bias++) {
+      tpu_matmul_shape s = {.batch = sizes[i][0], .m = sizes[i][1], .k = sizes[i][2], .n = sizes[i][3],
+                            .rhs_t = true};
+      check_product(&s, bias);
+    }
+}
+
 /* K = 0 is a sum of nothing: zeros (or the bias), whatever C held. */
 static void test_empty_contraction(void) {
   tpu_matmul_shape s = {.batch = 2, .m = 5, .n = 7, .k = 0};
@@ -150,6 +165,7 @@ int main(void) {
   RUN(test_every_layout_and_edge);
   RUN(test_empty_contraction);
   RUN(test_large_batches_run_in_groups);
+  RUN(test_skinny_products);
   if (tpu_matmul_bf16_available()) { /* the bfloat16 kernel, on the same sizes (odd K included) */
     g_bf16 = true;
     RUN(test_every_layout_and_edge);
