@@ -82,11 +82,12 @@ class TpuModelRunner(CPUModelRunner):
         the shared allocation goes first, so memory peaks at one cache."""
         kv_caches = super().initialize_kv_cache_tensors(kv_cache_config, kernel_block_sizes,
                                                         kv_cache_allocation_context)
-        bound = {name: getattr(self.compilation_config.static_forward_context.get(name),
-                               "kv_cache", None) for name in kv_caches}
-        if any(b is not None and (isinstance(b, list) and b and b[0] is not kv_caches[name]
-                                  or isinstance(b, torch.Tensor) and b is not kv_caches[name])
-               for name, b in bound.items()):
+
+        def bound(name):  # the view the layer reads (vLLM may keep it in a list)
+            view = getattr(self.compilation_config.static_forward_context.get(name), "kv_cache", None)
+            return (view[0] if view else None) if isinstance(view, list) else view
+
+        if any(bound(name) is not None and bound(name) is not view for name, view in kv_caches.items()):
             logger.warning("tpu: layers read KV cache views of their own; the shared "
                            "allocation is kept (a cache write copies its layer)")
             return kv_caches
